@@ -1,0 +1,73 @@
+# libspeechclient: build, test, install.
+#   make                      release libspeechclient.so (static Swift runtime) and the demo in build/
+#   make test                 every test suite (Swift, C, ABI, Python)
+#   make install PREFIX=/usr/local DESTDIR=
+VERSION     := $(shell sed -n 's/^#define SPC_VERSION_STRING "\(.*\)"/\1/p' include/speechclient.h)
+SOVERSION   := 0
+PREFIX      ?= /usr/local
+LIBDIR      ?= $(PREFIX)/lib
+DESTDIR     ?=
+SWIFT       ?= swift
+CC          ?= cc
+PYTHON      ?= python3
+BUILD       := build
+RELEASE_DIR := .build-release
+LIB         := $(BUILD)/libspeechclient.so.$(VERSION)
+DEMO        := $(BUILD)/speechclient-demo
+STRIP       ?= strip
+
+# Flags measured in ../shared/docs/build.md: a .so that runs without the Swift toolchain.
+SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEASE_DIR) \
+	--disable-local-rpath -Xswiftc -static-stdlib \
+	-Xlinker -soname=libspeechclient.so.$(SOVERSION) \
+	-Xlinker --version-script=$(CURDIR)/Sources/SpeechClientCAPI/exports.map \
+	-Xlinker -z -Xlinker defs -Xlinker -z -Xlinker nodelete \
+	-Xlinker -z -Xlinker now -Xlinker -z -Xlinker relro
+
+.PHONY: all lib demo test test-swift test-c test-abi test-python install clean check-version
+
+all: lib demo
+
+# Always a clean release build: SwiftPM does not notice edits to the public header (build.md).
+lib:
+	rm -rf $(RELEASE_DIR)/release/SpeechClientCAPI.build $(RELEASE_DIR)/release/CSpeechClientAPI.build
+	$(SWIFT) build $(SWIFT_RELEASE_FLAGS)
+	mkdir -p $(BUILD)
+	cp $(RELEASE_DIR)/release/libspeechclient.so $(LIB)
+	$(STRIP) --strip-unneeded $(LIB)
+	ln -sf libspeechclient.so.$(VERSION) $(BUILD)/libspeechclient.so.$(SOVERSION)
+	ln -sf libspeechclient.so.$(SOVERSION) $(BUILD)/libspeechclient.so
+
+demo: lib
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -pedantic -Iinclude bindings/c/speechclient-demo.c \
+		-L$(BUILD) -lspeechclient -Wl,-rpath,'$$ORIGIN' -o $(DEMO)
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig \
+		$(DESTDIR)$(PREFIX)/bin
+	install -m 0644 $(LIB) $(DESTDIR)$(LIBDIR)/
+	ln -sf libspeechclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libspeechclient.so.$(SOVERSION)
+	ln -sf libspeechclient.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libspeechclient.so
+	install -m 0644 include/speechclient.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+		pkgconfig/speechclient.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/speechclient.pc
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -pedantic -Iinclude bindings/c/speechclient-demo.c \
+		-L$(BUILD) -lspeechclient -o $(DESTDIR)$(PREFIX)/bin/speechclient-demo
+	$(STRIP) $(DESTDIR)$(PREFIX)/bin/speechclient-demo
+
+test: test-swift lib test-c test-abi test-python
+
+test-swift:
+	$(SWIFT) test
+
+test-c: lib
+	Tests/c/run.sh
+
+test-abi: lib
+	Tests/c/abi-check.sh $(LIB)
+
+test-python: lib
+	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q Tests/python
+
+clean:
+	rm -rf $(BUILD) $(RELEASE_DIR) .build

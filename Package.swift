@@ -1,0 +1,33 @@
+// swift-tools-version:6.2
+// Packaging flags (static Swift runtime, SONAME, version script) live in the Makefile, not
+// here: in the manifest they break `swift test` (../shared/docs/build.md).
+import PackageDescription
+
+let package = Package(
+    name: "speechclient",
+    products: [
+        .library(name: "speechclient", type: .dynamic, targets: ["SpeechClientCAPI"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2",
+                       providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl",
+                       providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CALSA", pkgConfig: "alsa",
+                       providers: [.apt(["libasound2-dev"])]),
+        // C helpers for what Swift cannot import (GNU extensions, variadic calls, macros).
+        .target(name: "CShims"),
+        // The one public header, include/speechclient.h, with no copy.
+        .target(name: "CSpeechClientAPI", path: ".",
+                sources: ["Sources/CSpeechClientAPI/speechclient.c"],
+                publicHeadersPath: "include"),
+        // The core: pure Swift, no Foundation.
+        .target(name: "SpeechClient", dependencies: ["CShims", "CNghttp2", "COpenSSL", "CALSA"],
+                swiftSettings: [.swiftLanguageMode(.v6)]),
+        // @c @implementation functions only: the C boundary, no logic.
+        .target(name: "SpeechClientCAPI", dependencies: ["SpeechClient", "CSpeechClientAPI"],
+                swiftSettings: [.swiftLanguageMode(.v6)]),
+        .testTarget(name: "SpeechClientTests", dependencies: ["SpeechClient"],
+                    swiftSettings: [.swiftLanguageMode(.v6)]),
+    ]
+)

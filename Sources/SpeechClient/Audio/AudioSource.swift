@@ -1,0 +1,28 @@
+/// Where audio comes from: the microphone (ALSA), a WAV file, or PCM pushed by the application.
+/// A source delivers interleaved Float32 samples in [-1, 1] at its own rate and channel count;
+/// `AudioConverter` turns them into 16 kHz mono Int16 and `Chunker` cuts them into chunks.
+///
+/// A source is used by one thread at a time (the client's audio thread), between `open()` and
+/// `close()`.
+public protocol AudioSource: AnyObject {
+    /// The rate and channel count of what `read` returns; valid after `open()`.
+    var format: AudioFormat { get }
+    /// Acquires the device or file. Errors are `.audio` and name the device or file.
+    func open() throws(SpeechClientError)
+    /// Up to `maxFrames` interleaved frames (maxFrames * channels samples). Returns nil at the
+    /// end of the stream, possibly an empty array when nothing is available yet.
+    func read(maxFrames: Int) throws(SpeechClientError) -> [Float]?
+    /// Releases the device or file. Idempotent.
+    func close()
+}
+
+public struct AudioFormat: Sendable, Equatable {
+    public var sampleRate: Int
+    public var channels: Int
+    public init(sampleRate: Int, channels: Int) {
+        self.sampleRate = sampleRate
+        self.channels = channels
+    }
+    /// What the server receives: LINEAR16, 16 kHz, mono.
+    public static let speech = AudioFormat(sampleRate: 16_000, channels: 1)
+}

@@ -1,0 +1,95 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CShims
+
+/// A mutex with a condition variable, for the few places that must block a thread until
+/// another one signals (queues, waits with a timeout). `Synchronization.Mutex` has no condition.
+public final class ConditionLock: @unchecked Sendable {
+    // The pthread objects are heap-allocated so they never move; only this class touches them.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+
+    public init() {
+        pthread_mutex_init(mutex, nil)
+        var attr = pthread_condattr_t()
+        pthread_condattr_init(&attr)
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
+        pthread_cond_init(cond, &attr)
+        pthread_condattr_destroy(&attr)
+    }
+
+    deinit {
+        pthread_cond_destroy(cond)
+        pthread_mutex_destroy(mutex)
+        cond.deallocate()
+        mutex.deallocate()
+    }
+
+    public func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+
+    /// Call with the lock held (inside `withLock`).
+    public func wait() { pthread_cond_wait(cond, mutex) }
+
+    /// Call with the lock held. Returns false when the deadline (monotonic ns) passed.
+    public func wait(untilMonotonicNanos deadline: UInt64) -> Bool {
+        var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        return pthread_cond_timedwait(cond, mutex, &ts) != ETIMEDOUT
+    }
+
+    public func broadcast() { pthread_cond_broadcast(cond) }
+}
+
+public enum Clock {
+    /// CLOCK_MONOTONIC in nanoseconds.
+    public static func monotonicNanos() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+}
+
+/// A joinable native thread running a closure. Library threads are always joined by their
+/// owner, so none outlives the object that started it.
+public final class NativeThread: @unchecked Sendable {
+    private final class Box {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+
+    private var handle: pthread_t
+    private var joined = false
+
+    /// Starts a thread; throws when the system refuses one.
+    public init(name: String, _ body: @escaping @Sendable () -> Void) throws(SpeechClientError) {
+        let box = Unmanaged.passRetained(Box({
+            speechclient_shim_set_thread_name(name)
+            body()
+        })).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, nil, { raw in
+            guard let raw else { return nil }
+            let box = Unmanaged<Box>.fromOpaque(raw).takeRetainedValue()
+            box.body()
+            return nil
+        }, box)
+        if rc != 0 {
+            Unmanaged<Box>.fromOpaque(box).release()
+            throw SpeechClientError.errno(.internal, "pthread_create", rc, context: "starting thread \(name)")
+        }
+        handle = thread
+    }
+
+    /// Waits for the thread to end. Idempotent; must not be called from the thread itself.
+    public func join() {
+        if joined { return }
+        joined = true
+        pthread_join(handle, nil)
+    }
+
+    public var isCurrent: Bool { pthread_equal(handle, pthread_self()) != 0 }
+}

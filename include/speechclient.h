@@ -1,0 +1,448 @@
+/*
+** libspeechclient: a streaming speech-recognition client (C interface)
+**
+** This header is the whole contract of libspeechclient.so.0. Everything a program may rely on
+** is written here; anything not written here is not promised.
+**
+** OVERVIEW
+**
+**   spc_options   an opaque bag of settings, filled with setters, copied by spc_client_new().
+**   spc_client    one recognition client: an audio source, a connection to a server that speaks
+**                 the Speechly SLU protocol, and the callbacks that report what was heard.
+**   spc_segment   a snapshot of one segment of speech (words, intent, entities), handed to the
+**                 segment callback; valid during the callback, spc_segment_copy() keeps one.
+**   spc_error     a failure: a status code, a message naming what was wrong, and the gRPC status
+**                 when the server reported one.
+**
+** A minimal program (error checks shortened; every call returns an spc_status):
+**
+**     static void on_segment(spc_client *c, const spc_segment *s, void *ud) {
+**         if (spc_segment_is_final(s)) printf("%s\n", spc_segment_transcript(s));
+**     }
+**     int main(void) {
+**         spc_options *o = spc_options_new();
+**         spc_options_set_server_url(o, "grpc://127.0.0.1:50051");
+**         spc_options_set_app_id(o, "my-app");
+**         spc_options_set_audio_file(o, "speech.wav");
+**         spc_options_set_segment_cb(o, on_segment, NULL);
+**         spc_client *c = NULL; spc_error *err = NULL;
+**         if (spc_client_new(o, &c, &err) != SPC_OK) {
+**             fprintf(stderr, "%s\n", spc_error_message(err)); spc_error_free(err); return 1;
+**         }
+**         spc_options_free(o);
+**         spc_client_start(c);                 // streams the whole file, then stops by itself
+**         spc_client_wait_idle(c, 60000);      // returns once the last result was delivered
+**         spc_client_free(c);
+**     }
+**
+** CONVENTIONS
+**
+**   - Every fallible function returns spc_status; SPC_OK is 0. Values are never renumbered or
+**     reused. spc_status_str() turns one into static text.
+**   - Every destructor (_free) accepts NULL and does nothing with it.
+**   - Strings passed in are copied before the call returns. Strings handed out are owned by the
+**     object they came from and live as long as it (for callback arguments: until the callback
+**     returns), unless a function says otherwise.
+**   - Booleans are int: 0 is false, anything else true.
+**   - Passing a NULL handle or pointer where one is required returns
+**     SPC_ERROR_INVALID_ARGUMENT; it never crashes. Passing a pointer that was already freed, or
+**     that did not come from this library, is undefined behaviour, as in any C library.
+**
+** THREADS
+**
+**   - spc_options is not thread-safe: fill it from one thread, then hand it to spc_client_new().
+**   - spc_client functions may be called from any thread, concurrently.
+**   - The library owns its threads: one callback thread per client, plus audio and network
+**     threads. All callbacks of one client run on that client's callback thread, in the order the
+**     events happened, one at a time. A slow callback delays only its own client.
+**   - Inside a callback you may call spc_client_start(), spc_client_stop(),
+**     spc_client_suspend(), spc_client_resume(), spc_client_push_audio() and the other
+**     non-blocking functions. spc_client_free() and spc_client_wait_idle() called from inside one
+**     of the client's own callbacks return SPC_ERROR_INVALID_STATE instead of deadlocking.
+**   - spc_client_free() returns only after the last callback has returned: no callback of that
+**     client runs after it, so user_data may be released right after.
+**   - No library lock is held while a callback runs.
+**   - When a function that registers a callback fails, that callback will never be called.
+*/
+#ifndef SPEECHCLIENT_H
+#define SPEECHCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(SPC_API)
+#define SPC_API __attribute__((visibility("default")))
+#elif !defined(SPC_API)
+#define SPC_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+** VERSION
+**
+** The macros give the version this header belongs to; spc_version() and spc_version_number()
+** give the version of the library actually loaded. SPC_VERSION_NUMBER is
+** MAJOR * 1000000 + MINOR * 1000 + PATCH.
+*/
+#define SPC_VERSION_MAJOR 0
+#define SPC_VERSION_MINOR 1
+#define SPC_VERSION_PATCH 0
+#define SPC_VERSION_STRING "0.1.0"
+#define SPC_VERSION_NUMBER 1000
+
+/* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
+SPC_API const char *spc_version(void);
+
+/* The loaded library's version as a number; equals SPC_VERSION_NUMBER of its own header. */
+SPC_API int32_t spc_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------
+** STATUS CODES
+**
+** The value of every constant is fixed forever. Errors that happen later, on library threads,
+** arrive through the error callback as an spc_error carrying one of these codes.
+*/
+typedef enum spc_status {
+    SPC_OK = 0,
+    /* A NULL handle, a NULL or malformed string, a value out of range. The message names it. */
+    SPC_ERROR_INVALID_ARGUMENT = 1,
+    /* The call is not allowed in the client's current state (start while listening, free from a
+    ** callback, push audio to a client whose source is not SPC "push", ...). */
+    SPC_ERROR_INVALID_STATE = 2,
+    /* Memory could not be allocated. */
+    SPC_ERROR_NO_MEMORY = 3,
+    /* The server could not be reached or the connection broke: unresolvable host, refused,
+    ** reset, unreachable. */
+    SPC_ERROR_NETWORK = 4,
+    /* The TLS handshake or verification failed: unknown CA, hostname mismatch, expired
+    ** certificate, no ALPN h2. */
+    SPC_ERROR_TLS = 5,
+    /* A connect, request or wait timed out. */
+    SPC_ERROR_TIMEOUT = 6,
+    /* Login failed or the server rejected the token (gRPC PERMISSION_DENIED or UNAUTHENTICATED
+    ** after one fresh login). */
+    SPC_ERROR_AUTH = 7,
+    /* The server answered with an error status (any other gRPC status than OK); see
+    ** spc_error_grpc_status(). */
+    SPC_ERROR_API = 8,
+    /* The server sent something that is not valid protocol: a malformed message or stream. */
+    SPC_ERROR_PARSE = 9,
+    /* Audio could not be captured or read: a missing or malformed WAV file, an ALSA device that
+    ** cannot be opened or configured. The message names the file or device. */
+    SPC_ERROR_AUDIO = 10,
+    /* A bug in the library. Please report it with the message. */
+    SPC_ERROR_INTERNAL = 11
+} spc_status;
+
+/* Static English text for a status ("ok", "invalid argument", ...). Never NULL; an unknown
+** value gives "unknown status". */
+SPC_API const char *spc_status_str(spc_status status);
+
+/* ---------------------------------------------------------------------------------------------
+** ERRORS
+**
+** An spc_error describes one failure. Constructors return one through an optional out
+** parameter (the caller then owns it and frees it with spc_error_free()); the error callback
+** receives one that lives until the callback returns.
+*/
+typedef struct spc_error spc_error;
+
+/* The status code; SPC_ERROR_INVALID_ARGUMENT for a NULL error. */
+SPC_API spc_status spc_error_code(const spc_error *error);
+
+/* A message naming what went wrong (for example the file, device or host). Owned by the error;
+** never NULL ("" for a NULL error). */
+SPC_API const char *spc_error_message(const spc_error *error);
+
+/* The gRPC status code the server reported (0-16), or -1 when the failure was not a gRPC
+** status (and for a NULL error). */
+SPC_API int32_t spc_error_grpc_status(const spc_error *error);
+
+/* A copy the caller owns, to keep an error past its callback; NULL for NULL or when out of
+** memory. */
+SPC_API spc_error *spc_error_copy(const spc_error *error);
+
+/* Frees an error the caller owns. NULL is a no-op. */
+SPC_API void spc_error_free(spc_error *error);
+
+/* ---------------------------------------------------------------------------------------------
+** LOG LEVELS
+*/
+typedef enum spc_log_level {
+    SPC_LOG_NONE = 0,
+    SPC_LOG_ERROR = 1,
+    SPC_LOG_WARNING = 2,
+    SPC_LOG_INFO = 3,
+    SPC_LOG_DEBUG = 4
+} spc_log_level;
+
+/* ---------------------------------------------------------------------------------------------
+** CLIENT STATES
+**
+** IDLE       no audio context; spc_client_start() may be called.
+** STARTING   a start was requested; the start callback fires when the server acknowledges it.
+** LISTENING  the context is open and audio flows to the server.
+** STOPPING   a stop was requested (or the audio source ended); the stop callback fires when the
+**            server has sent its last result for the context, and the client returns to IDLE.
+** SUSPENDED  spc_client_suspend() closed the microphone and the connections.
+*/
+typedef enum spc_state {
+    SPC_STATE_IDLE = 0,
+    SPC_STATE_STARTING = 1,
+    SPC_STATE_LISTENING = 2,
+    SPC_STATE_STOPPING = 3,
+    SPC_STATE_SUSPENDED = 4
+} spc_state;
+
+/* ---------------------------------------------------------------------------------------------
+** OBJECTS
+*/
+typedef struct spc_options spc_options;
+typedef struct spc_client spc_client;
+typedef struct spc_segment spc_segment;
+
+/* ---------------------------------------------------------------------------------------------
+** CALLBACKS
+**
+** Every callback receives the client it belongs to and the user_data given with it. Pointers
+** passed to a callback are valid until it returns.
+*/
+
+/* A segment changed: new tentative words, final words, an intent or entities. The snapshot holds
+** the whole segment as known now. A segment's last update has spc_segment_is_final() true. */
+typedef void (*spc_segment_cb)(spc_client *client, const spc_segment *segment, void *user_data);
+
+/* Something failed after the call that caused it had returned (connection, server, audio). */
+typedef void (*spc_error_cb)(spc_client *client, const spc_error *error, void *user_data);
+
+/* The server opened the audio context requested by spc_client_start(). */
+typedef void (*spc_start_cb)(spc_client *client, const char *context_id, void *user_data);
+
+/* The audio context is closed: the server sent its last result for it, or it ended because of
+** an error (then context_id may be "" if the server never opened it). */
+typedef void (*spc_stop_cb)(spc_client *client, const char *context_id, void *user_data);
+
+/* A log line from the library, at or below the options' log level. Lines never contain tokens
+** or authorization values. */
+typedef void (*spc_log_cb)(spc_client *client, spc_log_level level, const char *message,
+                           void *user_data);
+
+/* ---------------------------------------------------------------------------------------------
+** OPTIONS
+**
+** Create, fill, pass to spc_client_new(), free. Setters copy their arguments. A setter that
+** rejects its argument returns SPC_ERROR_INVALID_ARGUMENT and leaves the option unchanged.
+** Defaults are given with each setter.
+*/
+
+/* A new options object with every default; NULL when out of memory. Free with
+** spc_options_free(). */
+SPC_API spc_options *spc_options_new(void);
+
+/* Frees options. NULL is a no-op. Clients made from them keep their own copy. */
+SPC_API void spc_options_free(spc_options *options);
+
+/* The server: "grpc+tls://host[:port]" (TLS, default port 443) or "grpc://host[:port]"
+** (plaintext HTTP/2, default port 80); "https://" and "http://" are accepted as synonyms. IPv6
+** hosts in brackets ("grpc://[::1]:50051"). No path, user or query. Required before
+** spc_client_new(). */
+SPC_API spc_status spc_options_set_server_url(spc_options *options, const char *url);
+
+/* A separate server for login, same syntax; NULL (the default) means the server URL. */
+SPC_API spc_status spc_options_set_identity_url(spc_options *options, const char *url);
+
+/* The application id; logs in with application scope. One of app id or project id is
+** required. With a project id set as well, the login uses the project and the app id is sent
+** with each start. NULL clears it. */
+SPC_API spc_status spc_options_set_app_id(spc_options *options, const char *app_id);
+
+/* The project id; logs in with project scope. NULL clears it. */
+SPC_API spc_status spc_options_set_project_id(spc_options *options, const char *project_id);
+
+/* The BCP-47 language of the speech. Default "en-US". */
+SPC_API spc_status spc_options_set_language(spc_options *options, const char *language);
+
+/* This device's id: a UUID ("xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", hex digits, stored in lower
+** case). Default: one generated once and kept in the token-cache directory, so it stays the
+** same across runs. NULL restores the default. */
+SPC_API spc_status spc_options_set_device_id(spc_options *options, const char *device_id);
+
+/* The directory for cached login tokens and the generated device id (created 0700 when
+** missing). Default: $XDG_CACHE_HOME/speechclient, else $HOME/.cache/speechclient; with neither
+** set, nothing is cached. NULL restores the default. */
+SPC_API spc_status spc_options_set_cache_dir(spc_options *options, const char *path);
+
+/* A PEM file of CA certificates to trust instead of the system store, for grpc+tls servers.
+** NULL restores the system store. */
+SPC_API spc_status spc_options_set_ca_file(spc_options *options, const char *path);
+
+/* Non-zero turns certificate and hostname verification OFF (development only; logged as a
+** warning on every connection). Default 0. */
+SPC_API spc_status spc_options_set_insecure_tls(spc_options *options, int insecure);
+
+/* Audio from an ALSA capture device, by name; NULL means "default". This is the default
+** source. The device's own rate and channel count are negotiated and converted. */
+SPC_API spc_status spc_options_set_audio_microphone(spc_options *options, const char *device);
+
+/* Audio from a WAV file: PCM 16, 24 or 32 bit, or 32-bit float; any rate, any channel count
+** (channels are averaged). Each spc_client_start() streams the whole file from its beginning,
+** as fast as the server takes it, then stops the context by itself. The file is checked when
+** the client is created (SPC_ERROR_AUDIO naming the file and the problem). */
+SPC_API spc_status spc_options_set_audio_file(spc_options *options, const char *path);
+
+/* Audio pushed by the application with spc_client_push_audio(): interleaved signed 16-bit
+** frames at sample_rate (8000-192000 Hz) with channels (1-8) channels. */
+SPC_API spc_status spc_options_set_audio_push(spc_options *options, uint32_t sample_rate,
+                                              uint32_t channels);
+
+/* The duration of each audio message sent to the server, 20-1000 ms. Default 100. */
+SPC_API spc_status spc_options_set_chunk_ms(spc_options *options, uint32_t chunk_ms);
+
+/* Non-zero: spc_client_new() connects, logs in and opens the microphone, and fails with the
+** error that stopped it (network, auth, audio, ...). Zero (the default): that happens on the first
+** spc_client_start(), and failures arrive through the error callback. */
+SPC_API spc_status spc_options_set_prepare_on_init(spc_options *options, int prepare);
+
+/* Adds value to the values of key in the options sent with every audio context (for example
+** "timezone" or "vocabulary"). */
+SPC_API spc_status spc_options_add_context_option(spc_options *options, const char *key,
+                                                  const char *value);
+
+/* Removes every context option. */
+SPC_API spc_status spc_options_clear_context_options(spc_options *options);
+
+/* The most detailed level passed to the log callback. Default SPC_LOG_WARNING. */
+SPC_API spc_status spc_options_set_log_level(spc_options *options, spc_log_level level);
+
+/* Callback setters: cb may be NULL to remove one. */
+SPC_API spc_status spc_options_set_segment_cb(spc_options *options, spc_segment_cb cb,
+                                              void *user_data);
+SPC_API spc_status spc_options_set_error_cb(spc_options *options, spc_error_cb cb,
+                                            void *user_data);
+SPC_API spc_status spc_options_set_start_cb(spc_options *options, spc_start_cb cb,
+                                            void *user_data);
+SPC_API spc_status spc_options_set_stop_cb(spc_options *options, spc_stop_cb cb,
+                                           void *user_data);
+SPC_API spc_status spc_options_set_log_cb(spc_options *options, spc_log_cb cb, void *user_data);
+
+/* ---------------------------------------------------------------------------------------------
+** CLIENT
+*/
+
+/* Creates a client from a copy of options and stores it in *out_client (set to NULL on
+** failure). On failure, when out_error is not NULL, *out_error receives an error the caller
+** frees with spc_error_free(); otherwise it is set to NULL.
+**
+** Returns SPC_ERROR_INVALID_ARGUMENT for NULL options or out_client, a missing server URL or
+** app/project id; SPC_ERROR_AUDIO for an unreadable WAV file; with prepare-on-init, also the
+** network, TLS, timeout, auth and audio errors of preparing. */
+SPC_API spc_status spc_client_new(const spc_options *options, spc_client **out_client,
+                                  spc_error **out_error);
+
+/* Stops everything and frees the client: any open context is abandoned (its stop callback is
+** not called), the audio source and connections are closed, callbacks already queued are
+** delivered, and the library's threads for this client are joined. No callback of this client
+** runs after it returns. NULL returns SPC_OK. From inside one of the client's own callbacks it
+** returns SPC_ERROR_INVALID_STATE and frees nothing. */
+SPC_API spc_status spc_client_free(spc_client *client);
+
+/* Requests a new audio context. Returns at once; the start callback fires when the server has
+** opened the context (or the error callback, then the stop callback, when it could not be).
+** In IDLE: starts. In STOPPING: the start is queued and happens after the pending stop
+** completes. Otherwise (STARTING, LISTENING, or a start already queued, SUSPENDED):
+** SPC_ERROR_INVALID_STATE. */
+SPC_API spc_status spc_client_start(spc_client *client);
+
+/* Requests the end of the current context. Returns at once; the stop callback fires when the
+** server has sent its last result. In STARTING or LISTENING: stops (a stop before the server
+** acknowledged the start is sent right after it). In STOPPING with a queued start: cancels the
+** queued start. Otherwise: SPC_ERROR_INVALID_STATE. */
+SPC_API spc_status spc_client_stop(spc_client *client);
+
+/* Closes the microphone and the connections, keeping the login. An open context is stopped
+** first (its results still arrive). SUSPENDED already: SPC_ERROR_INVALID_STATE. */
+SPC_API spc_status spc_client_suspend(spc_client *client);
+
+/* Leaves SUSPENDED; the microphone and connection are reopened (failures arrive through the
+** error callback). Not SUSPENDED: SPC_ERROR_INVALID_STATE. */
+SPC_API spc_status spc_client_resume(spc_client *client);
+
+/* The client's state (see CLIENT STATES). SPC_ERROR_INVALID_ARGUMENT for NULL arguments. */
+SPC_API spc_status spc_client_get_state(const spc_client *client, spc_state *out_state);
+
+/* Pushes frame_count interleaved 16-bit frames (frame_count * channels samples) for a client
+** whose source is SPC push audio. Samples pushed outside a context are dropped. The data is
+** copied. frame_count 0 is allowed. Not a push client: SPC_ERROR_INVALID_STATE. */
+SPC_API spc_status spc_client_push_audio(spc_client *client, const int16_t *frames,
+                                         size_t frame_count);
+
+/* Marks the end of the pushed audio for the current context: what is buffered is sent and the
+** context stops by itself, as when a WAV file ends. Not a push client, or no context:
+** SPC_ERROR_INVALID_STATE. */
+SPC_API spc_status spc_client_push_end(spc_client *client);
+
+/* Blocks until the client is IDLE or SUSPENDED with no start queued and every callback for the
+** events so far has returned, or until timeout_ms passes (negative: no limit).
+** SPC_OK when idle, SPC_ERROR_TIMEOUT otherwise. From inside one of the client's own callbacks:
+** SPC_ERROR_INVALID_STATE. */
+SPC_API spc_status spc_client_wait_idle(spc_client *client, int32_t timeout_ms);
+
+/* ---------------------------------------------------------------------------------------------
+** SEGMENTS
+**
+** A segment is a stretch of speech between pauses within a context, identified by
+** (context id, segment id). Accessors take the segment and an index; an index out of range gives
+** NULL, 0 or -1 as written, never a crash. Strings are owned by the segment. Word times are in
+** milliseconds from the start of the context's audio.
+*/
+
+SPC_API const char *spc_segment_context_id(const spc_segment *segment); /* "" for NULL */
+SPC_API int32_t spc_segment_id(const spc_segment *segment);              /* -1 for NULL */
+SPC_API int spc_segment_is_final(const spc_segment *segment);
+
+/* The words joined with single spaces, in index order; "" when there are none. */
+SPC_API const char *spc_segment_transcript(const spc_segment *segment);
+
+SPC_API size_t spc_segment_word_count(const spc_segment *segment);
+SPC_API const char *spc_segment_word_text(const spc_segment *segment, size_t i); /* NULL if out of range */
+SPC_API int32_t spc_segment_word_index(const spc_segment *segment, size_t i);    /* -1 if out of range */
+SPC_API int32_t spc_segment_word_start_ms(const spc_segment *segment, size_t i); /* -1 if out of range */
+SPC_API int32_t spc_segment_word_end_ms(const spc_segment *segment, size_t i);   /* -1 if out of range */
+SPC_API int spc_segment_word_is_final(const spc_segment *segment, size_t i);
+
+/* The intent, or "" when none is known yet; and whether it is final. */
+SPC_API const char *spc_segment_intent(const spc_segment *segment);
+SPC_API int spc_segment_intent_is_final(const spc_segment *segment);
+
+/* Entities: type (e.g. "room"), value (e.g. "kitchen"), the word span [start, end) and whether
+** the entity is final. */
+SPC_API size_t spc_segment_entity_count(const spc_segment *segment);
+SPC_API const char *spc_segment_entity_type(const spc_segment *segment, size_t i);  /* NULL if out of range */
+SPC_API const char *spc_segment_entity_value(const spc_segment *segment, size_t i); /* NULL if out of range */
+SPC_API int32_t spc_segment_entity_start(const spc_segment *segment, size_t i);     /* -1 if out of range */
+SPC_API int32_t spc_segment_entity_end(const spc_segment *segment, size_t i);       /* -1 if out of range */
+SPC_API int spc_segment_entity_is_final(const spc_segment *segment, size_t i);
+
+/* The segment as one line of JSON, the stable format of the demo's --json output:
+** {"type":"segment","context_id":"...","segment_id":0,"final":true,"transcript":"...",
+**  "words":[{"text":"...","index":0,"start_ms":0,"end_ms":0,"final":true}],
+**  "intent":{"intent":"...","final":true},
+**  "entities":[{"type":"...","value":"...","start":0,"end":1,"final":true}]}
+** "intent" is null when no intent is known. Owned by the segment; "" for NULL. */
+SPC_API const char *spc_segment_json(const spc_segment *segment);
+
+/* A copy the caller owns, to keep a segment past its callback; free it with spc_segment_free().
+** NULL for NULL or when out of memory. */
+SPC_API spc_segment *spc_segment_copy(const spc_segment *segment);
+
+/* Frees a segment returned by spc_segment_copy(). NULL is a no-op. */
+SPC_API void spc_segment_free(spc_segment *segment);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPEECHCLIENT_H */
