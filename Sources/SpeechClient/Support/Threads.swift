@@ -26,7 +26,7 @@ public final class ConditionLock: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    public func withLock<T>(_ body: () throws -> T) rethrows -> T {
+    public func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body()

@@ -1,0 +1,136 @@
+/// Where the client's audio comes from.
+public enum AudioInput: Sendable, Equatable {
+    case microphone(device: String)
+    case file(path: String)
+    case push(sampleRate: Int, channels: Int)
+}
+
+/// A key and its values, sent with every audio context (SLUStart.options).
+public struct ContextOption: Sendable, Equatable {
+    public var key: String
+    public var values: [String]
+    public init(key: String, values: [String]) { self.key = key; self.values = values }
+}
+
+/// Everything a client is configured with. Setters validate so that a client is never built
+/// from an option the C caller got wrong; `validateForClient()` checks what must be present.
+public struct ClientOptions: Sendable {
+    public var server: ServerURL?
+    public var identityServer: ServerURL?
+    public var appId: String?
+    public var projectId: String?
+    public var language = "en-US"
+    public var deviceId: String?
+    public var cacheDir: String?
+    public var caFile: String?
+    public var insecureTLS = false
+    public var audio = AudioInput.microphone(device: "default")
+    public var chunkMilliseconds = 100
+    public var prepareOnInit = false
+    public var contextOptions: [ContextOption] = []
+    public var logLevel = LogLevel.warning
+    /// How long to wait for a TCP connection (and, later, TLS) before a timeout error.
+    public var connectTimeoutMilliseconds = 5_000
+
+    public init() {}
+
+    public static let chunkRange = 20...1000
+    public static let pushRateRange = 8_000...192_000
+    public static let pushChannelRange = 1...8
+
+    public mutating func setServer(_ url: String) throws(SpeechClientError) {
+        server = try ServerURL(parsing: url)
+    }
+
+    public mutating func setIdentityServer(_ url: String?) throws(SpeechClientError) {
+        identityServer = try url.map { (u) throws(SpeechClientError) in try ServerURL(parsing: u) }
+    }
+
+    public mutating func setAppId(_ id: String?) throws(SpeechClientError) {
+        appId = try Self.checkIdentifier(id, what: "app id")
+    }
+
+    public mutating func setProjectId(_ id: String?) throws(SpeechClientError) {
+        projectId = try Self.checkIdentifier(id, what: "project id")
+    }
+
+    public mutating func setLanguage(_ code: String) throws(SpeechClientError) {
+        // BCP-47 shape: letters, digits and hyphens, starting with a 2-3 letter language.
+        let parts = code.split(separator: "-", omittingEmptySubsequences: false)
+        guard let first = parts.first, (2...8).contains(first.count), first.allSatisfy({ $0.isASCII && $0.isLetter }),
+              parts.dropFirst().allSatisfy({ (1...8).contains($0.count) && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) } })
+        else { throw SpeechClientError(.invalidArgument, "language '\(code)' is not a BCP-47 tag such as en-US") }
+        language = code
+    }
+
+    public mutating func setDeviceId(_ id: String?) throws(SpeechClientError) {
+        guard let id else { deviceId = nil; return }
+        guard SystemRandom.isUUID(id) else {
+            throw SpeechClientError(.invalidArgument, "device id '\(id)' is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
+        }
+        deviceId = id.lowercased()
+    }
+
+    public mutating func setPath(_ path: String?, for keyPath: WritableKeyPath<ClientOptions, String?>, what: String) throws(SpeechClientError) {
+        if let path, path.isEmpty { throw SpeechClientError(.invalidArgument, "\(what) must not be empty") }
+        self[keyPath: keyPath] = path
+    }
+
+    public mutating func setAudio(_ input: AudioInput) throws(SpeechClientError) {
+        switch input {
+        case .microphone(let device):
+            if device.isEmpty { throw SpeechClientError(.invalidArgument, "the ALSA device name must not be empty") }
+        case .file(let path):
+            if path.isEmpty { throw SpeechClientError(.invalidArgument, "the WAV file path must not be empty") }
+        case .push(let rate, let channels):
+            guard Self.pushRateRange.contains(rate) else {
+                throw SpeechClientError(.invalidArgument, "push sample rate \(rate) Hz is outside 8000-192000 Hz")
+            }
+            guard Self.pushChannelRange.contains(channels) else {
+                throw SpeechClientError(.invalidArgument, "push channel count \(channels) is outside 1-8")
+            }
+        }
+        audio = input
+    }
+
+    public mutating func setChunkMilliseconds(_ ms: Int) throws(SpeechClientError) {
+        guard Self.chunkRange.contains(ms) else {
+            throw SpeechClientError(.invalidArgument, "chunk duration \(ms) ms is outside 20-1000 ms")
+        }
+        chunkMilliseconds = ms
+    }
+
+    public mutating func addContextOption(key: String, value: String) throws(SpeechClientError) {
+        guard !key.isEmpty else { throw SpeechClientError(.invalidArgument, "a context option key must not be empty") }
+        if let i = contextOptions.firstIndex(where: { $0.key == key }) {
+            contextOptions[i].values.append(value)
+        } else {
+            contextOptions.append(ContextOption(key: key, values: [value]))
+        }
+    }
+
+    public mutating func setLogLevel(_ raw: Int32) throws(SpeechClientError) {
+        guard let level = LogLevel(rawValue: raw) else {
+            throw SpeechClientError(.invalidArgument, "log level \(raw) is not one of SPC_LOG_NONE..SPC_LOG_DEBUG (0-4)")
+        }
+        logLevel = level
+    }
+
+    /// What spc_client_new requires beyond what the setters checked.
+    public func validateForClient() throws(SpeechClientError) {
+        guard server != nil else {
+            throw SpeechClientError(.invalidArgument, "no server URL: call spc_options_set_server_url()")
+        }
+        guard appId != nil || projectId != nil else {
+            throw SpeechClientError(.invalidArgument, "neither an app id nor a project id is set")
+        }
+    }
+
+    static func checkIdentifier(_ id: String?, what: String) throws(SpeechClientError) -> String? {
+        guard let id else { return nil }
+        guard !id.isEmpty, id.utf8.count <= 256, id.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7F }) else {
+            throw SpeechClientError(.invalidArgument, "\(what) '\(id)' must be 1-256 characters without spaces or control characters")
+        }
+        return id
+    }
+}

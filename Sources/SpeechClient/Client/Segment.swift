@@ -1,0 +1,90 @@
+import Synchronization
+
+/// An immutable snapshot of one segment as known at one moment, handed to the segment callback.
+/// It keeps C copies of its strings so the C accessors can return pointers that live as long as
+/// the snapshot.
+public final class Segment: Sendable {
+    public struct Word: Sendable, Equatable {
+        public var text: String
+        public var index: Int32
+        public var startMilliseconds: Int32
+        public var endMilliseconds: Int32
+        public var isFinal: Bool
+    }
+
+    public struct Entity: Sendable, Equatable {
+        public var type: String
+        public var value: String
+        public var start: Int32
+        public var end: Int32
+        public var isFinal: Bool
+    }
+
+    public let contextId: String
+    public let segmentId: Int32
+    public let isFinal: Bool
+    public let words: [Word]
+    public let intent: String?
+    public let intentIsFinal: Bool
+    public let entities: [Entity]
+    public let transcript: String
+
+    // C views, made once per snapshot.
+    public let contextIdC: OwnedCString
+    public let transcriptC: OwnedCString
+    public let wordTextC: [OwnedCString]
+    public let intentC: OwnedCString
+    public let entityTypeC: [OwnedCString]
+    public let entityValueC: [OwnedCString]
+    private let jsonCache = Mutex<OwnedCString?>(nil)
+
+    public init(contextId: String, segmentId: Int32, isFinal: Bool, words: [Word], intent: String?,
+                intentIsFinal: Bool, entities: [Entity]) {
+        self.contextId = contextId
+        self.segmentId = segmentId
+        self.isFinal = isFinal
+        self.words = words
+        self.intent = intent
+        self.intentIsFinal = intentIsFinal
+        self.entities = entities
+        self.transcript = words.map(\.text).joined(separator: " ")
+        contextIdC = OwnedCString(contextId)
+        transcriptC = OwnedCString(transcript)
+        wordTextC = words.map { OwnedCString($0.text) }
+        intentC = OwnedCString(intent ?? "")
+        entityTypeC = entities.map { OwnedCString($0.type) }
+        entityValueC = entities.map { OwnedCString($0.value) }
+    }
+
+    /// The stable JSON line (documented in the header at spc_segment_json), made on first use.
+    public var json: String { jsonC.string }
+
+    public var jsonC: OwnedCString {
+        jsonCache.withLock { cache in
+            if let cache { return cache }
+            let made = OwnedCString(renderJSON())
+            cache = made
+            return made
+        }
+    }
+
+    private func renderJSON() -> String {
+        var s = "{\"type\":\"segment\",\"context_id\":\(JSON.quote(contextId)),\"segment_id\":\(segmentId)"
+        s += ",\"final\":\(isFinal),\"transcript\":\(JSON.quote(transcript)),\"words\":["
+        s += words.map {
+            "{\"text\":\(JSON.quote($0.text)),\"index\":\($0.index),\"start_ms\":\($0.startMilliseconds),\"end_ms\":\($0.endMilliseconds),\"final\":\($0.isFinal)}"
+        }.joined(separator: ",")
+        s += "],\"intent\":"
+        if let intent {
+            s += "{\"intent\":\(JSON.quote(intent)),\"final\":\(intentIsFinal)}"
+        } else {
+            s += "null"
+        }
+        s += ",\"entities\":["
+        s += entities.map {
+            "{\"type\":\(JSON.quote($0.type)),\"value\":\(JSON.quote($0.value)),\"start\":\($0.start),\"end\":\($0.end),\"final\":\($0.isFinal)}"
+        }.joined(separator: ",")
+        s += "]}"
+        return s
+    }
+}

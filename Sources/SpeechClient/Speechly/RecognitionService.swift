@@ -1,0 +1,24 @@
+/// The seam between the client and the network: a service opens SLU streams. The real one runs
+/// gRPC over HTTP/2; unit tests use an in-process fake that answers like a server.
+public protocol RecognitionService: Sendable {
+    /// Connects (and logs in) as needed and opens one `SLU/Stream`; blocks the calling (client
+    /// worker) thread for at most the connect timeout. `handler` receives the stream's events
+    /// on any thread, in order, ending with exactly one `.closed`.
+    func openStream(config: SLUConfig, handler: @escaping @Sendable (StreamEvent) -> Void)
+        throws(SpeechClientError) -> any RecognitionStream
+}
+
+public enum StreamEvent: Sendable {
+    case response(SLUResponse)
+    /// The stream ended: nil when the server closed it with OK, else why it failed.
+    case closed(SpeechClientError?)
+}
+
+public protocol RecognitionStream: AnyObject, Sendable {
+    /// Queues a request; never blocks for long. Requests are sent in order.
+    func send(_ request: SLURequest)
+    /// Half-closes the stream (no more requests); the server finishes and closes it.
+    func finish()
+    /// Abandons the stream at once (RST_STREAM CANCEL); no further events are delivered.
+    func cancel()
+}

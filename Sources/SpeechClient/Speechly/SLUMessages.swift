@@ -1,0 +1,77 @@
+/// The messages of `speechly.slu.v1` as Swift values (protocol.md). The protobuf codec turns
+/// them into bytes and back; everything above it works with these.
+
+public struct SLUConfig: Sendable, Equatable {
+    public var sampleRateHertz: Int32 = 16_000
+    public var channels: Int32 = 1
+    public var languageCode: String = "en-US"
+    public var options: [ContextOption] = []
+    public init(sampleRateHertz: Int32 = 16_000, channels: Int32 = 1, languageCode: String, options: [ContextOption] = []) {
+        self.sampleRateHertz = sampleRateHertz
+        self.channels = channels
+        self.languageCode = languageCode
+        self.options = options
+    }
+}
+
+public enum SLURequest: Sendable, Equatable {
+    case config(SLUConfig)
+    case start(appId: String, options: [ContextOption])
+    /// LINEAR16 little-endian samples, one chunk.
+    case audio([Int16])
+    case stop
+    case rttResponse(id: Int32)
+}
+
+public struct SLUWord: Sendable, Equatable {
+    public var text: String
+    public var index: Int32
+    public var startMilliseconds: Int32
+    public var endMilliseconds: Int32
+    public init(text: String, index: Int32, startMilliseconds: Int32, endMilliseconds: Int32) {
+        self.text = text
+        self.index = index
+        self.startMilliseconds = startMilliseconds
+        self.endMilliseconds = endMilliseconds
+    }
+}
+
+public struct SLUEntity: Sendable, Equatable {
+    public var type: String
+    public var value: String
+    public var startPosition: Int32
+    public var endPosition: Int32
+    public init(type: String, value: String, startPosition: Int32, endPosition: Int32) {
+        self.type = type
+        self.value = value
+        self.startPosition = startPosition
+        self.endPosition = endPosition
+    }
+}
+
+public struct SLUResponse: Sendable, Equatable {
+    public enum Payload: Sendable, Equatable {
+        case transcript(SLUWord)
+        case entity(SLUEntity)
+        case intent(String)
+        case segmentEnd
+        case tentativeTranscript(text: String, words: [SLUWord])
+        case tentativeEntities([SLUEntity])
+        case tentativeIntent(String)
+        case started
+        case finished(errorCode: String?, errorMessage: String?)
+        case rttRequest(id: Int32)
+        /// A response with no known payload field: ignored, as protobuf readers do.
+        case none
+    }
+
+    public var audioContext: String
+    public var segmentId: Int32
+    public var payload: Payload
+
+    public init(audioContext: String, segmentId: Int32, payload: Payload) {
+        self.audioContext = audioContext
+        self.segmentId = segmentId
+        self.payload = payload
+    }
+}

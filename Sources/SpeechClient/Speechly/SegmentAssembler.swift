@@ -1,0 +1,98 @@
+/// Folds the server's responses for one stream into segment snapshots (protocol.md, "Stream
+/// behaviour"): tentative data is cumulative and replaced by final words keyed by index;
+/// `segment_end` makes a segment final; `finished` drops what is not final.
+public struct SegmentAssembler: Sendable {
+    private struct Key: Hashable {
+        var context: String
+        var segment: Int32
+    }
+
+    private struct State {
+        var finalWords: [Int32: SLUWord] = [:]
+        var tentativeWords: [SLUWord] = []
+        var finalIntent: String?
+        var tentativeIntent: String?
+        var finalEntities: [SLUEntity] = []
+        var tentativeEntities: [SLUEntity] = []
+    }
+
+    private var segments: [Key: State] = [:]
+    /// Segments already ended, so a late duplicate cannot resurrect one (bounded per context).
+    private var ended: Set<Key> = []
+
+    public init() {}
+
+    /// Applies one response; returns the snapshot of the segment it changed, if any.
+    public mutating func apply(_ response: SLUResponse) -> Segment? {
+        let key = Key(context: response.audioContext, segment: response.segmentId)
+        switch response.payload {
+        case .started, .rttRequest, .none:
+            return nil
+        case .finished:
+            segments = segments.filter { $0.key.context != response.audioContext }
+            ended = ended.filter { $0.context != response.audioContext }
+            return nil
+        default:
+            break
+        }
+        if ended.contains(key) { return nil }
+        var state = segments[key] ?? State()
+        var isFinal = false
+        switch response.payload {
+        case .transcript(let word):
+            state.finalWords[word.index] = word
+        case .entity(let entity):
+            state.finalEntities.removeAll { $0.startPosition == entity.startPosition && $0.endPosition == entity.endPosition && $0.type == entity.type }
+            state.finalEntities.append(entity)
+        case .intent(let intent):
+            state.finalIntent = intent
+        case .tentativeTranscript(_, let words):
+            state.tentativeWords = words
+        case .tentativeEntities(let entities):
+            state.tentativeEntities = entities
+        case .tentativeIntent(let intent):
+            state.tentativeIntent = intent
+        case .segmentEnd:
+            isFinal = true
+        case .started, .finished, .rttRequest, .none:
+            return nil
+        }
+        let snapshot = Self.snapshot(key: key, state: state, isFinal: isFinal)
+        if isFinal {
+            segments[key] = nil
+            ended.insert(key)
+        } else {
+            segments[key] = state
+        }
+        return snapshot
+    }
+
+    private static func snapshot(key: Key, state: State, isFinal: Bool) -> Segment {
+        var words: [Segment.Word] = state.finalWords.values.map {
+            Segment.Word(text: $0.text, index: $0.index, startMilliseconds: $0.startMilliseconds,
+                         endMilliseconds: $0.endMilliseconds, isFinal: true)
+        }
+        // On segment_end tentative data is dropped; before it, it fills the indices not yet final.
+        if !isFinal {
+            for w in state.tentativeWords where state.finalWords[w.index] == nil {
+                words.append(Segment.Word(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds,
+                                          endMilliseconds: w.endMilliseconds, isFinal: false))
+            }
+        }
+        words.sort { $0.index < $1.index }
+        var entities: [Segment.Entity] = state.finalEntities.map {
+            Segment.Entity(type: $0.type, value: $0.value, start: $0.startPosition, end: $0.endPosition, isFinal: true)
+        }
+        if !isFinal {
+            for e in state.tentativeEntities where !state.finalEntities.contains(where: {
+                $0.type == e.type && $0.startPosition == e.startPosition && $0.endPosition == e.endPosition
+            }) {
+                entities.append(Segment.Entity(type: e.type, value: e.value, start: e.startPosition, end: e.endPosition, isFinal: false))
+            }
+        }
+        entities.sort { ($0.start, $0.end) < ($1.start, $1.end) }
+        let intent = state.finalIntent ?? (isFinal ? nil : state.tentativeIntent)
+        return Segment(contextId: key.context, segmentId: key.segment, isFinal: isFinal, words: words,
+                       intent: intent, intentIsFinal: state.finalIntent != nil, entities: entities)
+    }
+}

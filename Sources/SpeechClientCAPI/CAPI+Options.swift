@@ -1,0 +1,154 @@
+import CSpeechClientAPI
+import SpeechClient
+
+@c @implementation
+public func spc_options_new() -> OpaquePointer? {
+    OpaquePointer(Unmanaged.passRetained(OptionsHandle()).toOpaque())
+}
+
+@c @implementation
+public func spc_options_free(_ options: OpaquePointer?) {
+    guard let options else { return }
+    Unmanaged<OptionsHandle>.fromOpaque(UnsafeRawPointer(options)).release()
+}
+
+/// Applies a validated change to the options behind a handle.
+private func update(_ options: OpaquePointer?, _ body: (inout ClientOptions) throws(SpeechClientError) -> Void) -> spc_status {
+    guard let handle = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    return status { () throws(SpeechClientError) in
+        var copy = handle.options
+        try body(&copy)
+        handle.options = copy
+    }
+}
+
+/// For setters whose string is required.
+private func required(_ p: UnsafePointer<CChar>?) throws(SpeechClientError) -> String {
+    guard let p else { throw SpeechClientError(.invalidArgument, "a required string argument is NULL") }
+    return String(cStringOrEmpty: p)
+}
+
+@c @implementation
+public func spc_options_set_server_url(_ options: OpaquePointer?, _ url: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setServer(try required(url)) }
+}
+
+@c @implementation
+public func spc_options_set_identity_url(_ options: OpaquePointer?, _ url: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setIdentityServer(optionalString(url)) }
+}
+
+@c @implementation
+public func spc_options_set_app_id(_ options: OpaquePointer?, _ appId: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setAppId(optionalString(appId)) }
+}
+
+@c @implementation
+public func spc_options_set_project_id(_ options: OpaquePointer?, _ projectId: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setProjectId(optionalString(projectId)) }
+}
+
+@c @implementation
+public func spc_options_set_language(_ options: OpaquePointer?, _ language: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setLanguage(try required(language)) }
+}
+
+@c @implementation
+public func spc_options_set_device_id(_ options: OpaquePointer?, _ deviceId: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setDeviceId(optionalString(deviceId)) }
+}
+
+@c @implementation
+public func spc_options_set_cache_dir(_ options: OpaquePointer?, _ path: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setPath(optionalString(path), for: \.cacheDir, what: "the cache directory") }
+}
+
+@c @implementation
+public func spc_options_set_ca_file(_ options: OpaquePointer?, _ path: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setPath(optionalString(path), for: \.caFile, what: "the CA file") }
+}
+
+@c @implementation
+public func spc_options_set_insecure_tls(_ options: OpaquePointer?, _ insecure: Int32) -> spc_status {
+    update(options) { o in o.insecureTLS = insecure != 0 }
+}
+
+@c @implementation
+public func spc_options_set_audio_microphone(_ options: OpaquePointer?, _ device: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setAudio(.microphone(device: optionalString(device) ?? "default")) }
+}
+
+@c @implementation
+public func spc_options_set_audio_file(_ options: OpaquePointer?, _ path: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setAudio(.file(path: try required(path))) }
+}
+
+@c @implementation
+public func spc_options_set_audio_push(_ options: OpaquePointer?, _ sampleRate: UInt32, _ channels: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setAudio(.push(sampleRate: Int(sampleRate), channels: Int(channels))) }
+}
+
+@c @implementation
+public func spc_options_set_chunk_ms(_ options: OpaquePointer?, _ chunkMs: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setChunkMilliseconds(Int(chunkMs)) }
+}
+
+@c @implementation
+public func spc_options_set_prepare_on_init(_ options: OpaquePointer?, _ prepare: Int32) -> spc_status {
+    update(options) { o in o.prepareOnInit = prepare != 0 }
+}
+
+@c @implementation
+public func spc_options_add_context_option(_ options: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ value: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.addContextOption(key: try required(key), value: try required(value)) }
+}
+
+@c @implementation
+public func spc_options_clear_context_options(_ options: OpaquePointer?) -> spc_status {
+    update(options) { o in o.contextOptions = [] }
+}
+
+@c @implementation
+public func spc_options_set_log_level(_ options: OpaquePointer?, _ level: spc_log_level) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setLogLevel(Int32(bitPattern: level.rawValue)) }
+}
+
+@c @implementation
+public func spc_options_set_segment_cb(_ options: OpaquePointer?, _ cb: spc_segment_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
+    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    h.callbacks.segment = cb
+    h.callbacks.segmentData = userData
+    return SPC_OK
+}
+
+@c @implementation
+public func spc_options_set_error_cb(_ options: OpaquePointer?, _ cb: spc_error_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
+    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    h.callbacks.error = cb
+    h.callbacks.errorData = userData
+    return SPC_OK
+}
+
+@c @implementation
+public func spc_options_set_start_cb(_ options: OpaquePointer?, _ cb: spc_start_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
+    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    h.callbacks.start = cb
+    h.callbacks.startData = userData
+    return SPC_OK
+}
+
+@c @implementation
+public func spc_options_set_stop_cb(_ options: OpaquePointer?, _ cb: spc_stop_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
+    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    h.callbacks.stop = cb
+    h.callbacks.stopData = userData
+    return SPC_OK
+}
+
+@c @implementation
+public func spc_options_set_log_cb(_ options: OpaquePointer?, _ cb: spc_log_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
+    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    h.callbacks.log = cb
+    h.callbacks.logData = userData
+    return SPC_OK
+}

@@ -1,0 +1,81 @@
+import CSpeechClientAPI
+import SpeechClient
+
+// The objects behind the C handles, and the conversions between them. Each handle is an
+// `Unmanaged` reference: `_new`/`_copy` retain, `_free` releases.
+
+/// `spc_options`: the core options plus the C callbacks.
+final class OptionsHandle {
+    var options = ClientOptions()
+    var callbacks = CCallbacks()
+
+    static func from(_ p: OpaquePointer?) -> OptionsHandle? {
+        guard let p else { return nil }
+        return Unmanaged<OptionsHandle>.fromOpaque(UnsafeRawPointer(p)).takeUnretainedValue()
+    }
+}
+
+/// The C callbacks and their user_data. C function pointers are Sendable; the user_data pointers
+/// are only handed back to the application, never dereferenced, so sharing them is safe.
+struct CCallbacks: @unchecked Sendable {
+    var segment: spc_segment_cb?
+    var segmentData: UnsafeMutableRawPointer?
+    var error: spc_error_cb?
+    var errorData: UnsafeMutableRawPointer?
+    var start: spc_start_cb?
+    var startData: UnsafeMutableRawPointer?
+    var stop: spc_stop_cb?
+    var stopData: UnsafeMutableRawPointer?
+    var log: spc_log_cb?
+    var logData: UnsafeMutableRawPointer?
+}
+
+/// `spc_error`.
+final class ErrorHandle {
+    let error: SpeechClientError
+    let message: OwnedCString
+
+    init(_ error: SpeechClientError) {
+        self.error = error
+        message = OwnedCString(error.message)
+    }
+
+    static func from(_ p: OpaquePointer?) -> ErrorHandle? {
+        guard let p else { return nil }
+        return Unmanaged<ErrorHandle>.fromOpaque(UnsafeRawPointer(p)).takeUnretainedValue()
+    }
+
+    /// A new handle the caller owns.
+    static func retained(_ error: SpeechClientError) -> OpaquePointer {
+        OpaquePointer(Unmanaged.passRetained(ErrorHandle(error)).toOpaque())
+    }
+}
+
+func segmentFrom(_ p: OpaquePointer?) -> Segment? {
+    guard let p else { return nil }
+    return Unmanaged<Segment>.fromOpaque(UnsafeRawPointer(p)).takeUnretainedValue()
+}
+
+extension spc_status {
+    static func from(_ error: SpeechClientError) -> spc_status { spc_status(rawValue: UInt32(error.code.rawValue)) }
+}
+
+/// Runs a throwing core call and maps its outcome to a status.
+func status(_ body: () throws(SpeechClientError) -> Void) -> spc_status {
+    do throws(SpeechClientError) {
+        try body()
+        return SPC_OK
+    } catch {
+        return .from(error)
+    }
+}
+
+/// A C string argument, or nil for NULL.
+func optionalString(_ p: UnsafePointer<CChar>?) -> String? {
+    p.map { String(cStringOrEmpty: $0) }
+}
+
+/// Empty strings constant for NULL-handle accessors.
+enum StaticText {
+    static let empty = OwnedCString("")
+}

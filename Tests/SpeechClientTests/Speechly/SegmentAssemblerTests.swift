@@ -1,0 +1,54 @@
+import Testing
+@testable import SpeechClient
+
+@Suite struct SegmentAssemblerTests {
+    func word(_ t: String, _ i: Int32) -> SLUWord {
+        SLUWord(text: t, index: i, startMilliseconds: i * 300, endMilliseconds: i * 300 + 250)
+    }
+
+    @Test func tentativeThenFinal() throws {
+        var a = SegmentAssembler()
+        #expect(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .started)) == nil)
+        let t = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0,
+            payload: .tentativeTranscript(text: "turn on", words: [word("turn", 0), word("on", 1)]))))
+        #expect(t.transcript == "turn on")
+        #expect(!t.isFinal)
+        #expect(t.words.allSatisfy { !$0.isFinal })
+        let f = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("turn", 0)))))
+        #expect(f.words.map(\.isFinal) == [true, false])
+        _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .tentativeIntent("turn_on")))
+        _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .tentativeEntities([SLUEntity(type: "room", value: "kitchen", startPosition: 3, endPosition: 4)])))
+        _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("on", 1))))
+        _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .intent("turn_on")))
+        let end = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .segmentEnd)))
+        #expect(end.isFinal)
+        #expect(end.transcript == "turn on")
+        #expect(end.intent == "turn_on" && end.intentIsFinal)
+        // The tentative entity was never made final, so the final segment drops it.
+        #expect(end.entities.isEmpty)
+        #expect(end.json == #"{"type":"segment","context_id":"c","segment_id":0,"final":true,"transcript":"turn on","words":[{"text":"turn","index":0,"start_ms":0,"end_ms":250,"final":true},{"text":"on","index":1,"start_ms":300,"end_ms":550,"final":true}],"intent":{"intent":"turn_on","final":true},"entities":[]}"#)
+        // A late update for an ended segment is ignored.
+        #expect(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("late", 2)))) == nil)
+    }
+
+    @Test func interleavedSegmentsAndFinishedDropsTentative() throws {
+        var a = SegmentAssembler()
+        let s0 = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("one", 0)))))
+        let s1 = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 1, payload: .tentativeTranscript(text: "two", words: [word("two", 0)]))))
+        #expect(s0.segmentId == 0 && s1.segmentId == 1)
+        let s0b = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("more", 1)))))
+        #expect(s0b.transcript == "one more")
+        #expect(a.apply(SLUResponse(audioContext: "c", segmentId: 1, payload: .finished(errorCode: nil, errorMessage: nil))) == nil)
+        // After finished, the context's segments start from nothing.
+        let again = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 1, payload: .tentativeTranscript(text: "x", words: [word("x", 0)]))))
+        #expect(again.transcript == "x")
+    }
+
+    @Test func finalEntitiesReplaceTentativeOnes() throws {
+        var a = SegmentAssembler()
+        _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .tentativeEntities([SLUEntity(type: "room", value: "kitchen", startPosition: 3, endPosition: 4)])))
+        let s = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .entity(SLUEntity(type: "room", value: "kitchen", startPosition: 3, endPosition: 4)))))
+        #expect(s.entities.count == 1)
+        #expect(s.entities[0].isFinal)
+    }
+}

@@ -1,0 +1,96 @@
+import Testing
+@testable import SpeechClient
+
+@Suite struct ServerURLTests {
+    @Test(arguments: [
+        ("grpc://127.0.0.1:50051", false, "127.0.0.1", 50051, "127.0.0.1:50051"),
+        ("grpc+tls://api.example.com", true, "api.example.com", 443, "api.example.com"),
+        ("https://api.example.com:8443/", true, "api.example.com", 8443, "api.example.com:8443"),
+        ("http://localhost", false, "localhost", 80, "localhost"),
+        ("grpc://[::1]:9000", false, "::1", 9000, "[::1]:9000"),
+        ("GRPC+TLS://Host.Example:443", true, "Host.Example", 443, "Host.Example"),
+    ])
+    func parsesValidURLs(text: String, tls: Bool, host: String, port: Int, authority: String) throws {
+        let url = try ServerURL(parsing: text)
+        #expect(url.useTLS == tls)
+        #expect(url.host == host)
+        #expect(Int(url.port) == port)
+        #expect(url.authority == authority)
+    }
+
+    @Test(arguments: ["", "ftp://x", "grpc://", "grpc://host:0", "grpc://host:65536", "grpc://host:12ab",
+                      "grpc://host/path", "grpc://user@host", "grpc://[::1", "grpc://[zz]:1", "grpc://ho st",
+                      "grpc://host:", "127.0.0.1:50051", "grpc://host?x=1"])
+    func rejectsInvalidURLs(text: String) {
+        #expect(throws: SpeechClientError.self) { try ServerURL(parsing: text) }
+        do { _ = try ServerURL(parsing: text) } catch {
+            #expect(error.code == .invalidArgument)
+            #expect(error.message.contains(text))
+        }
+    }
+}
+
+@Suite struct OptionsTests {
+    @Test func defaults() {
+        let o = ClientOptions()
+        #expect(o.language == "en-US")
+        #expect(o.chunkMilliseconds == 100)
+        #expect(o.audio == .microphone(device: "default"))
+        #expect(o.logLevel == .warning)
+        #expect(!o.insecureTLS)
+    }
+
+    @Test func validation() throws {
+        var o = ClientOptions()
+        #expect(throws: SpeechClientError.self) { try o.validateForClient() }
+        try o.setServer("grpc://127.0.0.1:1")
+        #expect(throws: SpeechClientError.self) { try o.validateForClient() }
+        try o.setAppId("app")
+        try o.validateForClient()
+        #expect(throws: SpeechClientError.self) { try o.setChunkMilliseconds(19) }
+        #expect(throws: SpeechClientError.self) { try o.setChunkMilliseconds(1001) }
+        try o.setChunkMilliseconds(20)
+        #expect(throws: SpeechClientError.self) { try o.setAudio(.push(sampleRate: 7999, channels: 1)) }
+        #expect(throws: SpeechClientError.self) { try o.setAudio(.push(sampleRate: 16000, channels: 9)) }
+        #expect(throws: SpeechClientError.self) { try o.setDeviceId("not-a-uuid") }
+        try o.setDeviceId("0F0E0D0C-0B0A-4908-8706-050403020100")
+        #expect(o.deviceId == "0f0e0d0c-0b0a-4908-8706-050403020100")
+        #expect(throws: SpeechClientError.self) { try o.setLanguage("e") }
+        #expect(throws: SpeechClientError.self) { try o.setAppId("has space") }
+        #expect(throws: SpeechClientError.self) { try o.setLogLevel(5) }
+        try o.addContextOption(key: "vocabulary", value: "kitchen")
+        try o.addContextOption(key: "vocabulary", value: "bedroom")
+        #expect(o.contextOptions == [ContextOption(key: "vocabulary", values: ["kitchen", "bedroom"])])
+    }
+}
+
+@Suite struct SupportTests {
+    @Test func jsonEscapes() {
+        #expect(JSON.quote("a\"b\\c\n\u{01}é") == "\"a\\\"b\\\\c\\n\\u0001é\"")
+    }
+
+    @Test func uuidShape() {
+        let a = SystemRandom.uuid(), b = SystemRandom.uuid()
+        #expect(SystemRandom.isUUID(a))
+        #expect(a != b)
+        #expect(Array(a)[14] == "4")
+        #expect(a == a.lowercased())
+    }
+
+    @Test func fifoOrderAcrossCompaction() {
+        var q = FIFO<Int>()
+        var next = 0
+        for i in 0..<5000 {
+            q.push(i)
+            if i % 3 != 0 { #expect(q.pop() == next); next += 1 }
+        }
+        while let v = q.pop() { #expect(v == next); next += 1 }
+        #expect(next == 5000)
+        #expect(q.isEmpty)
+    }
+
+    @Test func ownedCStringReplacesInteriorNUL() {
+        let s = OwnedCString("a\u{0}b")
+        #expect(String(cString: s.pointer) == "a?b")
+    }
+}
