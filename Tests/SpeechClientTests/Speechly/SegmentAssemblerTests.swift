@@ -8,19 +8,23 @@ import Testing
 
     @Test func tentativeThenFinal() throws {
         var a = SegmentAssembler()
-        #expect(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .started)) == nil)
-        let t = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0,
-            payload: .tentativeTranscript(text: "turn on", words: [word("turn", 0), word("on", 1)]))))
+        let started = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .started))
+        #expect(started == nil)
+        let tResult = a.apply(SLUResponse(audioContext: "c", segmentId: 0,
+            payload: .tentativeTranscript(text: "turn on", words: [word("turn", 0), word("on", 1)])))
+        let t = try #require(tResult)
         #expect(t.transcript == "turn on")
         #expect(!t.isFinal)
         #expect(t.words.allSatisfy { !$0.isFinal })
-        let f = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("turn", 0)))))
+        let fResult = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("turn", 0))))
+        let f = try #require(fResult)
         #expect(f.words.map(\.isFinal) == [true, false])
         _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .tentativeIntent("turn_on")))
         _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .tentativeEntities([SLUEntity(type: "room", value: "kitchen", startPosition: 3, endPosition: 4)])))
         _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("on", 1))))
         _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .intent("turn_on")))
-        let end = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .segmentEnd)))
+        let endResult = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .segmentEnd))
+        let end = try #require(endResult)
         #expect(end.isFinal)
         #expect(end.transcript == "turn on")
         #expect(end.intent == "turn_on" && end.intentIsFinal)
@@ -28,26 +32,33 @@ import Testing
         #expect(end.entities.isEmpty)
         #expect(end.json == #"{"type":"segment","context_id":"c","segment_id":0,"final":true,"transcript":"turn on","words":[{"text":"turn","index":0,"start_ms":0,"end_ms":250,"final":true},{"text":"on","index":1,"start_ms":300,"end_ms":550,"final":true}],"intent":{"intent":"turn_on","final":true},"entities":[]}"#)
         // A late update for an ended segment is ignored.
-        #expect(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("late", 2)))) == nil)
+        let late = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("late", 2))))
+        #expect(late == nil)
     }
 
     @Test func interleavedSegmentsAndFinishedDropsTentative() throws {
         var a = SegmentAssembler()
-        let s0 = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("one", 0)))))
-        let s1 = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 1, payload: .tentativeTranscript(text: "two", words: [word("two", 0)]))))
+        let s0Result = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("one", 0))))
+        let s0 = try #require(s0Result)
+        let s1Result = a.apply(SLUResponse(audioContext: "c", segmentId: 1, payload: .tentativeTranscript(text: "two", words: [word("two", 0)])))
+        let s1 = try #require(s1Result)
         #expect(s0.segmentId == 0 && s1.segmentId == 1)
-        let s0b = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("more", 1)))))
+        let s0bResult = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("more", 1))))
+        let s0b = try #require(s0bResult)
         #expect(s0b.transcript == "one more")
-        #expect(a.apply(SLUResponse(audioContext: "c", segmentId: 1, payload: .finished(errorCode: nil, errorMessage: nil))) == nil)
+        let finished = a.apply(SLUResponse(audioContext: "c", segmentId: 1, payload: .finished(errorCode: nil, errorMessage: nil)))
+        #expect(finished == nil)
         // After finished, the context's segments start from nothing.
-        let again = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 1, payload: .tentativeTranscript(text: "x", words: [word("x", 0)]))))
+        let againResult = a.apply(SLUResponse(audioContext: "c", segmentId: 1, payload: .tentativeTranscript(text: "x", words: [word("x", 0)])))
+        let again = try #require(againResult)
         #expect(again.transcript == "x")
     }
 
     @Test func finalEntitiesReplaceTentativeOnes() throws {
         var a = SegmentAssembler()
         _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .tentativeEntities([SLUEntity(type: "room", value: "kitchen", startPosition: 3, endPosition: 4)])))
-        let s = try #require(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .entity(SLUEntity(type: "room", value: "kitchen", startPosition: 3, endPosition: 4)))))
+        let sResult = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .entity(SLUEntity(type: "room", value: "kitchen", startPosition: 3, endPosition: 4))))
+        let s = try #require(sResult)
         #expect(s.entities.count == 1)
         #expect(s.entities[0].isFinal)
     }
