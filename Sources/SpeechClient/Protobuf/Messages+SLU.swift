@@ -1,0 +1,136 @@
+// speechly.slu.v1 on the wire (protocol.md gives the field numbers).
+
+extension SLURequest {
+    public func encoded() -> [UInt8] {
+        var w = ProtobufWriter()
+        switch self {
+        case .config(let c):
+            w.message(1) { m in
+                // encoding = LINEAR16 (0) is the default value, so it is not written.
+                m.int32(2, c.channels)
+                m.int32(3, c.sampleRateHertz)
+                m.string(4, c.languageCode)
+                for o in c.options { m.message(5) { $0.encodeOption(o) } }
+            }
+        case .audio(let samples):
+            var le = [UInt8]()
+            le.reserveCapacity(samples.count * 2)
+            for s in samples {
+                let u = UInt16(bitPattern: s)
+                le.append(UInt8(truncatingIfNeeded: u))
+                le.append(UInt8(truncatingIfNeeded: u >> 8))
+            }
+            w.lengthDelimited(3, le)
+        case .rttResponse(let id):
+            w.message(4) { $0.int32(1, id) }
+        case .start(let appId, let options):
+            w.message(5) { m in
+                m.string(1, appId)
+                for o in options { m.message(2) { $0.encodeOption(o) } }
+            }
+        case .stop:
+            w.lengthDelimited(6, [])
+        }
+        return w.bytes
+    }
+}
+
+extension ProtobufWriter {
+    mutating func encodeOption(_ option: ContextOption) {
+        string(1, option.key)
+        for v in option.values { lengthDelimited(2, Array(v.utf8)) }
+    }
+}
+
+extension SLUResponse {
+    public static func decode(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> SLUResponse {
+        var r = ProtobufReader(bytes)
+        var response = SLUResponse(audioContext: "", segmentId: 0, payload: .none)
+        while let (field, value) = try r.next() {
+            switch field {
+            case 1: response.audioContext = try value.string("audio_context")
+            case 2: response.segmentId = try value.int32("segment_id")
+            case 3: response.payload = .transcript(try decodeWord(try value.message("transcript")))
+            case 4: response.payload = .entity(try decodeEntity(try value.message("entity")))
+            case 5: response.payload = .intent(try decodeIntent(try value.message("intent")))
+            case 6: try value.message("segment_end").skipAll(); response.payload = .segmentEnd
+            case 7:
+                var m = try value.message("tentative_transcript")
+                var text = ""
+                var words: [SLUWord] = []
+                while let (f, v) = try m.next() {
+                    if f == 1 { text = try v.string("tentative_transcript") }
+                    if f == 2 { words.append(try decodeWord(try v.message("tentative_words"))) }
+                }
+                response.payload = .tentativeTranscript(text: text, words: words)
+            case 8:
+                var m = try value.message("tentative_entities")
+                var entities: [SLUEntity] = []
+                while let (f, v) = try m.next() {
+                    guard f == 1 else { continue }
+                    entities.append(try decodeEntity(try v.message("tentative_entities")))
+                }
+                response.payload = .tentativeEntities(entities)
+            case 9: response.payload = .tentativeIntent(try decodeIntent(try value.message("tentative_intent")))
+            case 10: try value.message("started").skipAll(); response.payload = .started
+            case 11:
+                var m = try value.message("finished")
+                var code: String?
+                var message: String?
+                while let (f, v) = try m.next() {
+                    guard f == 2 else { continue }
+                    var e = try v.message("finished.error")
+                    while let (ef, ev) = try e.next() {
+                        if ef == 1 { code = try ev.string("error.code") }
+                        if ef == 2 { message = try ev.string("error.message") }
+                    }
+                }
+                response.payload = .finished(errorCode: code, errorMessage: message)
+            case 12:
+                var m = try value.message("rtt_request")
+                var id: Int32 = 0
+                while let (f, v) = try m.next() { if f == 1 { id = try v.int32("rtt_request.id") } }
+                response.payload = .rttRequest(id: id)
+            default: break
+            }
+        }
+        return response
+    }
+
+    static func decodeWord(_ reader: ProtobufReader) throws(SpeechClientError) -> SLUWord {
+        var r = reader
+        var w = SLUWord(text: "", index: 0, startMilliseconds: 0, endMilliseconds: 0)
+        while let (f, v) = try r.next() {
+            switch f {
+            case 1: w.text = try v.string("word")
+            case 2: w.index = try v.int32("index")
+            case 3: w.startMilliseconds = try v.int32("start_time")
+            case 4: w.endMilliseconds = try v.int32("end_time")
+            default: break
+            }
+        }
+        return w
+    }
+
+    static func decodeEntity(_ reader: ProtobufReader) throws(SpeechClientError) -> SLUEntity {
+        var r = reader
+        var e = SLUEntity(type: "", value: "", startPosition: 0, endPosition: 0)
+        while let (f, v) = try r.next() {
+            switch f {
+            case 1: e.type = try v.string("entity")
+            case 2: e.value = try v.string("value")
+            case 3: e.startPosition = try v.int32("start_position")
+            case 4: e.endPosition = try v.int32("end_position")
+            default: break
+            }
+        }
+        return e
+    }
+
+    static func decodeIntent(_ reader: ProtobufReader) throws(SpeechClientError) -> String {
+        var r = reader
+        var intent = ""
+        while let (f, v) = try r.next() { if f == 1 { intent = try v.string("intent") } }
+        return intent
+    }
+}
