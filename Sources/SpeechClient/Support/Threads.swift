@@ -93,3 +93,12 @@ public final class NativeThread: @unchecked Sendable {
 
     public var isCurrent: Bool { pthread_equal(handle, pthread_self()) != 0 }
 }
+
+public enum WallClock {
+    /// Unix time in seconds (for token expiry, which the server states in wall-clock time).
+    public static func nowSeconds() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec)
+    }
+}

@@ -1,0 +1,65 @@
+/// Logs in (`IdentityAPI/Login`, v2) and keeps the token fresh: a cached token is reused while it
+/// has more than `refreshMargin` seconds left; otherwise, or after the server rejected it, a new
+/// login is made.
+public final class IdentityClient: @unchecked Sendable {
+    public static let loginPath = "/speechly.identity.v2.IdentityAPI/Login"
+
+    private let channel: any GRPCCalling
+    private let cache: TokenCache
+    private let deviceId: String
+    private let scope: LoginRequest.Scope
+    private let cacheScope: String
+    public let refreshMarginSeconds: Int64
+    private let timeoutMilliseconds: Int
+    private let now: @Sendable () -> Int64
+
+    public init(channel: any GRPCCalling, cache: TokenCache, deviceId: String, appId: String?, projectId: String?,
+                refreshMarginSeconds: Int64 = 600, timeoutMilliseconds: Int = 10_000,
+                now: @escaping @Sendable () -> Int64 = WallClock.nowSeconds) {
+        self.channel = channel
+        self.cache = cache
+        self.deviceId = deviceId
+        if let projectId {
+            scope = .project(projectId: projectId)
+            cacheScope = "project:" + projectId
+        } else {
+            scope = .application(appId: appId ?? "", configId: nil)
+            cacheScope = "app:" + (appId ?? "")
+        }
+        self.refreshMarginSeconds = refreshMarginSeconds
+        self.timeoutMilliseconds = timeoutMilliseconds
+        self.now = now
+    }
+
+    /// A token good for at least the refresh margin. `fresh` skips the cache (after a rejection).
+    /// Returns the token and, if caching failed, a warning to log.
+    public func token(fresh: Bool = false) throws(SpeechClientError) -> (token: String, warning: String?) {
+        if !fresh, let cached = cache.load(scope: cacheScope, deviceId: deviceId),
+           let claims = try? JWTClaims.decode(cached), claims.expiresAt - now() > refreshMarginSeconds {
+            return (cached, nil)
+        }
+        if fresh { cache.remove(scope: cacheScope, deviceId: deviceId) }
+        let response: LoginResponse
+        do throws(SpeechClientError) {
+            let bytes = try channel.unary(path: Self.loginPath, metadata: [],
+                                          request: LoginRequest(deviceId: deviceId, scope: scope).encoded(),
+                                          timeoutMilliseconds: timeoutMilliseconds)
+            response = try LoginResponse.decode(bytes[...])
+        } catch {
+            if error.code == .api, error.grpcStatus != nil {
+                var e = error
+                e.code = .auth
+                e.message = "login failed: \(error.message)"
+                throw e
+            }
+            throw error
+        }
+        guard !response.token.isEmpty else { throw SpeechClientError(.parse, "login response has no token") }
+        // The expiry is read from the token itself; a token we cannot read is still used once.
+        _ = try JWTClaims.decode(response.token)
+        let warning = cache.store(response.token, scope: cacheScope, deviceId: deviceId)
+        return (response.token, warning)
+    }
+
+    public func invalidate() { cache.remove(scope: cacheScope, deviceId: deviceId) }
+}

@@ -1,0 +1,61 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Login tokens kept on disk between runs (the iOS client's cache never hit because it keyed
+/// tokens by a per-process hash: here the key is the scope id and the device id). The directory
+/// is 0700 and each file 0600; a file owned by another user is ignored. Without a directory the
+/// cache lives in memory only.
+public final class TokenCache: @unchecked Sendable {
+    public let directory: String?
+    private let lock = ConditionLock()
+    private var memory: [String: String] = [:]
+
+    public init(directory: String?) { self.directory = directory }
+
+    /// The file name for a key: hex of the key's bytes, so no id can escape the directory.
+    static func fileName(scope: String, deviceId: String) -> String {
+        let key = scope + "\n" + deviceId
+        let hex = key.utf8.map { b -> String in
+            let s = String(b, radix: 16)
+            return s.count == 1 ? "0" + s : s
+        }.joined()
+        return "token-" + String(hex.prefix(200))
+    }
+
+    public func load(scope: String, deviceId: String) -> String? {
+        let name = Self.fileName(scope: scope, deviceId: deviceId)
+        if let t = lock.withLock({ memory[name] }) { return t }
+        guard let directory else { return nil }
+        let path = directory + "/" + name
+        var st = stat()
+        guard stat(path, &st) == 0, st.st_uid == getuid(), st.st_mode & 0o077 == 0 else { return nil }
+        guard let bytes = Files.read(path, limit: 64 * 1024) else { return nil }
+        let token = String(decoding: bytes, as: UTF8.self).filter { !$0.isWhitespace }
+        if token.isEmpty { return nil }
+        lock.withLock { memory[name] = token }
+        return token
+    }
+
+    /// Keeps the token; a failure to write the file is returned for logging, not thrown: the
+    /// token still works for this process.
+    @discardableResult
+    public func store(_ token: String, scope: String, deviceId: String) -> String? {
+        let name = Self.fileName(scope: scope, deviceId: deviceId)
+        lock.withLock { memory[name] = token }
+        guard let directory else { return nil }
+        do throws(SpeechClientError) {
+            try Files.makeDirectories(directory, mode: 0o700)
+            try Files.writeAtomically(directory + "/" + name, Array(token.utf8), mode: 0o600)
+            return nil
+        } catch {
+            return "cannot cache the login token in \(directory): \(error.message)"
+        }
+    }
+
+    public func remove(scope: String, deviceId: String) {
+        let name = Self.fileName(scope: scope, deviceId: deviceId)
+        lock.withLock { memory[name] = nil }
+        if let directory { unlink(directory + "/" + name) }
+    }
+}

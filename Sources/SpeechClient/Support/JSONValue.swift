@@ -1,0 +1,176 @@
+/// A small JSON reader (RFC 8259) for JWT payloads and config: bounded depth, never traps,
+/// malformed text throws a `.parse` error.
+public enum JSONValue: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public subscript(key: String) -> JSONValue? {
+        if case .object(let o) = self { return o[key] }
+        return nil
+    }
+
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    public var numberValue: Double? {
+        if case .number(let n) = self { return n }
+        return nil
+    }
+
+    public static func parse(_ bytes: [UInt8], maxDepth: Int = 32) throws(SpeechClientError) -> JSONValue {
+        var p = Parser(bytes: bytes, maxDepth: maxDepth)
+        p.skipSpace()
+        let v = try p.value(depth: 0)
+        p.skipSpace()
+        guard p.i == bytes.count else { throw p.fail("trailing characters") }
+        return v
+    }
+
+    private struct Parser {
+        let bytes: [UInt8]
+        let maxDepth: Int
+        var i = 0
+
+        init(bytes: [UInt8], maxDepth: Int) {
+            self.bytes = bytes
+            self.maxDepth = maxDepth
+        }
+
+        func fail(_ why: String) -> SpeechClientError {
+            SpeechClientError(.parse, "malformed JSON at byte \(i): \(why)")
+        }
+
+        mutating func skipSpace() {
+            while i < bytes.count, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 }
+        }
+
+        mutating func literal(_ word: String, _ v: JSONValue) throws(SpeechClientError) -> JSONValue {
+            let w = Array(word.utf8)
+            guard bytes.count - i >= w.count, Array(bytes[i..<i + w.count]) == w else { throw fail("unexpected character") }
+            i += w.count
+            return v
+        }
+
+        mutating func value(depth: Int) throws(SpeechClientError) -> JSONValue {
+            guard depth < maxDepth else { throw fail("nested deeper than \(maxDepth)") }
+            guard i < bytes.count else { throw fail("unexpected end") }
+            switch bytes[i] {
+            case UInt8(ascii: "{"):
+                i += 1
+                var o: [String: JSONValue] = [:]
+                skipSpace()
+                if i < bytes.count, bytes[i] == UInt8(ascii: "}") { i += 1; return .object(o) }
+                while true {
+                    skipSpace()
+                    guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a key") }
+                    let k = try string()
+                    skipSpace()
+                    guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+                    i += 1
+                    skipSpace()
+                    o[k] = try value(depth: depth + 1)
+                    skipSpace()
+                    guard i < bytes.count else { throw fail("unexpected end in object") }
+                    if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                    if bytes[i] == UInt8(ascii: "}") { i += 1; return .object(o) }
+                    throw fail("expected ',' or '}'")
+                }
+            case UInt8(ascii: "["):
+                i += 1
+                var a: [JSONValue] = []
+                skipSpace()
+                if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return .array(a) }
+                while true {
+                    skipSpace()
+                    a.append(try value(depth: depth + 1))
+                    skipSpace()
+                    guard i < bytes.count else { throw fail("unexpected end in array") }
+                    if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                    if bytes[i] == UInt8(ascii: "]") { i += 1; return .array(a) }
+                    throw fail("expected ',' or ']'")
+                }
+            case UInt8(ascii: "\""): return .string(try string())
+            case UInt8(ascii: "t"): return try literal("true", .bool(true))
+            case UInt8(ascii: "f"): return try literal("false", .bool(false))
+            case UInt8(ascii: "n"): return try literal("null", .null)
+            default: return .number(try number())
+            }
+        }
+
+        mutating func number() throws(SpeechClientError) -> Double {
+            let start = i
+            while i < bytes.count, let c = Optional(bytes[i]),
+                  (c >= 0x30 && c <= 0x39) || c == UInt8(ascii: "-") || c == UInt8(ascii: "+") || c == UInt8(ascii: ".") || c == UInt8(ascii: "e") || c == UInt8(ascii: "E") {
+                i += 1
+            }
+            guard i > start, i - start <= 64, let d = Double(String(decoding: bytes[start..<i], as: UTF8.self)) else {
+                throw fail("invalid number")
+            }
+            return d
+        }
+
+        mutating func hex4() throws(SpeechClientError) -> UInt32 {
+            guard bytes.count - i >= 4 else { throw fail("short \\u escape") }
+            var v: UInt32 = 0
+            for _ in 0..<4 {
+                let c = bytes[i]
+                i += 1
+                let d: UInt32
+                switch c {
+                case 0x30...0x39: d = UInt32(c - 0x30)
+                case 0x41...0x46: d = UInt32(c - 0x41 + 10)
+                case 0x61...0x66: d = UInt32(c - 0x61 + 10)
+                default: throw fail("bad hex digit in \\u escape")
+                }
+                v = v << 4 | d
+            }
+            return v
+        }
+
+        mutating func string() throws(SpeechClientError) -> String {
+            i += 1 // opening quote
+            var out: [UInt8] = []
+            while true {
+                guard i < bytes.count else { throw fail("unterminated string") }
+                let c = bytes[i]
+                i += 1
+                if c == UInt8(ascii: "\"") { break }
+                if c < 0x20 { throw fail("control character in string") }
+                guard c == UInt8(ascii: "\\") else { out.append(c); continue }
+                guard i < bytes.count else { throw fail("unterminated escape") }
+                let e = bytes[i]
+                i += 1
+                switch e {
+                case UInt8(ascii: "\""): out.append(0x22)
+                case UInt8(ascii: "\\"): out.append(0x5C)
+                case UInt8(ascii: "/"): out.append(0x2F)
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "u"):
+                    var scalar = try hex4()
+                    if (0xD800..<0xDC00).contains(scalar), bytes.count - i >= 6,
+                       bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") {
+                        i += 2
+                        let low = try hex4()
+                        if (0xDC00..<0xE000).contains(low) {
+                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        }
+                    }
+                    let u = Unicode.Scalar(scalar) ?? "\u{FFFD}"
+                    out.append(contentsOf: Array(String(Character(u)).utf8))
+                default: throw fail("unknown escape")
+                }
+            }
+            return String(decoding: out, as: UTF8.self)
+        }
+    }
+}

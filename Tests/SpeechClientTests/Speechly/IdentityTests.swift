@@ -1,0 +1,119 @@
+import Synchronization
+import Testing
+@testable import SpeechClient
+#if canImport(Glibc)
+import Glibc
+#endif
+
+func makeJWT(_ payload: String) -> String {
+    Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8)) + "." + Base64URL.encode(Array(payload.utf8)) + ".c2ln"
+}
+
+func temporaryDirectory() -> String {
+    var template = Array("/tmp/spc-test-XXXXXX".utf8CString)
+    return template.withUnsafeMutableBufferPointer { buf in
+        guard let base = buf.baseAddress, let p = mkdtemp(base) else { return "/tmp" }
+        return String(cString: p)
+    }
+}
+
+/// Answers Login with a token valid for `validity` seconds; counts calls.
+final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
+    let logins = Atomic<Int>(0)
+    let validity: Int64
+    let reject: SpeechClientError?
+    init(validity: Int64 = 3600, reject: SpeechClientError? = nil) { self.validity = validity; self.reject = reject }
+
+    func unary(path: String, metadata: [(String, String)], request: [UInt8], timeoutMilliseconds: Int?) throws(SpeechClientError) -> [UInt8] {
+        #expect(path == IdentityClient.loginPath)
+        logins.add(1, ordering: .relaxed)
+        if let reject { throw reject }
+        var w = ProtobufWriter()
+        let n = logins.load(ordering: .relaxed)
+        w.string(1, makeJWT(#"{"appId":"a","deviceId":"d","scope":"slu","exp":\#(WallClock.nowSeconds() + validity),"n":\#(n)}"#))
+        return w.bytes
+    }
+
+    func openStreamingCall(path: String, metadata: [(String, String)], handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> any GRPCStreamingCall {
+        throw SpeechClientError(.internal, "not used")
+    }
+}
+
+@Suite struct JWTTests {
+    @Test func decodesBase64URLPayloadWithoutPadding() throws {
+        // "?>" encodes to "Pz4" in base64url ('/' and '+' would appear in standard base64).
+        #expect(Base64URL.decode("Pz4") == Array("?>".utf8))
+        #expect(Base64URL.decode("Pz4=") == Array("?>".utf8))
+        #expect(Base64URL.decode("_-8") == [0xFF, 0xEF])
+        #expect(Base64URL.decode("A") == nil)
+        #expect(Base64URL.decode("a*b") == nil)
+        for n in 0..<40 {
+            let bytes = (0..<n).map { UInt8(($0 * 37 + 11) & 0xFF) }
+            #expect(Base64URL.decode(Base64URL.encode(bytes)) == bytes)
+        }
+        let claims = try JWTClaims.decode(makeJWT(#"{"appId":"app","deviceId":"dev","scope":"slu","exp":1900000000}"#))
+        #expect(claims == JWTClaims(appId: "app", projectId: nil, deviceId: "dev", scope: "slu", expiresAt: 1_900_000_000))
+    }
+
+    @Test(arguments: ["", "a.b", "a.!!!.c", makeJWT("[1]"), makeJWT(#"{"exp":"soon"}"#), makeJWT("{"), makeJWT(#"{"exp":1e400}"#)])
+    func rejectsMalformedTokens(token: String) {
+        #expect { try JWTClaims.decode(token) } throws: { ($0 as? SpeechClientError)?.code == .parse }
+    }
+
+    @Test func jsonParser() throws {
+        let v = try JSONValue.parse(Array(#" {"a":[1,-2.5e1,true,false,null],"b":"\u00e9\ud83d\ude00\n"} "#.utf8))
+        #expect(v["a"] == .array([.number(1), .number(-25), .bool(true), .bool(false), .null]))
+        #expect(v["b"] == .string("é😀\n"))
+        for bad in ["", "{", "[1,]", "{\"a\"}", "\"\\x\"", "tru", "1 2", String(repeating: "[", count: 100)] {
+            #expect(throws: SpeechClientError.self) { try JSONValue.parse(Array(bad.utf8)) }
+        }
+    }
+}
+
+@Suite struct IdentityTests {
+    @Test func tokenIsCachedOnDiskAndReusedAcrossInstances() throws {
+        let dir = temporaryDirectory() + "/cache"
+        let channel = FakeIdentityChannel()
+        let a = IdentityClient(channel: channel, cache: TokenCache(directory: dir), deviceId: "d", appId: "a", projectId: nil)
+        let t1 = try a.token().token
+        let b = IdentityClient(channel: channel, cache: TokenCache(directory: dir), deviceId: "d", appId: "a", projectId: nil)
+        #expect(try b.token().token == t1)
+        #expect(channel.logins.load(ordering: .relaxed) == 1)
+        // Another device id or scope is another key.
+        let c = IdentityClient(channel: channel, cache: TokenCache(directory: dir), deviceId: "e", appId: "a", projectId: nil)
+        #expect(try c.token().token != t1)
+        var st = stat()
+        #expect(stat(dir, &st) == 0 && st.st_mode & 0o777 == 0o700)
+        let file = dir + "/" + TokenCache.fileName(scope: "app:a", deviceId: "d")
+        #expect(stat(file, &st) == 0 && st.st_mode & 0o777 == 0o600)
+    }
+
+    @Test func tokenCloseToExpiryIsRefreshed() throws {
+        let channel = FakeIdentityChannel(validity: 300)   // less than the 600 s margin
+        let id = IdentityClient(channel: channel, cache: TokenCache(directory: nil), deviceId: "d", appId: "a", projectId: nil)
+        let t1 = try id.token().token
+        let t2 = try id.token().token
+        #expect(t1 != t2)
+        #expect(channel.logins.load(ordering: .relaxed) == 2)
+        _ = try id.token(fresh: true)
+        #expect(channel.logins.load(ordering: .relaxed) == 3)
+    }
+
+    @Test func rejectedLoginIsAnAuthError() {
+        let channel = FakeIdentityChannel(reject: SpeechClientError(.api, "unknown app", grpcStatus: 7))
+        let id = IdentityClient(channel: channel, cache: TokenCache(directory: nil), deviceId: "d", appId: "a", projectId: nil)
+        #expect { try id.token() } throws: {
+            let e = $0 as? SpeechClientError
+            return e?.code == .auth && e?.grpcStatus == 7 && (e?.message.contains("unknown app") ?? false)
+        }
+    }
+
+    @Test func cacheFileReadableByOthersIsIgnored() throws {
+        let dir = temporaryDirectory()
+        let cache = TokenCache(directory: dir)
+        cache.store("tok", scope: "s", deviceId: "d")
+        #expect(TokenCache(directory: dir).load(scope: "s", deviceId: "d") == "tok")
+        chmod(dir + "/" + TokenCache.fileName(scope: "s", deviceId: "d"), 0o644)
+        #expect(TokenCache(directory: dir).load(scope: "s", deviceId: "d") == nil)
+    }
+}
