@@ -72,3 +72,19 @@ test-python: lib
 
 clean:
 	rm -rf $(BUILD) $(RELEASE_DIR) .build
+
+# Fuzzers (libFuzzer + AddressSanitizer): each target runs FUZZ_SECONDS from its committed seeds.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := FuzzProtobuf FuzzJSON FuzzURL
+FUZZ_FLAGS   := -c release --scratch-path ../.build-fuzz -Xswiftc -sanitize=fuzzer,address \
+	-Xswiftc -parse-as-library -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld
+.PHONY: fuzz
+fuzz:
+	set -e; for t in $(FUZZ_TARGETS); do \
+		(cd fuzz && $(SWIFT) build $(FUZZ_FLAGS) --product $$t); \
+		mkdir -p .build-fuzz/corpus/$$t; \
+		if ! .build-fuzz/release/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			.build-fuzz/corpus/$$t fuzz/corpus/$$t > .build-fuzz/$$t.log 2>&1; then \
+			tail -40 .build-fuzz/$$t.log; echo "fuzz: $$t FAILED"; exit 1; fi; \
+		echo "fuzz: $$t $$(grep -E 'stat::number_of_executed_units' .build-fuzz/$$t.log) $$(grep -oE 'cov: [0-9]+' .build-fuzz/$$t.log | tail -1)"; \
+	done

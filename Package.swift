@@ -7,6 +7,8 @@ let package = Package(
     name: "speechclient",
     products: [
         .library(name: "speechclient", type: .dynamic, targets: ["SpeechClientCAPI"]),
+        // The core alone, for the fuzzers in fuzz/ (not installed).
+        .library(name: "SpeechClientCore", targets: ["SpeechClient"]),
     ],
     targets: [
         .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2",
@@ -26,6 +28,7 @@ let package = Package(
                 swiftSettings: [.swiftLanguageMode(.v6)]),
         // @c @implementation functions only: the C boundary, no logic.
         .target(name: "SpeechClientCAPI", dependencies: ["SpeechClient", "CSpeechClientAPI"],
+                exclude: ["exports.map"],
                 swiftSettings: [.swiftLanguageMode(.v6)]),
         .testTarget(name: "SpeechClientTests", dependencies: ["SpeechClient"],
                     swiftSettings: [.swiftLanguageMode(.v6)]),

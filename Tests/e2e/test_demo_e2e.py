@@ -1,0 +1,39 @@
+"""The C demo transcribes synthesized speech through the library against the real server."""
+import json
+import subprocess
+
+from conftest import DEMO
+
+
+def run_demo(server, wav, tmp_path, *extra):
+    return subprocess.run([str(DEMO), "--url", server.url, "--app-id", "e2e", "--file", str(wav),
+                           "--cache-dir", str(tmp_path / "cache"), "--json", *extra],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_demo_transcribes_a_command(server, speech, tmp_path):
+    wav = speech("turn on the kitchen lights")
+    out = run_demo(server, wav, tmp_path)
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    types = [e["type"] for e in events]
+    assert types[0] == "start" and types[-1] == "stop"
+    finals = [e for e in events if e["type"] == "segment" and e["final"]]
+    assert finals, events
+    assert finals[-1]["transcript"] == "turn on the kitchen lights"
+    assert finals[-1]["intent"] == {"intent": "turn_on", "final": True}
+    assert {"type": "room", "value": "kitchen"}.items() <= finals[-1]["entities"][0].items()
+    words = finals[-1]["words"]
+    assert [w["index"] for w in words] == list(range(len(words)))
+    assert all(w["start_ms"] < w["end_ms"] for w in words)
+    assert all(a["end_ms"] <= b["start_ms"] + 1 for a, b in zip(words, words[1:]))
+    # tentative updates came before the final one
+    assert any(e["type"] == "segment" and not e["final"] for e in events)
+
+
+def test_demo_resamples_44k_stereo(server, speech, tmp_path):
+    wav = speech("turn off the bedroom lights", rate=44100, channels=2)
+    out = run_demo(server, wav, tmp_path)
+    assert out.returncode == 0, out.stderr
+    finals = [json.loads(l) for l in out.stdout.splitlines() if '"final":true' in l and '"segment"' in l]
+    assert finals and finals[-1]["transcript"] == "turn off the bedroom lights"

@@ -1,0 +1,14 @@
+// swift-tools-version:6.2
+// libFuzzer targets for the parsers that read untrusted bytes. Built by `make fuzz` with
+// -sanitize=fuzzer,address; each target is an executable whose entry point libFuzzer provides.
+import PackageDescription
+
+let package = Package(
+    name: "speechclient-fuzz",
+    dependencies: [.package(name: "speechclient", path: "..")],
+    targets: [
+        .executableTarget(name: "FuzzProtobuf", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzJSON", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzURL", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
+    ]
+)
