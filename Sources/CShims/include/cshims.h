@@ -2,7 +2,24 @@
 #ifndef SPC_CSHIMS_H
 #define SPC_CSHIMS_H
 
+#include <stdint.h>
+/* epoll and eventfd are not in Swift's Glibc module: the event loop imports them from here. */
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
 /* Names the calling thread (at most 15 bytes are kept); shows in top -H and gdb. */
 void speechclient_shim_set_thread_name(const char *name);
+
+/* OpenSSL macros (SSL_ctrl / SSL_CTX_ctrl wrappers). The types are declared opaquely so this
+   header does not pull OpenSSL's headers into a second Clang module. */
+struct ssl_st;
+struct ssl_ctx_st;
+/* SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION); returns 1 on success. */
+int speechclient_shim_ssl_ctx_require_tls12(struct ssl_ctx_st *ctx);
+/* SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
+   | SSL_MODE_RELEASE_BUFFERS). */
+void speechclient_shim_ssl_ctx_set_nonblocking_modes(struct ssl_ctx_st *ctx);
+/* SSL_set_tlsext_host_name(ssl, name) (SNI); returns 1 on success. */
+int speechclient_shim_ssl_set_sni(struct ssl_st *ssl, const char *name);
 
 #endif

@@ -1,0 +1,77 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a non-blocking read or write did.
+enum IOResult {
+    case bytes(Int)
+    /// Nothing now; wait until the socket is readable (`wantRead`) or writable.
+    case wouldBlock(wantRead: Bool)
+    /// The peer closed the connection cleanly.
+    case closed
+    case failed(SpeechClientError)
+}
+
+/// A connected, non-blocking byte stream (plain TCP or TLS) owned by the event loop once handed
+/// to an HTTP2Connection. Not thread-safe: one owner thread at a time.
+protocol ByteStream: AnyObject {
+    var fd: Int32 { get }
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> IOResult
+    func write(_ bytes: UnsafeRawBufferPointer) -> IOResult
+    func close()
+}
+
+/// Plain TCP (h2c with prior knowledge).
+final class PlainStream: ByteStream {
+    private let socket: TCPSocket
+    private let peer: String
+
+    init(socket: TCPSocket, peer: String) {
+        self.socket = socket
+        self.peer = peer
+    }
+
+    var fd: Int32 { socket.fd }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
+        while true {
+            let n = Glibc.recv(socket.fd, buffer.baseAddress, buffer.count, 0)
+            if n > 0 { return .bytes(n) }
+            if n == 0 { return .closed }
+            let e = errno
+            if e == EINTR { continue }
+            if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock(wantRead: true) }
+            return .failed(.errno(.network, "recv", e, context: "connection to \(peer)"))
+        }
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer) -> IOResult {
+        while true {
+            let n = Glibc.send(socket.fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+            if n >= 0 { return .bytes(n) }
+            let e = errno
+            if e == EINTR { continue }
+            if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock(wantRead: false) }
+            return .failed(.errno(.network, "send", e, context: "connection to \(peer)"))
+        }
+    }
+
+    func close() { socket.close() }
+}
+
+/// Opens the byte stream for a server: resolves, connects (each address in turn) and, for TLS,
+/// handshakes, all on the calling thread and all within `timeoutMilliseconds`. The result is
+/// then handed to the event loop, which owns it from there on.
+enum Connector {
+    static func open(host: String, port: UInt16, useTLS: Bool, tls: TLSSettings,
+                     timeoutMilliseconds: Int) throws(SpeechClientError) -> any ByteStream {
+        let deadline = Clock.monotonicNanos() + UInt64(max(timeoutMilliseconds, 1)) * 1_000_000
+        let socket = try TCPSocket.connect(host: host, port: port, timeoutMilliseconds: timeoutMilliseconds)
+        let peer = "\(host):\(port)"
+        guard useTLS else { return PlainStream(socket: socket, peer: peer) }
+        let context = try TLSContext.shared(for: tls)
+        let stream = try TLSStream(socket: socket, context: context, host: host, port: port, insecure: tls.insecure)
+        try stream.handshake(deadline: deadline)
+        return stream
+    }
+}

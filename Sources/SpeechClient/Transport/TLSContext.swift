@@ -1,0 +1,72 @@
+import COpenSSL
+import CShims
+import Synchronization
+
+/// An OpenSSL `SSL_CTX` for one set of TLS settings: TLS 1.2 or newer, ALPN offering only `h2`,
+/// peer verification against the system CA store (or the configured CA file) unless insecure.
+/// Owns the context and frees it; shared by every connection with the same settings.
+final class TLSContext: @unchecked Sendable {
+    // Configured once in init, then only read (SSL_new is thread-safe on a configured context).
+    let ctx: OpaquePointer
+
+    private static let cache = Mutex<[TLSSettings: TLSContext]>([:])
+
+    static func shared(for settings: TLSSettings) throws(SpeechClientError) -> TLSContext {
+        try cache.withLock { (cache) throws(SpeechClientError) -> TLSContext in
+            if let c = cache[settings] { return c }
+            let c = try TLSContext(settings)
+            cache[settings] = c
+            return c
+        }
+    }
+
+    private init(_ settings: TLSSettings) throws(SpeechClientError) {
+        guard let method = TLS_client_method(), let ctx = SSL_CTX_new(method) else {
+            throw TLSContext.lastError(.tls, "SSL_CTX_new", context: "creating the TLS context")
+        }
+        self.ctx = ctx
+        guard speechclient_shim_ssl_ctx_require_tls12(ctx) == 1 else {
+            throw TLSContext.lastError(.tls, "SSL_CTX_set_min_proto_version", context: "requiring TLS 1.2")
+        }
+        speechclient_shim_ssl_ctx_set_nonblocking_modes(ctx)
+        // ALPN protocol list in wire format: length-prefixed "h2".
+        let alpn: [UInt8] = [2, 0x68, 0x32]
+        guard SSL_CTX_set_alpn_protos(ctx, alpn, UInt32(alpn.count)) == 0 else {
+            throw TLSContext.lastError(.tls, "SSL_CTX_set_alpn_protos", context: "offering ALPN h2")
+        }
+        if settings.insecure {
+            SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nil)
+        } else {
+            SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
+            if let caFile = settings.caFile {
+                guard SSL_CTX_load_verify_locations(ctx, caFile, nil) == 1 else {
+                    throw TLSContext.lastError(.tls, "SSL_CTX_load_verify_locations",
+                                               context: "cannot load CA file '\(caFile)'")
+                }
+            } else {
+                guard SSL_CTX_set_default_verify_paths(ctx) == 1 else {
+                    throw TLSContext.lastError(.tls, "SSL_CTX_set_default_verify_paths",
+                                               context: "cannot load the system CA store")
+                }
+            }
+        }
+    }
+
+    deinit { SSL_CTX_free(ctx) }
+
+    /// An error naming the OpenSSL function and the first queued OpenSSL reason; clears the queue.
+    static func lastError(_ code: SpeechClientError.Code, _ function: String, context: String) -> SpeechClientError {
+        let reason = drainErrorQueue()
+        return SpeechClientError(code, "\(context): \(function) failed" + (reason.isEmpty ? "" : ": \(reason)"))
+    }
+
+    /// The first reason in OpenSSL's thread-local error queue (which is then cleared).
+    static func drainErrorQueue() -> String {
+        let first = ERR_get_error()
+        while ERR_get_error() != 0 {}
+        guard first != 0 else { return "" }
+        var buffer = [CChar](repeating: 0, count: 256)
+        ERR_error_string_n(first, &buffer, buffer.count)
+        return buffer.withUnsafeBufferPointer { String(cStringOrEmpty: $0.baseAddress) }
+    }
+}

@@ -1,0 +1,163 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import COpenSSL
+import CShims
+
+/// A TLS client connection over a non-blocking TCP socket: owns the `SSL` object and the socket.
+/// The handshake runs on the connecting thread (bounded by the connect deadline); afterwards the
+/// event loop owns the stream. Not thread-safe: one owner thread at a time.
+final class TLSStream: ByteStream {
+    private let socket: TCPSocket
+    private let ssl: OpaquePointer
+    private let context: TLSContext   // keeps the SSL_CTX alive as long as the SSL
+    private let host: String
+    private let peer: String
+
+    init(socket: TCPSocket, context: TLSContext, host: String, port: UInt16, insecure: Bool) throws(SpeechClientError) {
+        self.socket = socket
+        self.context = context
+        self.host = host
+        self.peer = "\(host):\(port)"
+        guard let ssl = SSL_new(context.ctx) else {
+            throw TLSContext.lastError(.tls, "SSL_new", context: "TLS with \(host):\(port)")
+        }
+        self.ssl = ssl
+        guard SSL_set_fd(ssl, socket.fd) == 1 else {
+            throw TLSContext.lastError(.tls, "SSL_set_fd", context: "TLS with \(peer)")
+        }
+        let isIPAddress = TLSStream.isIPLiteral(host)
+        // SNI carries host names only (RFC 6066).
+        if !isIPAddress && speechclient_shim_ssl_set_sni(ssl, host) != 1 {
+            throw TLSContext.lastError(.tls, "SSL_set_tlsext_host_name", context: "TLS with \(peer)")
+        }
+        if !insecure {
+            let ok: Int32
+            if isIPAddress {
+                ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host)
+            } else {
+                X509_VERIFY_PARAM_set_hostflags(SSL_get0_param(ssl), UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS))
+                ok = SSL_set1_host(ssl, host)
+            }
+            guard ok == 1 else {
+                throw TLSContext.lastError(.tls, "SSL_set1_host", context: "TLS with \(peer)")
+            }
+        }
+    }
+
+    deinit {
+        SSL_free(ssl)
+        socket.close()
+    }
+
+    var fd: Int32 { socket.fd }
+
+    func close() {
+        // A best-effort close_notify; the socket is non-blocking so this never waits.
+        if socket.fd >= 0 {
+            _ = SSL_shutdown(ssl)
+            socket.close()
+        }
+        ERR_clear_error()
+    }
+
+    private static func isIPLiteral(_ host: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+    }
+
+    /// Runs the handshake to the end, waiting with poll until `deadline` (monotonic ns); then
+    /// checks that the server chose HTTP/2 through ALPN.
+    func handshake(deadline: UInt64) throws(SpeechClientError) {
+        ERR_clear_error()
+        while true {
+            let rc = SSL_connect(ssl)
+            if rc == 1 { break }
+            let err = SSL_get_error(ssl, rc)
+            let events: Int16
+            switch err {
+            case SSL_ERROR_WANT_READ: events = Int16(POLLIN)
+            case SSL_ERROR_WANT_WRITE: events = Int16(POLLOUT)
+            default: throw handshakeError(sslError: err)
+            }
+            ERR_clear_error()
+            while true {
+                let now = Clock.monotonicNanos()
+                guard now < deadline else {
+                    throw SpeechClientError(.timeout, "TLS handshake with \(peer) did not finish within the connect timeout")
+                }
+                var pfd = pollfd(fd: socket.fd, events: events, revents: 0)
+                let n = poll(&pfd, 1, Int32(min((deadline - now) / 1_000_000 + 1, 60_000)))
+                if n > 0 { break }
+                if n < 0 && errno != EINTR {
+                    throw SpeechClientError.errno(.network, "poll", errno, context: "TLS handshake with \(peer)")
+                }
+            }
+        }
+        var proto: UnsafePointer<UInt8>?
+        var length: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &proto, &length)
+        let selected = proto.map { String(decoding: UnsafeBufferPointer(start: $0, count: Int(length)), as: UTF8.self) } ?? ""
+        guard selected == "h2" else {
+            throw SpeechClientError(.tls, "\(peer) does not speak HTTP/2 over TLS: ALPN 'h2' was not agreed"
+                                    + (selected.isEmpty ? " (the server chose no protocol)" : " (the server chose '\(selected)')"))
+        }
+    }
+
+    private func handshakeError(sslError: Int32) -> SpeechClientError {
+        let verify = SSL_get_verify_result(ssl)
+        if verify != X509_V_OK {
+            let reason = String(cStringOrEmpty: X509_verify_cert_error_string(verify))
+            ERR_clear_error()
+            switch Int32(verify) {
+            case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN,
+                 X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY, X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT,
+                 X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE, X509_V_ERR_CERT_UNTRUSTED:
+                return SpeechClientError(.tls, "the certificate of \(peer) is not signed by a trusted certificate authority (unknown CA: \(reason))")
+            case X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH:
+                return SpeechClientError(.tls, "the certificate of \(peer) does not match the host name '\(host)' (hostname mismatch)")
+            case X509_V_ERR_CERT_HAS_EXPIRED:
+                return SpeechClientError(.tls, "the certificate of \(peer) has expired")
+            case X509_V_ERR_CERT_NOT_YET_VALID:
+                return SpeechClientError(.tls, "the certificate of \(peer) is not valid yet (check the clock)")
+            default:
+                return SpeechClientError(.tls, "the certificate of \(peer) failed verification: \(reason)")
+            }
+        }
+        let reason = TLSContext.drainErrorQueue()
+        if sslError == SSL_ERROR_SYSCALL || sslError == SSL_ERROR_ZERO_RETURN {
+            return SpeechClientError(.tls, "TLS handshake with \(peer) failed: the server closed the connection"
+                                     + (reason.isEmpty ? "" : " (\(reason))"))
+        }
+        return SpeechClientError(.tls, "TLS handshake with \(peer) failed" + (reason.isEmpty ? "" : ": \(reason)"))
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
+        let n = SSL_read(ssl, buffer.baseAddress, Int32(min(buffer.count, Int(Int32.max))))
+        if n > 0 { return .bytes(Int(n)) }
+        return ioError(SSL_get_error(ssl, n), function: "SSL_read")
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer) -> IOResult {
+        if bytes.isEmpty { return .bytes(0) }
+        let n = SSL_write(ssl, bytes.baseAddress, Int32(min(bytes.count, Int(Int32.max))))
+        if n > 0 { return .bytes(Int(n)) }
+        return ioError(SSL_get_error(ssl, n), function: "SSL_write")
+    }
+
+    private func ioError(_ err: Int32, function: String) -> IOResult {
+        let saved = errno
+        switch err {
+        case SSL_ERROR_WANT_READ: return .wouldBlock(wantRead: true)
+        case SSL_ERROR_WANT_WRITE: return .wouldBlock(wantRead: false)
+        case SSL_ERROR_ZERO_RETURN: return .closed
+        case SSL_ERROR_SYSCALL:
+            ERR_clear_error()
+            if saved == 0 || saved == ECONNRESET || saved == EPIPE { return .closed }
+            return .failed(.errno(.network, function, saved, context: "TLS connection to \(peer)"))
+        default:
+            return .failed(TLSContext.lastError(.tls, function, context: "TLS connection to \(peer)"))
+        }
+    }
+}
