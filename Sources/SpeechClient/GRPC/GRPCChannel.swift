@@ -4,6 +4,8 @@
 /// A channel is one logical connection to one server (host, port, TLS settings), shared by every
 /// client in the process that targets the same server; calls are HTTP/2 streams on it.
 
+import Synchronization
+
 public struct TLSSettings: Sendable, Equatable, Hashable {
     /// PEM file of trusted CAs; nil means the system store.
     public var caFile: String?
@@ -31,4 +33,162 @@ public protocol GRPCStreamingCall: AnyObject, Sendable {
     func halfClose()
     /// Abandons the call (RST_STREAM CANCEL); no more events are delivered after it returns.
     func cancel()
+}
+
+/// A gRPC channel to one server: unary and bidirectional-streaming calls as HTTP/2 streams on
+/// one connection shared per (host, port, TLS settings, configuration) by every channel and
+/// client in the process. The connection is opened on first use and replaced after it fails or
+/// the server sends GOAWAY.
+///
+/// Thread-safety: all methods may be called from any thread except the event-loop thread (a
+/// call's handler runs there, so calling `unary` or `openStreamingCall` from inside a handler
+/// would wait for itself: it throws `.invalidState` instead).
+public final class GRPCChannel: GRPCCalling, Sendable {
+    /// Limits and timers; part of the sharing key.
+    public struct Configuration: Sendable, Hashable {
+        public var http2: HTTP2Settings
+        /// Larger incoming messages fail the call (RESOURCE_EXHAUSTED, `.parse`).
+        public var maxReceiveMessageBytes: Int
+        /// Request bytes a streaming call may hold back under flow control before it fails
+        /// (see the backpressure policy on `GRPCCall`).
+        public var maxQueuedSendBytes: Int
+        public init(http2: HTTP2Settings = HTTP2Settings(), maxReceiveMessageBytes: Int = 4 << 20,
+                    maxQueuedSendBytes: Int = 256 << 10) {
+            self.http2 = http2
+            self.maxReceiveMessageBytes = maxReceiveMessageBytes
+            self.maxQueuedSendBytes = maxQueuedSendBytes
+        }
+    }
+
+    public let server: ServerURL
+    public let tls: TLSSettings
+    public let connectTimeoutMilliseconds: Int
+    public let configuration: Configuration
+    private let pool: ConnectionPool
+
+    private init(server: ServerURL, tls: TLSSettings, connectTimeoutMilliseconds: Int,
+                 configuration: Configuration, pool: ConnectionPool) {
+        self.server = server
+        self.tls = tls
+        self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
+        self.configuration = configuration
+        self.pool = pool
+    }
+
+    /// The channel for a server; channels for the same server, TLS settings and configuration
+    /// share one connection (the connect timeout is per channel).
+    public static func shared(server: ServerURL, tls: TLSSettings, connectTimeoutMilliseconds: Int,
+                              configuration: Configuration = Configuration()) -> GRPCChannel {
+        let pool = ConnectionPool.shared(host: server.host, port: server.port, useTLS: server.useTLS,
+                                         tls: tls, settings: configuration.http2)
+        return GRPCChannel(server: server, tls: tls, connectTimeoutMilliseconds: connectTimeoutMilliseconds,
+                           configuration: configuration, pool: pool)
+    }
+
+    /// Blocking unary call from a non-loop thread. Throws the mapped error: `.api` with
+    /// `grpcStatus`, `.network` (UNAVAILABLE and transport failures), `.timeout` (deadline),
+    /// `.tls`, `.parse` (malformed response). A stream the server refused unprocessed
+    /// (REFUSED_STREAM, for example after GOAWAY) is retried once on a new connection.
+    public func unary(path: String, metadata: [(String, String)], request: [UInt8],
+                      timeoutMilliseconds: Int?) throws(SpeechClientError) -> [UInt8] {
+        let deadline = timeoutMilliseconds.map { Clock.monotonicNanos() + UInt64(max($0, 0)) * 1_000_000 }
+        var attempt = 0
+        while true {
+            attempt += 1
+            var remaining = timeoutMilliseconds
+            if let deadline {
+                let now = Clock.monotonicNanos()
+                remaining = deadline > now ? Int((deadline - now) / 1_000_000) : 0
+            }
+            let result = OneShot<Result<[[UInt8]], SpeechClientError>>()
+            let collected = Mutex<[[UInt8]]>([])
+            let call = try open(path: path, metadata: metadata, initialBody: MessageDeframer.frame(request),
+                                endOfBody: true, timeoutMilliseconds: remaining) { event in
+                switch event {
+                case .message(let bytes): collected.withLock { $0.append(bytes) }
+                case .closed(let error):
+                    if let error { result.set(.failure(error)) } else { result.set(.success(collected.withLock { $0 })) }
+                }
+            }
+            switch result.wait() {
+            case .success(let messages):
+                guard messages.count == 1, let only = messages.first else {
+                    throw SpeechClientError(.parse, "\(path): a unary call got \(messages.count) response messages instead of one",
+                                            grpcStatus: GRPCStatus.internal)
+                }
+                return only
+            case .failure(let error):
+                // wasRefused was written on the loop before the result was set (ordered by its lock).
+                if attempt == 1 && call.wasRefused { continue }
+                throw error
+            }
+        }
+    }
+
+    /// Opens a bidirectional call; blocks until the stream is open (connected, TLS done,
+    /// HEADERS submitted) or throws the connect/TLS error, in which case `handler` is never
+    /// called. Events arrive on the loop thread, in order, ending with exactly one `.closed`;
+    /// none arrive after `cancel()` returns.
+    public func openStreamingCall(path: String, metadata: [(String, String)],
+                                  handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> any GRPCStreamingCall {
+        try open(path: path, metadata: metadata, initialBody: [], endOfBody: false, timeoutMilliseconds: nil, handler: handler)
+    }
+
+    private func open(path: String, metadata: [(String, String)], initialBody: [UInt8], endOfBody: Bool,
+                      timeoutMilliseconds: Int?, handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> GRPCCall {
+        let loop = try EventLoop.shared()
+        if loop.isInLoop {
+            throw SpeechClientError(.invalidState, "a gRPC call cannot be started from the event-loop thread (inside a call's handler)")
+        }
+        let headers = try requestHeaders(path: path, metadata: metadata, timeoutMilliseconds: timeoutMilliseconds)
+        var lastError: SpeechClientError?
+        for _ in 0..<2 {
+            let connection = try pool.connection(loop: loop, timeoutMilliseconds: connectTimeoutMilliseconds)
+            let call = GRPCCall(path: path, loop: loop, peer: connection.peer,
+                                maxReceiveMessageBytes: configuration.maxReceiveMessageBytes,
+                                maxQueuedSendBytes: configuration.maxQueuedSendBytes, handler: handler)
+            let body = initialBody
+            let error = loop.executeAndWait {
+                call.start(on: connection, headers: headers, initialBody: body, endOfBody: endOfBody,
+                           timeoutMilliseconds: timeoutMilliseconds)
+            }
+            guard let error else { return call }
+            lastError = error
+            // The connection went away between lookup and use: one more try on a new one.
+            if connection.isUsable { break }
+        }
+        throw lastError ?? SpeechClientError(.network, "cannot open \(path) on \(server)", grpcStatus: GRPCStatus.unavailable)
+    }
+
+    private func requestHeaders(path: String, metadata: [(String, String)], timeoutMilliseconds: Int?) throws(SpeechClientError) -> [(String, String)] {
+        guard path.hasPrefix("/"), !path.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7f }) else {
+            throw SpeechClientError(.invalidArgument, "gRPC method path '\(path)' must start with '/' and be printable ASCII")
+        }
+        var headers: [(String, String)] = [
+            (":method", "POST"),
+            (":scheme", server.useTLS ? "https" : "http"),
+            (":path", path),
+            (":authority", server.authority),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("user-agent", "libspeechclient/\(LibraryVersion.string)"),
+        ]
+        if let ms = timeoutMilliseconds { headers.append(("grpc-timeout", GRPCStatus.timeoutHeader(milliseconds: ms))) }
+        let reserved: Set<String> = ["content-type", "te", "user-agent", "grpc-timeout", "connection", "host",
+                                     "transfer-encoding", "keep-alive", "upgrade", "proxy-connection"]
+        for (key, value) in metadata {
+            let name = key.lowercased()
+            let nameOK = !name.isEmpty && name.utf8.allSatisfy { b in
+                (b >= 0x61 && b <= 0x7a) || (b >= 0x30 && b <= 0x39) || b == 0x2d || b == 0x5f || b == 0x2e
+            }
+            guard nameOK, !reserved.contains(name) else {
+                throw SpeechClientError(.invalidArgument, "gRPC metadata name '\(key)' is not allowed")
+            }
+            guard value.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7f }) else {
+                throw SpeechClientError(.invalidArgument, "gRPC metadata '\(key)' has a control character in its value")
+            }
+            headers.append((name, value))
+        }
+        return headers
+    }
 }

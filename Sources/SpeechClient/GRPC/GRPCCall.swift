@@ -1,0 +1,236 @@
+import Synchronization
+
+/// One gRPC call on one HTTP/2 stream: frames requests, reassembles responses, reads the status
+/// from the trailers (or a Trailers-Only response) and delivers events to its handler on the
+/// event loop thread, in order, ending with exactly one `.closed` unless cancelled first.
+///
+/// Backpressure policy (what protects a real-time audio path): `send` never blocks the caller.
+/// Request bytes wait in a per-call queue until HTTP/2 flow control lets them out. When a
+/// server stops reading, the queue grows; once it would exceed `maxQueuedSendBytes` (default
+/// 256 KiB, about 8 s of 16 kHz 16-bit audio on top of the HTTP/2 windows) the call fails:
+/// the stream is reset (RST_STREAM CANCEL) and the handler gets `.closed` with a `.network`
+/// error saying the server stopped reading. Memory per call therefore stays bounded, the audio
+/// thread is never stalled, and the layer above learns at once that it must reconnect (it keeps
+/// its own replay buffer); audio is never dropped silently.
+final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendable {
+    let path: String
+    private let loop: EventLoop
+    private let handler: @Sendable (GRPCCallEvent) -> Void
+    private let maxQueuedSendBytes: Int
+    private let peer: String
+
+    // Any thread: bytes accepted by send() and not yet taken by HTTP/2.
+    private let queuedBytes = Atomic<Int>(0)
+
+    // Loop thread only.
+    private var connection: HTTP2Connection?
+    private var streamID: Int32 = 0
+    private var body: [UInt8] = []
+    private var bodyOffset = 0
+    private var halfClosed = false
+    private var deferred = false
+    private var finished = false
+    private var deframer: MessageDeframer
+    private var gotHeaders = false
+    private var status: Int32?
+    private var statusMessage = ""
+    private var deadlineTimer: UInt64?
+    /// The server refused the stream before processing it (REFUSED_STREAM, e.g. after GOAWAY).
+    private(set) var wasRefused = false
+
+    init(path: String, loop: EventLoop, peer: String, maxReceiveMessageBytes: Int, maxQueuedSendBytes: Int,
+         handler: @escaping @Sendable (GRPCCallEvent) -> Void) {
+        self.path = path
+        self.loop = loop
+        self.peer = peer
+        self.handler = handler
+        self.maxQueuedSendBytes = maxQueuedSendBytes
+        self.deframer = MessageDeframer(maxMessageBytes: maxReceiveMessageBytes)
+    }
+
+    /// Opens the stream (loop thread). `initialBody` is sent first; `endOfBody` half-closes at once.
+    func start(on connection: HTTP2Connection, headers: [(String, String)], initialBody: [UInt8] = [],
+               endOfBody: Bool = false, timeoutMilliseconds: Int? = nil) -> SpeechClientError? {
+        self.connection = connection
+        body = initialBody
+        queuedBytes.add(initialBody.count, ordering: .relaxed)
+        halfClosed = endOfBody
+        do {
+            streamID = try connection.openStream(headers: headers, delegate: self)
+        } catch {
+            finished = true
+            return error
+        }
+        if let ms = timeoutMilliseconds {
+            deadlineTimer = loop.addTimer(milliseconds: ms) { [weak self] in
+                self?.deadlineTimer = nil
+                self?.fail(SpeechClientError(.timeout, "\(self?.path ?? "call") to \(self?.peer ?? "server") did not finish within its \(ms) ms deadline",
+                                             grpcStatus: GRPCStatus.deadlineExceeded))
+            }
+        }
+        return nil
+    }
+
+    // MARK: GRPCStreamingCall (any thread)
+
+    func send(_ message: [UInt8]) {
+        let frame = MessageDeframer.frame(message)
+        let total = queuedBytes.add(frame.count, ordering: .relaxed).newValue
+        if total > maxQueuedSendBytes {
+            let limit = maxQueuedSendBytes
+            loop.execute { [self] in
+                self.fail(SpeechClientError(.network, "\(self.peer) stopped reading \(self.path): more than \(limit) bytes of requests are waiting for HTTP/2 flow control",
+                                            grpcStatus: GRPCStatus.unavailable))
+            }
+            return
+        }
+        loop.execute { [self] in
+            guard !self.finished else { return }
+            self.body.append(contentsOf: frame)
+            self.wakeBody()
+        }
+    }
+
+    func halfClose() {
+        loop.execute { [self] in
+            guard !self.finished, !self.halfClosed else { return }
+            self.halfClosed = true
+            self.wakeBody()
+        }
+    }
+
+    func cancel() {
+        loop.executeAndWait { [self] in
+            guard !self.finished else { return }
+            self.finished = true
+            self.stopDeadline()
+            self.connection?.reset(stream: self.streamID, errorCode: 8)  // CANCEL
+        }
+    }
+
+    // MARK: loop thread
+
+    private func wakeBody() {
+        if deferred, let connection {
+            deferred = false
+            connection.resumeBody(stream: streamID)
+        }
+    }
+
+    private func stopDeadline() {
+        if let t = deadlineTimer { loop.cancelTimer(t) }
+        deadlineTimer = nil
+    }
+
+    /// Ends the call with an error of our own: resets the stream, then reports.
+    private func fail(_ error: SpeechClientError) {
+        guard !finished else { return }
+        connection?.reset(stream: streamID, errorCode: 8)
+        finish(error)
+    }
+
+    private func finish(_ error: SpeechClientError?) {
+        guard !finished else { return }
+        finished = true
+        stopDeadline()
+        body = []
+        handler(.closed(error))
+    }
+
+    // MARK: HTTP2StreamDelegate
+
+    func http2Headers(_ headers: [(name: String, value: String)], endStream: Bool) {
+        guard !finished else { return }
+        if !gotHeaders {
+            gotHeaders = true
+            let httpStatus = headers.first { $0.name == ":status" }?.value ?? ""
+            if httpStatus != "200" {
+                let grpc = GRPCStatus.fromHTTPStatus(Int(httpStatus) ?? 0)
+                var e = GRPCStatus.error(status: grpc, message: "HTTP status \(httpStatus) instead of 200 from \(peer)", path: path)
+                    ?? SpeechClientError(.api, "HTTP status \(httpStatus)")
+                if grpc == GRPCStatus.unknown { e.code = .api }
+                fail(e)
+                return
+            }
+            let contentType = headers.first { $0.name == "content-type" }?.value ?? ""
+            if !contentType.hasPrefix("application/grpc") {
+                fail(SpeechClientError(.parse, "\(peer) answered \(path) with content-type '\(contentType)': not a gRPC server",
+                                       grpcStatus: GRPCStatus.internal))
+                return
+            }
+        }
+        for (name, value) in headers {
+            if name == "grpc-status" {
+                guard let s = Int32(value), s >= 0 else {
+                    fail(SpeechClientError(.parse, "\(peer) sent an invalid grpc-status '\(value)' for \(path)", grpcStatus: GRPCStatus.internal))
+                    return
+                }
+                status = s
+            } else if name == "grpc-message" {
+                statusMessage = GRPCStatus.percentDecode(value)
+            }
+        }
+    }
+
+    func http2Data(_ bytes: UnsafeRawBufferPointer) {
+        guard !finished else { return }
+        do throws(SpeechClientError) {
+            try deframer.append(bytes) { message in
+                if !finished { handler(.message(message)) }
+            }
+        } catch {
+            var e = error
+            e.message = "\(path): \(e.message)"
+            fail(e)
+        }
+    }
+
+    func http2Closed(errorCode: UInt32, connectionFailure: SpeechClientError?) {
+        connection = nil
+        guard !finished else { return }
+        if let connectionFailure {
+            var e = connectionFailure
+            e.message = "\(path): \(e.message)"
+            finish(e)
+        } else if let status {
+            if deframer.isMidMessage {
+                finish(SpeechClientError(.parse, "\(path): the response from \(peer) ended in the middle of a message (status \(status) notwithstanding)",
+                                         grpcStatus: GRPCStatus.internal))
+            } else {
+                finish(GRPCStatus.error(status: status, message: statusMessage, path: path))
+            }
+        } else if errorCode != 0 {
+            wasRefused = errorCode == 7
+            let grpc = GRPCStatus.fromHTTP2ErrorCode(errorCode)
+            finish(GRPCStatus.error(status: grpc, message: "\(peer) reset the stream (HTTP/2 error code \(errorCode))", path: path))
+        } else {
+            finish(SpeechClientError(.parse, "\(path): the response from \(peer) ended without a grpc-status"
+                                     + (deframer.isMidMessage ? ", in the middle of a message" : ""),
+                                     grpcStatus: GRPCStatus.internal))
+        }
+    }
+
+    func http2ReadBody(into buffer: UnsafeMutableRawBufferPointer) -> (count: Int, endOfBody: Bool)? {
+        let available = body.count - bodyOffset
+        if available == 0 {
+            if halfClosed || finished { return (0, true) }
+            deferred = true
+            return nil
+        }
+        let n = min(available, buffer.count)
+        body.withUnsafeBytes { src in
+            guard let from = src.baseAddress, let to = buffer.baseAddress else { return }
+            to.copyMemory(from: from + bodyOffset, byteCount: n)
+        }
+        bodyOffset += n
+        queuedBytes.subtract(n, ordering: .relaxed)
+        if bodyOffset == body.count {
+            body.removeAll(keepingCapacity: body.count <= 64 * 1024)
+            bodyOffset = 0
+        } else if bodyOffset >= 64 * 1024 {
+            body.removeFirst(bodyOffset)
+            bodyOffset = 0
+        }
+        return (n, halfClosed && body.isEmpty)
+    }
+}

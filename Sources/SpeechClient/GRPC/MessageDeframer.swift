@@ -1,0 +1,68 @@
+/// Reassembles gRPC length-prefixed messages (1 byte compressed flag, 4 bytes big-endian length,
+/// then the message) from body pieces of any size, one byte at a time included. Memory is
+/// bounded by `maxMessageBytes`: a larger announced length is rejected before any of it is
+/// buffered, and a compressed message is rejected (this client never asks for compression).
+struct MessageDeframer {
+    let maxMessageBytes: Int
+    private var header: [UInt8] = []
+    private var body: [UInt8] = []
+    private var expected = -1  // body length once the 5-byte prefix is complete
+
+    init(maxMessageBytes: Int) { self.maxMessageBytes = maxMessageBytes }
+
+    /// True when a message has started but not ended (a stream ending now is truncated).
+    var isMidMessage: Bool { !header.isEmpty || expected >= 0 }
+
+    /// Feeds bytes; calls `deliver` for each complete message, in order.
+    mutating func append(_ bytes: UnsafeRawBufferPointer, _ deliver: ([UInt8]) -> Void) throws(SpeechClientError) {
+        var index = 0
+        let count = bytes.count
+        while index < count {
+            if expected < 0 {
+                let take = min(5 - header.count, count - index)
+                header.append(contentsOf: bytes[index..<(index + take)])
+                index += take
+                if header.count < 5 { return }
+                if header[0] != 0 {
+                    throw SpeechClientError(.parse, "the server sent a compressed gRPC message (flag \(header[0])), which this client did not ask for and cannot read",
+                                            grpcStatus: 13)
+                }
+                let length = Int(header[1]) << 24 | Int(header[2]) << 16 | Int(header[3]) << 8 | Int(header[4])
+                if length > maxMessageBytes {
+                    throw SpeechClientError(.parse, "the server sent a \(length)-byte message, larger than the \(maxMessageBytes)-byte receive limit",
+                                            grpcStatus: 8)
+                }
+                header.removeAll(keepingCapacity: true)
+                expected = length
+                body = []
+                body.reserveCapacity(min(length, 64 * 1024))  // grows with what really arrives
+                if length == 0 {
+                    expected = -1
+                    deliver([])
+                }
+                continue
+            }
+            let take = min(expected - body.count, count - index)
+            body.append(contentsOf: bytes[index..<(index + take)])
+            index += take
+            if body.count == expected {
+                expected = -1
+                let message = body
+                body = []
+                deliver(message)
+            }
+        }
+    }
+
+    /// Frames one outgoing message: flag 0 (not compressed), big-endian length, bytes.
+    static func frame(_ message: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(message.count + 5)
+        let n = UInt32(truncatingIfNeeded: message.count)
+        out.append(0)
+        out.append(UInt8(n >> 24)); out.append(UInt8((n >> 16) & 0xff))
+        out.append(UInt8((n >> 8) & 0xff)); out.append(UInt8(n & 0xff))
+        out.append(contentsOf: message)
+        return out
+    }
+}

@@ -1,0 +1,85 @@
+import Synchronization
+
+/// The shared HTTP/2 connection to one server (host, port, TLS settings, HTTP/2 settings):
+/// opened on first use by the first caller (others wait for that attempt and share its result),
+/// replaced when it fails or receives GOAWAY. One pool per key for the whole process.
+final class ConnectionPool: @unchecked Sendable {
+    private struct Key: Hashable {
+        var host: String
+        var port: UInt16
+        var useTLS: Bool
+        var tls: TLSSettings
+        var settings: HTTP2Settings
+    }
+
+    private static let pools = Mutex<[Key: ConnectionPool]>([:])
+
+    static func shared(host: String, port: UInt16, useTLS: Bool, tls: TLSSettings, settings: HTTP2Settings) -> ConnectionPool {
+        let key = Key(host: host, port: port, useTLS: useTLS, tls: tls, settings: settings)
+        return pools.withLock { pools in
+            if let p = pools[key] { return p }
+            let p = ConnectionPool(key)
+            pools[key] = p
+            return p
+        }
+    }
+
+    private let key: Key
+    // Guarded by `lock`.
+    private let lock = ConditionLock()
+    private var current: HTTP2Connection?
+    private var connecting = false
+    private var attempt: UInt64 = 0
+    private var lastFailure: (attempt: UInt64, error: SpeechClientError)?
+
+    private init(_ key: Key) { self.key = key }
+
+    /// A usable connection, opening one (on this thread, within the timeout) when needed.
+    func connection(loop: EventLoop, timeoutMilliseconds: Int) throws(SpeechClientError) -> HTTP2Connection {
+        let deadline = Clock.monotonicNanos() + UInt64(max(timeoutMilliseconds, 1)) * 1_000_000
+        enum Next { case use(HTTP2Connection), connect(UInt64) }
+        let next = try lock.withLock { () throws(SpeechClientError) -> Next in
+            var waitedFor: UInt64?
+            while true {
+                if let c = current, c.isUsable { return .use(c) }
+                if let w = waitedFor, let failure = lastFailure, failure.attempt == w { throw failure.error }
+                if !connecting {
+                    connecting = true
+                    attempt += 1
+                    return .connect(attempt)
+                }
+                waitedFor = attempt
+                if !lock.wait(untilMonotonicNanos: deadline) {
+                    throw SpeechClientError(.timeout, "cannot connect to \(key.host):\(key.port): no connection within the connect timeout")
+                }
+            }
+        }
+        let myAttempt: UInt64
+        switch next {
+        case .use(let c): return c
+        case .connect(let a): myAttempt = a
+        }
+        do throws(SpeechClientError) {
+            let io = try Connector.open(host: key.host, port: key.port, useTLS: key.useTLS, tls: key.tls,
+                                        timeoutMilliseconds: timeoutMilliseconds)
+            let connection = HTTP2Connection(io: io, loop: loop, peer: "\(key.host):\(key.port)", settings: key.settings)
+            let startError = loop.executeAndWait { () -> SpeechClientError? in
+                do throws(SpeechClientError) { try connection.start(); return nil } catch { return error }
+            }
+            if let startError { throw startError }
+            lock.withLock {
+                current = connection
+                connecting = false
+            }
+            lock.broadcast()
+            return connection
+        } catch {
+            lock.withLock {
+                lastFailure = (myAttempt, error)
+                connecting = false
+            }
+            lock.broadcast()
+            throw error
+        }
+    }
+}

@@ -1,0 +1,407 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CNghttp2
+import CShims
+import Synchronization
+
+/// One HTTP/2 client connection: an nghttp2 client session driven with mem_recv/mem_send over a
+/// non-blocking byte stream (TCP or TLS), registered with the event loop. Many concurrent
+/// streams share it. Owns the session, the byte stream and the I/O buffers.
+///
+/// Thread-safety: everything runs on the event loop thread except `isUsable`, which any thread
+/// may read. The connection stays alive while registered with the loop (the loop holds it).
+final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
+    let loop: EventLoop
+    let peer: String
+    private let settings: HTTP2Settings
+    private let io: any ByteStream
+    private var session: OpaquePointer?
+    private var streams: [Int32: any HTTP2StreamDelegate] = [:]
+    private var pendingHeaders: [Int32: [(name: String, value: String)]] = [:]
+
+    /// False once the connection received GOAWAY, failed or closed: new calls need another.
+    private let usable = Atomic<Bool>(true)
+    var isUsable: Bool { usable.load(ordering: .acquiring) }
+
+    // Output: bytes from nghttp2 not yet accepted by the socket.
+    private var out: [UInt8] = []
+    private var outOffset = 0
+    private var wantsWritable = false
+    private var flushScheduled = false
+    private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    private var closed = false
+
+    // Keepalive.
+    private var lastReceiveNanos: UInt64 = 0
+    private var pingSentNanos: UInt64?
+    private var keepaliveTimer: UInt64?
+
+    /// Outbound bytes above which nghttp2 is not asked for more frames until the socket drains.
+    private static let outputHighWater = 256 * 1024
+
+    init(io: any ByteStream, loop: EventLoop, peer: String, settings: HTTP2Settings) {
+        self.io = io
+        self.loop = loop
+        self.peer = peer
+        self.settings = settings
+    }
+
+    deinit {
+        if let session { nghttp2_session_del(session) }
+        readBuffer.deallocate()
+    }
+
+    // MARK: starting (loop thread)
+
+    /// Creates the session, queues the client preface and SETTINGS, registers with the loop.
+    func start() throws(SpeechClientError) {
+        var callbacks: OpaquePointer?
+        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else {
+            throw SpeechClientError(.noMemory, "nghttp2_session_callbacks_new failed")
+        }
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, onBeginHeaders)
+        nghttp2_session_callbacks_set_on_header_callback(callbacks, onHeader)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrameRecv)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
+        var s: OpaquePointer?
+        let rc = nghttp2_session_client_new(&s, callbacks, Unmanaged.passUnretained(self).toOpaque())
+        guard rc == 0, let s else { throw HTTP2Connection.error("nghttp2_session_client_new", rc, peer: peer) }
+        session = s
+        var entries = [
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue),
+                                   value: UInt32(max(settings.streamWindowBytes, 65_535))),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: 64 * 1024),
+        ]
+        let src = nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count)
+        guard src == 0 else { throw HTTP2Connection.error("nghttp2_submit_settings", src, peer: peer) }
+        _ = nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0,
+                                                  max(settings.connectionWindowBytes, 65_535))
+        try loop.register(fd: io.fd, events: EPOLLIN.rawValue, handler: self)
+        lastReceiveNanos = Clock.monotonicNanos()
+        armKeepalive()
+        flush()
+    }
+
+    static func error(_ function: String, _ rc: Int32, peer: String) -> SpeechClientError {
+        SpeechClientError(.network, "HTTP/2 with \(peer): \(function) failed: \(String(cStringOrEmpty: nghttp2_strerror(rc)))")
+    }
+
+    // MARK: streams (loop thread)
+
+    /// Submits a request (HEADERS, then DATA from the delegate's body) and returns its stream id.
+    func openStream(headers: [(String, String)], delegate: any HTTP2StreamDelegate) throws(SpeechClientError) -> Int32 {
+        guard let session, !closed, isUsable else {
+            throw SpeechClientError(.network, "the connection to \(peer) is closing", grpcStatus: 14)
+        }
+        // One buffer for all names and values; nghttp2 copies them during submit.
+        var blob: [UInt8] = []
+        var ranges: [(Int, Int, Int, Int)] = []
+        for (name, value) in headers {
+            let n = blob.count
+            blob.append(contentsOf: name.utf8)
+            let v = blob.count
+            blob.append(contentsOf: value.utf8)
+            ranges.append((n, v - n, v, blob.count - v))
+        }
+        blob.append(0)
+        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: onReadBody)
+        let id = blob.withUnsafeMutableBufferPointer { buf -> Int32 in
+            guard let base = buf.baseAddress else { return -1 }
+            var nva = ranges.map { r in
+                nghttp2_nv(name: base + r.0, value: base + r.2, namelen: r.1, valuelen: r.3,
+                           flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            }
+            return nghttp2_submit_request(session, nil, &nva, nva.count, &provider, nil)
+        }
+        guard id > 0 else { throw HTTP2Connection.error("nghttp2_submit_request", id, peer: peer) }
+        streams[id] = delegate
+        if streams.count == 1 { lastReceiveNanos = Clock.monotonicNanos() }
+        scheduleFlush()
+        return id
+    }
+
+    /// Tells nghttp2 that a deferred request body has more data (or its end).
+    func resumeBody(stream id: Int32) {
+        guard let session, streams[id] != nil else { return }
+        _ = nghttp2_session_resume_data(session, id)
+        scheduleFlush()
+    }
+
+    /// Resets a stream (RST_STREAM with `errorCode`, CANCEL = 8). The delegate is dropped
+    /// first, so it hears nothing more.
+    func reset(stream id: Int32, errorCode: UInt32) {
+        guard let session, streams.removeValue(forKey: id) != nil else { return }
+        pendingHeaders[id] = nil
+        _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, errorCode)
+        scheduleFlush()
+    }
+
+    // MARK: I/O (loop thread)
+
+    func handleEvents(_ events: UInt32) {
+        if closed { return }
+        if events & (EPOLLIN.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 {
+            readAvailable()
+        }
+        if !closed { flush() }
+    }
+
+    private func readAvailable() {
+        guard let session else { return }
+        while !closed {
+            switch io.read(into: readBuffer) {
+            case .bytes(let n):
+                lastReceiveNanos = Clock.monotonicNanos()
+                guard let base = readBuffer.baseAddress else { return }
+                let rc = nghttp2_session_mem_recv(session, base.assumingMemoryBound(to: UInt8.self), n)
+                if rc < 0 {
+                    fail(SpeechClientError(.network, "HTTP/2 protocol error from \(peer): \(String(cStringOrEmpty: nghttp2_strerror(Int32(truncatingIfNeeded: rc))))",
+                                           grpcStatus: 14))
+                    return
+                }
+                if n < readBuffer.count { return }  // drained (level-triggered epoll calls again if not)
+            case .wouldBlock:
+                return
+            case .closed:
+                fail(SpeechClientError(.network, "the connection to \(peer) was closed by the server", grpcStatus: 14))
+                return
+            case .failed(let error):
+                var e = error
+                e.grpcStatus = 14
+                fail(e)
+                return
+            }
+        }
+    }
+
+    /// Coalesces the writes of everything queued during one loop turn into one flush.
+    private func scheduleFlush() {
+        if flushScheduled || closed { return }
+        flushScheduled = true
+        loop.execute { [self] in
+            self.flushScheduled = false
+            self.flush()
+        }
+    }
+
+    /// Moves frames from nghttp2 to the socket until nghttp2 has nothing or the socket is full.
+    private func flush() {
+        guard let session, !closed else { return }
+        while true {
+            // Gather frames into `out` (bounded), then write them in one call.
+            while out.count - outOffset < HTTP2Connection.outputHighWater {
+                var data: UnsafePointer<UInt8>?
+                let n = nghttp2_session_mem_send(session, &data)
+                if n < 0 {
+                    fail(HTTP2Connection.error("nghttp2_session_mem_send", Int32(truncatingIfNeeded: n), peer: peer))
+                    return
+                }
+                guard n > 0, let data else { break }
+                if outOffset > 0 && outOffset == out.count { out.removeAll(keepingCapacity: true); outOffset = 0 }
+                out.append(contentsOf: UnsafeBufferPointer(start: data, count: n))
+            }
+            if outOffset == out.count { break }
+            let result = out.withUnsafeBytes { raw in
+                io.write(UnsafeRawBufferPointer(rebasing: raw[outOffset...]))
+            }
+            switch result {
+            case .bytes(let n):
+                outOffset += n
+                if outOffset == out.count { out.removeAll(keepingCapacity: out.count <= 1 << 20); outOffset = 0 }
+                continue
+            case .wouldBlock:
+                setWantsWritable(true)
+                return
+            case .closed:
+                fail(SpeechClientError(.network, "the connection to \(peer) was closed by the server", grpcStatus: 14))
+                return
+            case .failed(let error):
+                var e = error
+                e.grpcStatus = 14
+                fail(e)
+                return
+            }
+        }
+        setWantsWritable(false)
+        if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
+            // GOAWAY exchanged and no stream left (or the session is done): close quietly.
+            fail(SpeechClientError(.network, "the connection to \(peer) was closed (GOAWAY)", grpcStatus: 14))
+        }
+    }
+
+    private func setWantsWritable(_ on: Bool) {
+        guard on != wantsWritable, !closed else { return }
+        wantsWritable = on
+        loop.modify(fd: io.fd, events: EPOLLIN.rawValue | (on ? EPOLLOUT.rawValue : 0))
+    }
+
+    /// Ends the connection: every open stream fails with `error`, the socket and session go.
+    func fail(_ error: SpeechClientError) {
+        if closed { return }
+        closed = true
+        usable.store(false, ordering: .releasing)
+        if let t = keepaliveTimer { loop.cancelTimer(t) }
+        keepaliveTimer = nil
+        loop.unregister(fd: io.fd)
+        io.close()
+        let open = streams
+        streams.removeAll()
+        pendingHeaders.removeAll()
+        for (_, delegate) in open.sorted(by: { $0.key < $1.key }) {
+            delegate.http2Closed(errorCode: 0, connectionFailure: error)
+        }
+    }
+
+    // MARK: keepalive (loop thread)
+
+    private func armKeepalive() {
+        guard settings.keepaliveIntervalMilliseconds > 0, !closed else { return }
+        let interval = UInt64(settings.keepaliveIntervalMilliseconds) * 1_000_000
+        let timeout = UInt64(max(settings.keepaliveTimeoutMilliseconds, 1)) * 1_000_000
+        let now = Clock.monotonicNanos()
+        let dueNanos: UInt64
+        if let sent = pingSentNanos {
+            dueNanos = sent + timeout
+        } else {
+            dueNanos = lastReceiveNanos + interval
+        }
+        let ms = dueNanos > now ? Int((dueNanos - now + 999_999) / 1_000_000) : 0
+        keepaliveTimer = loop.addTimer(milliseconds: ms) { [weak self] in self?.keepaliveTick() }
+    }
+
+    private func keepaliveTick() {
+        keepaliveTimer = nil
+        guard let session, !closed else { return }
+        let now = Clock.monotonicNanos()
+        let interval = UInt64(settings.keepaliveIntervalMilliseconds) * 1_000_000
+        let timeout = UInt64(max(settings.keepaliveTimeoutMilliseconds, 1)) * 1_000_000
+        if let sent = pingSentNanos {
+            if lastReceiveNanos > sent {
+                pingSentNanos = nil  // something arrived: the peer is alive
+            } else if now >= sent + timeout {
+                fail(SpeechClientError(.network, "the server \(peer) did not answer a keepalive PING within \(settings.keepaliveTimeoutMilliseconds) ms: connection considered dead", grpcStatus: 14))
+                return
+            }
+        } else if !streams.isEmpty && now >= lastReceiveNanos + interval {
+            if nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil) == 0 {
+                pingSentNanos = now
+                flush()
+            }
+        }
+        armKeepalive()
+    }
+
+    // MARK: nghttp2 callbacks (loop thread, inside mem_recv / mem_send)
+
+    fileprivate func beginHeaders(stream id: Int32) {
+        if streams[id] != nil { pendingHeaders[id] = [] }
+    }
+
+    fileprivate func header(stream id: Int32, name: String, value: String) {
+        pendingHeaders[id]?.append((name, value))
+    }
+
+    fileprivate func frameReceived(_ frame: UnsafePointer<nghttp2_frame>) {
+        let hd = frame.pointee.hd
+        switch UInt32(hd.type) {
+        case NGHTTP2_HEADERS.rawValue:
+            let id = hd.stream_id
+            guard let headers = pendingHeaders.removeValue(forKey: id), let delegate = streams[id] else { return }
+            delegate.http2Headers(headers, endStream: hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0)
+        case NGHTTP2_GOAWAY.rawValue:
+            // New calls go to a new connection; streams above last-stream-id are closed by
+            // nghttp2 with REFUSED_STREAM, the others may finish.
+            usable.store(false, ordering: .releasing)
+        case NGHTTP2_PING.rawValue:
+            if hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 { pingSentNanos = nil }
+        default:
+            break
+        }
+    }
+
+    fileprivate func dataReceived(stream id: Int32, _ bytes: UnsafeRawBufferPointer) {
+        streams[id]?.http2Data(bytes)
+    }
+
+    fileprivate func streamClosed(stream id: Int32, errorCode: UInt32) {
+        pendingHeaders[id] = nil
+        guard let delegate = streams.removeValue(forKey: id) else { return }
+        delegate.http2Closed(errorCode: errorCode, connectionFailure: nil)
+    }
+
+    fileprivate func readBody(stream id: Int32, into buffer: UnsafeMutableRawBufferPointer,
+                              flags: UnsafeMutablePointer<UInt32>) -> Int {
+        guard let delegate = streams[id] else {
+            flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
+            return 0
+        }
+        guard let (count, end) = delegate.http2ReadBody(into: buffer) else {
+            return Int(NGHTTP2_ERR_DEFERRED.rawValue)
+        }
+        if end { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
+        return count
+    }
+}
+
+// The C callbacks: each recovers its connection from user_data (passed unretained; the session
+// only calls back while the connection drives it).
+
+private func connection(_ userData: UnsafeMutableRawPointer?) -> HTTP2Connection? {
+    guard let userData else { return nil }
+    return Unmanaged<HTTP2Connection>.fromOpaque(userData).takeUnretainedValue()
+}
+
+private func onBeginHeaders(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
+                            _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let frame, let c = connection(userData) else { return 0 }
+    if UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue {
+        c.beginHeaders(stream: frame.pointee.hd.stream_id)
+    }
+    return 0
+}
+
+private func onHeader(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
+                      _ name: UnsafePointer<UInt8>?, _ nameLength: Int,
+                      _ value: UnsafePointer<UInt8>?, _ valueLength: Int, _ flags: UInt8,
+                      _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let frame, let name, let value, let c = connection(userData) else { return 0 }
+    c.header(stream: frame.pointee.hd.stream_id,
+             name: String(decoding: UnsafeBufferPointer(start: name, count: nameLength), as: UTF8.self),
+             value: String(decoding: UnsafeBufferPointer(start: value, count: valueLength), as: UTF8.self))
+    return 0
+}
+
+private func onFrameRecv(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,
+                         _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let frame, let c = connection(userData) else { return 0 }
+    c.frameReceived(frame)
+    return 0
+}
+
+private func onDataChunk(_ session: OpaquePointer?, _ flags: UInt8, _ streamID: Int32,
+                         _ data: UnsafePointer<UInt8>?, _ length: Int,
+                         _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    guard let data, let c = connection(userData) else { return 0 }
+    c.dataReceived(stream: streamID, UnsafeRawBufferPointer(start: data, count: length))
+    return 0
+}
+
+private func onStreamClose(_ session: OpaquePointer?, _ streamID: Int32, _ errorCode: UInt32,
+                           _ userData: UnsafeMutableRawPointer?) -> Int32 {
+    connection(userData)?.streamClosed(stream: streamID, errorCode: errorCode)
+    return 0
+}
+
+private func onReadBody(_ session: OpaquePointer?, _ streamID: Int32, _ buffer: UnsafeMutablePointer<UInt8>?,
+                        _ length: Int, _ flags: UnsafeMutablePointer<UInt32>?,
+                        _ source: UnsafeMutablePointer<nghttp2_data_source>?,
+                        _ userData: UnsafeMutableRawPointer?) -> Int {
+    guard let buffer, let flags, let c = connection(userData) else {
+        return Int(NGHTTP2_ERR_CALLBACK_FAILURE.rawValue)
+    }
+    return c.readBody(stream: streamID, into: UnsafeMutableRawBufferPointer(start: buffer, count: length), flags: flags)
+}
