@@ -160,6 +160,12 @@ final class EventCollector: @unchecked Sendable {
     private(set) var closed: [SpeechClientError?] = []
     private(set) var eventsAfterClose = 0
 
+    var isClosed: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return !closed.isEmpty
+    }
+
     func handle(_ event: GRPCCallEvent) {
         lock.lock()
         if !closed.isEmpty { eventsAfterClose += 1 }

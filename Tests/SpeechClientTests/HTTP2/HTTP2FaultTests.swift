@@ -1,0 +1,180 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import SpeechClient
+
+/// One scripted `h2` fault server (h2c), shared by this suite.
+private let sharedFaultServer = Mutex<PeerProcess?>(nil)
+
+private func faultServer() throws -> PeerProcess {
+    try sharedFaultServer.withLock { slot in
+        if let s = slot { return s }
+        let s = try PeerProcess(script: "h2_fault_server.py")
+        slot = s
+        return s
+    }
+}
+
+private func channel(configuration: GRPCChannel.Configuration = .init()) throws -> GRPCChannel {
+    GRPCChannel.shared(server: try ServerURL(parsing: "grpc://127.0.0.1:\(try faultServer().port)"), tls: TLSSettings(),
+                       connectTimeoutMilliseconds: 5000, configuration: configuration)
+}
+
+private func unaryError(_ name: String, timeout: Int? = 5000, channel ch: GRPCChannel? = nil) throws -> SpeechClientError? {
+    let ch = try ch ?? channel()
+    do {
+        _ = try ch.unary(path: "/fault.Fault/\(name)", metadata: [], request: [1, 2, 3], timeoutMilliseconds: timeout)
+        return nil
+    } catch {
+        return error
+    }
+}
+
+/// Runs a streaming call that only receives; returns its messages and final error.
+private func stream(_ name: String, channel ch: GRPCChannel? = nil) throws -> ([[UInt8]], SpeechClientError??) {
+    let ch = try ch ?? channel()
+    let events = EventCollector()
+    let call = try ch.openStreamingCall(path: "/fault.Fault/\(name)", metadata: []) { events.handle($0) }
+    call.halfClose()
+    let closed = events.waitClosed()
+    #expect(events.eventsAfterClose == 0)
+    return (events.messages, closed)
+}
+
+@Suite(.timeLimit(.minutes(2))) struct HTTP2FaultTests {
+    @Test func trailersOnlyStatusWithPercentDecodedMessage() throws {
+        let e = try unaryError("TrailersOnly")
+        #expect(e?.code == .api)
+        #expect(e?.grpcStatus == 5)
+        #expect(e?.message.contains("not found: caf\u{e9} \u{2713} 100%") == true, "\(String(describing: e))")
+    }
+
+    @Test func oneByteDataFramesAreReassembled() throws {
+        let (messages, closed) = try stream("OneByteFrames")
+        #expect(closed == .some(nil))
+        #expect(messages == [Array("hello, one byte at a time".utf8), [], Array("second".utf8)])
+    }
+
+    @Test func truncatedMessageThenOKIsInternal() throws {
+        let (messages, closed) = try stream("Truncated")
+        #expect(messages.isEmpty)
+        let e = closed ?? nil
+        #expect(e?.grpcStatus == 13)
+        #expect(e?.message.contains("middle of a message") == true)
+    }
+
+    @Test func unavailableAfterOneMessage() throws {
+        let (messages, closed) = try stream("UnavailableAfterOne")
+        #expect(messages == [Array("first".utf8)])
+        let e = closed ?? nil
+        #expect(e?.code == .network)
+        #expect(e?.grpcStatus == 14)
+        #expect(e?.message.contains("going away") == true)
+    }
+
+    @Test func rstStreamFailsTheCall() throws {
+        let e = try unaryError("Reset")
+        #expect(e?.code == .api)
+        #expect(e?.grpcStatus == 13)
+        #expect(e?.message.contains("reset the stream") == true)
+    }
+
+    @Test func compressedMessageIsRejected() throws {
+        let e = try unaryError("Compressed")
+        #expect(e?.code == .parse)
+        #expect(e?.message.contains("compressed") == true)
+    }
+
+    @Test func oversizedMessageIsRejectedBeforeBuffering() throws {
+        let e = try unaryError("Oversized")
+        #expect(e?.code == .parse)
+        #expect(e?.grpcStatus == 8)
+    }
+
+    @Test func missingStatusIsInternal() throws {
+        let e = try unaryError("NoStatus")
+        #expect(e?.grpcStatus == 13)
+        #expect(e?.message.contains("without a grpc-status") == true)
+    }
+
+    @Test func httpErrorStatusIsMapped() throws {
+        let e = try unaryError("HTTP503")
+        #expect(e?.code == .network)
+        #expect(e?.grpcStatus == 14)
+    }
+
+    @Test func wrongContentTypeIsRejected() throws {
+        let e = try unaryError("WrongContentType")
+        #expect(e?.code == .parse)
+        #expect(e?.message.contains("text/html") == true)
+    }
+
+    @Test func deadlineFiresWhenServerNeverAnswers() throws {
+        let start = Clock.monotonicNanos()
+        let e = try unaryError("Silent", timeout: 300)
+        #expect(e?.code == .timeout)
+        #expect(e?.grpcStatus == 4)
+        #expect((Clock.monotonicNanos() - start) / 1_000_000 < 2000)
+    }
+
+    @Test func goawayRefusedUnaryIsRetriedOnANewConnection() throws {
+        // Own connection (distinct settings), so other tests' streams are not caught in it.
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_001)))
+        let reply = try ch.unary(path: "/fault.Fault/GoAwayOnce", metadata: [], request: [], timeoutMilliseconds: 5000)
+        #expect(reply == Array("ok".utf8))
+    }
+
+    @Test func goawayRefusedStreamIsUnavailable() throws {
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_002)))
+        let (_, closed) = try stream("GoAwayRefuseAll", channel: ch)
+        let e = closed ?? nil
+        #expect(e?.code == .network)
+        #expect(e?.grpcStatus == 14)
+        // New calls go to a new connection.
+        let reply = try ch.unary(path: "/fault.Fault/Ok", metadata: [], request: [], timeoutMilliseconds: 5000)
+        #expect(reply == Array("ok".utf8))
+    }
+
+    @Test func gracefulGoawayLetsTheStreamFinish() throws {
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_003)))
+        let (messages, closed) = try stream("GoAwayGraceful", channel: ch)
+        #expect(closed == .some(nil))
+        #expect(messages == [Array("ok".utf8)])
+        let reply = try ch.unary(path: "/fault.Fault/Ok", metadata: [], request: [], timeoutMilliseconds: 5000)
+        #expect(reply == Array("ok".utf8))
+    }
+
+    @Test func serverThatStopsReadingFailsTheCallWithBoundedMemory() throws {
+        let limit = 64 * 1024
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_004),
+                                                  maxQueuedSendBytes: limit))
+        let events = EventCollector()
+        let call = try ch.openStreamingCall(path: "/fault.Fault/StopReading", metadata: []) { events.handle($0) }
+        let chunk = [UInt8](repeating: 7, count: 3200)
+        // 65,535 bytes fit the server's window; then at most `limit` more may queue.
+        var sent = 0
+        while !events.isClosed && sent < 1000 {
+            call.send(chunk)
+            sent += 1
+            if sent % 10 == 0 { Thread.sleep(forTimeInterval: 0.005) }
+        }
+        let closed = events.waitClosed()
+        let e = closed ?? nil
+        #expect(e?.code == .network)
+        #expect(e?.message.contains("stopped reading") == true, "\(String(describing: e))")
+        #expect(sent * 3205 < 65_535 + limit + 20 * 3205, "the call failed late: after \(sent) chunks")
+    }
+
+    @Test func keepalivePingTimeoutDetectsADeadPeer() throws {
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 200,
+                                                                       keepaliveTimeoutMilliseconds: 300)))
+        let events = EventCollector()
+        let start = Clock.monotonicNanos()
+        _ = try ch.openStreamingCall(path: "/fault.Fault/Blackhole", metadata: []) { events.handle($0) }
+        let closed = events.waitClosed(seconds: 5)
+        let e = closed ?? nil
+        #expect(e?.code == .network)
+        #expect(e?.message.contains("PING") == true, "\(String(describing: e))")
+        #expect((Clock.monotonicNanos() - start) / 1_000_000 < 3000)
+    }
+}

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""A scripted, misbehaving gRPC-over-HTTP/2 server built on the Python `h2` library.
+
+The request's :path picks the behaviour (/fault/<Name>); see SCENARIOS below. Anything else
+is answered with one message "ok" and status OK.
+
+Usage: h2_fault_server.py [--tls CERT KEY | --tls-no-alpn CERT KEY]
+Prints "PORT <n>" once listening on 127.0.0.1, serves until stdin closes.
+"""
+import socket
+import ssl
+import struct
+import sys
+import threading
+import time
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+
+GOAWAY_ONCE_DONE = threading.Event()
+
+
+def frame(message: bytes, compressed: bool = False) -> bytes:
+    return struct.pack(">BI", 1 if compressed else 0, len(message)) + message
+
+
+def ok_headers(extra=()):
+    return [(":status", "200"), ("content-type", "application/grpc")] + list(extra)
+
+
+class Connection:
+    def __init__(self, sock):
+        self.sock = sock
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, validate_inbound_headers=False))
+        self.stop_reading = False   # stop acknowledging DATA (flow control never reopens)
+        self.blackhole = False      # stop reading the socket entirely (PINGs go unanswered)
+        self.lock = threading.Lock()
+
+    def flush(self):
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def serve(self):
+        self.conn.initiate_connection()
+        self.flush()
+        try:
+            while True:
+                if self.blackhole:
+                    time.sleep(0.05)
+                    continue
+                data = self.sock.recv(65536)
+                if not data:
+                    return
+                with self.lock:
+                    for event in self.conn.receive_data(data):
+                        self.handle(event)
+                    self.flush()
+        except (OSError, h2.exceptions.ProtocolError):
+            return
+        finally:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def handle(self, event):
+        if isinstance(event, h2.events.RequestReceived):
+            headers = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
+                       for k, v in event.headers}
+            path = headers.get(":path", "")
+            name = path.rsplit("/", 1)[-1]
+            handler = SCENARIOS.get(name, Connection.ok)
+            handler(self, event.stream_id, headers)
+        elif isinstance(event, h2.events.DataReceived):
+            if not self.stop_reading:
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+
+    # -- scenarios -------------------------------------------------------------------------
+
+    def ok(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.conn.send_data(sid, frame(b"ok"))
+        self.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+
+    def trailers_only(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers([("grpc-status", "5"),
+                                                ("grpc-message", "not%20found%3A%20caf%C3%A9%20%E2%9C%93 100%")]),
+                               end_stream=True)
+
+    def one_byte_frames(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.flush()
+        payload = frame(b"hello, one byte at a time") + frame(b"") + frame(b"second")
+        for i in range(len(payload)):
+            self.conn.send_data(sid, payload[i:i + 1])
+            self.flush()
+        self.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+
+    def truncated(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.conn.send_data(sid, struct.pack(">BI", 0, 100) + b"0123456789")
+        self.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+
+    def unavailable_after_one(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.conn.send_data(sid, frame(b"first"))
+        self.conn.send_headers(sid, [("grpc-status", "14"), ("grpc-message", "going%20away")], end_stream=True)
+
+    def reset(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.conn.reset_stream(sid, h2.errors.ErrorCodes.INTERNAL_ERROR)
+
+    def goaway_once(self, sid, headers):
+        if GOAWAY_ONCE_DONE.is_set():
+            return self.ok(sid, headers)
+        GOAWAY_ONCE_DONE.set()
+        # last_stream_id below this stream: it was never processed (REFUSED_STREAM).
+        self.conn.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR, last_stream_id=0)
+
+    def goaway_refuse_all(self, sid, headers):
+        self.conn.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR, last_stream_id=0)
+
+    def goaway_graceful(self, sid, headers):
+        # GOAWAY that still covers this stream: it must finish normally. Written by hand,
+        # because h2 sends nothing more once it has sent GOAWAY itself.
+        self.flush()
+        self.sock.sendall(struct.pack(">I", 8)[1:] + bytes([7, 0]) + struct.pack(">III", 0, sid, 0))
+        time.sleep(0.05)
+        self.ok(sid, headers)
+
+    def compressed(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers([("grpc-encoding", "gzip")]))
+        self.conn.send_data(sid, frame(b"\x1f\x8b not really gzip", compressed=True))
+        self.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+
+    def oversized(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.conn.send_data(sid, struct.pack(">BI", 0, 5 * 1024 * 1024) + b"x" * 1000)
+
+    def no_status(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.conn.send_data(sid, frame(b"message"), end_stream=True)
+
+    def http503(self, sid, headers):
+        self.conn.send_headers(sid, [(":status", "503"), ("content-type", "text/plain")], end_stream=True)
+
+    def wrong_content_type(self, sid, headers):
+        self.conn.send_headers(sid, [(":status", "200"), ("content-type", "text/html")])
+        self.conn.send_data(sid, b"<html>hello</html>", end_stream=True)
+
+    def silent(self, sid, headers):
+        pass  # never answers
+
+    def stop_reading_scenario(self, sid, headers):
+        self.stop_reading = True
+        self.conn.send_headers(sid, ok_headers())
+
+    def blackhole_scenario(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.blackhole = True
+
+
+SCENARIOS = {
+    "TrailersOnly": Connection.trailers_only,
+    "OneByteFrames": Connection.one_byte_frames,
+    "Truncated": Connection.truncated,
+    "UnavailableAfterOne": Connection.unavailable_after_one,
+    "Reset": Connection.reset,
+    "GoAwayOnce": Connection.goaway_once,
+    "GoAwayRefuseAll": Connection.goaway_refuse_all,
+    "GoAwayGraceful": Connection.goaway_graceful,
+    "Compressed": Connection.compressed,
+    "Oversized": Connection.oversized,
+    "NoStatus": Connection.no_status,
+    "HTTP503": Connection.http503,
+    "WrongContentType": Connection.wrong_content_type,
+    "Silent": Connection.silent,
+    "StopReading": Connection.stop_reading_scenario,
+    "Blackhole": Connection.blackhole_scenario,
+}
+
+
+def main():
+    tls_context = None
+    if len(sys.argv) == 4 and sys.argv[1] in ("--tls", "--tls-no-alpn"):
+        tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls_context.load_cert_chain(sys.argv[2], sys.argv[3])
+        if sys.argv[1] == "--tls":
+            tls_context.set_alpn_protocols(["h2"])
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    print(f"PORT {listener.getsockname()[1]}", flush=True)
+
+    def accept_loop():
+        while True:
+            sock, _ = listener.accept()
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls_context is not None:
+                try:
+                    sock = tls_context.wrap_socket(sock, server_side=True)
+                except (ssl.SSLError, OSError):
+                    sock.close()
+                    continue
+            threading.Thread(target=Connection(sock).serve, daemon=True).start()
+
+    threading.Thread(target=accept_loop, daemon=True).start()
+    sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()
