@@ -151,6 +151,16 @@ class Connection:
         self.conn.send_headers(sid, [(":status", "200"), ("content-type", "text/html")])
         self.conn.send_data(sid, b"<html>hello</html>", end_stream=True)
 
+    def huge_headers(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers([(f"x-filler-{i}", "v" * 1000) for i in range(100)]))
+        self.conn.send_data(sid, frame(b"ok"))
+        self.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+
+    def two_messages(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.conn.send_data(sid, frame(b"one") + frame(b"two"))
+        self.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+
     def silent(self, sid, headers):
         pass  # never answers
 
@@ -177,6 +187,8 @@ SCENARIOS = {
     "NoStatus": Connection.no_status,
     "HTTP503": Connection.http503,
     "WrongContentType": Connection.wrong_content_type,
+    "HugeHeaders": Connection.huge_headers,
+    "TwoMessages": Connection.two_messages,
     "Silent": Connection.silent,
     "StopReading": Connection.stop_reading_scenario,
     "Blackhole": Connection.blackhole_scenario,

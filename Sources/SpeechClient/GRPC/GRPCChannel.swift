@@ -100,23 +100,28 @@ public final class GRPCChannel: GRPCCalling, Sendable {
                 let now = Clock.monotonicNanos()
                 remaining = deadline > now ? Int((deadline - now) / 1_000_000) : 0
             }
-            let result = OneShot<Result<[[UInt8]], SpeechClientError>>()
-            let collected = Mutex<[[UInt8]]>([])
+            // Keeps the first message and counts the rest (bounded whatever the server sends).
+            let result = OneShot<Result<([UInt8]?, Int), SpeechClientError>>()
+            let collected = Mutex<([UInt8]?, Int)>((nil, 0))
             let call = try open(path: path, metadata: metadata, initialBody: MessageDeframer.frame(request),
                                 endOfBody: true, timeoutMilliseconds: remaining) { event in
                 switch event {
-                case .message(let bytes): collected.withLock { $0.append(bytes) }
+                case .message(let bytes):
+                    collected.withLock { c in
+                        if c.1 == 0 { c.0 = bytes }
+                        c.1 += 1
+                    }
                 case .closed(let error):
                     if let error { result.set(.failure(error)) } else { result.set(.success(collected.withLock { $0 })) }
                 }
             }
             switch result.wait() {
-            case .success(let messages):
-                guard messages.count == 1, let only = messages.first else {
-                    throw SpeechClientError(.parse, "\(path): a unary call got \(messages.count) response messages instead of one",
+            case .success(let (first, count)):
+                guard count == 1, let first else {
+                    throw SpeechClientError(.parse, "\(path): a unary call got \(count) response messages instead of one",
                                             grpcStatus: GRPCStatus.internal)
                 }
-                return only
+                return first
             case .failure(let error):
                 // wasRefused was written on the loop before the result was set (ordered by its lock).
                 if attempt == 1 && call.wasRefused { continue }

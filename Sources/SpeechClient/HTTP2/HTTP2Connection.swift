@@ -19,6 +19,10 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     private var session: OpaquePointer?
     private var streams: [Int32: any HTTP2StreamDelegate] = [:]
     private var pendingHeaders: [Int32: [(name: String, value: String)]] = [:]
+    private var pendingHeaderBytes: [Int32: Int] = [:]
+    /// A response header block larger than this resets its stream (a hostile server cannot make
+    /// the client buffer without bound).
+    private static let maxHeaderBlockBytes = 64 * 1024
 
     /// False once the connection received GOAWAY, failed or closed: new calls need another.
     private let usable = Atomic<Bool>(true)
@@ -136,6 +140,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     func reset(stream id: Int32, errorCode: UInt32) {
         guard let session, streams.removeValue(forKey: id) != nil else { return }
         pendingHeaders[id] = nil
+        pendingHeaderBytes[id] = nil
         _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, errorCode)
         scheduleFlush()
     }
@@ -163,7 +168,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
                                            grpcStatus: 14))
                     return
                 }
-                if n < readBuffer.count { return }  // drained (level-triggered epoll calls again if not)
+                if n < readBuffer.count && io.shortReadMeansDrained { return }
             case .wouldBlock:
                 return
             case .closed:
@@ -251,6 +256,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         let open = streams
         streams.removeAll()
         pendingHeaders.removeAll()
+        pendingHeaderBytes.removeAll()
         for (_, delegate) in open.sorted(by: { $0.key < $1.key }) {
             delegate.http2Closed(errorCode: 0, connectionFailure: error)
         }
@@ -298,11 +304,24 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     // MARK: nghttp2 callbacks (loop thread, inside mem_recv / mem_send)
 
     fileprivate func beginHeaders(stream id: Int32) {
-        if streams[id] != nil { pendingHeaders[id] = [] }
+        if streams[id] != nil {
+            pendingHeaders[id] = []
+            pendingHeaderBytes[id] = 0
+        }
     }
 
-    fileprivate func header(stream id: Int32, name: String, value: String) {
-        pendingHeaders[id]?.append((name, value))
+    /// Returns false when the header block grew too large (the stream is then reset).
+    fileprivate func header(stream id: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard pendingHeaders[id] != nil else { return true }
+        let total = (pendingHeaderBytes[id] ?? 0) + name.count + value.count + 32
+        pendingHeaderBytes[id] = total
+        if total > HTTP2Connection.maxHeaderBlockBytes {
+            pendingHeaders[id] = nil
+            pendingHeaderBytes[id] = nil
+            return false
+        }
+        pendingHeaders[id]?.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+        return true
     }
 
     fileprivate func frameReceived(_ frame: UnsafePointer<nghttp2_frame>) {
@@ -310,6 +329,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         switch UInt32(hd.type) {
         case NGHTTP2_HEADERS.rawValue:
             let id = hd.stream_id
+            pendingHeaderBytes[id] = nil
             guard let headers = pendingHeaders.removeValue(forKey: id), let delegate = streams[id] else { return }
             delegate.http2Headers(headers, endStream: hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0)
         case NGHTTP2_GOAWAY.rawValue:
@@ -329,6 +349,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
 
     fileprivate func streamClosed(stream id: Int32, errorCode: UInt32) {
         pendingHeaders[id] = nil
+        pendingHeaderBytes[id] = nil
         guard let delegate = streams.removeValue(forKey: id) else { return }
         delegate.http2Closed(errorCode: errorCode, connectionFailure: nil)
     }
@@ -369,10 +390,10 @@ private func onHeader(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_
                       _ value: UnsafePointer<UInt8>?, _ valueLength: Int, _ flags: UInt8,
                       _ userData: UnsafeMutableRawPointer?) -> Int32 {
     guard let frame, let name, let value, let c = connection(userData) else { return 0 }
-    c.header(stream: frame.pointee.hd.stream_id,
-             name: String(decoding: UnsafeBufferPointer(start: name, count: nameLength), as: UTF8.self),
-             value: String(decoding: UnsafeBufferPointer(start: value, count: valueLength), as: UTF8.self))
-    return 0
+    let ok = c.header(stream: frame.pointee.hd.stream_id, name: UnsafeBufferPointer(start: name, count: nameLength),
+                      value: UnsafeBufferPointer(start: value, count: valueLength))
+    // TEMPORAL_CALLBACK_FAILURE makes nghttp2 reset just this stream (INTERNAL_ERROR).
+    return ok ? 0 : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue
 }
 
 private func onFrameRecv(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?,

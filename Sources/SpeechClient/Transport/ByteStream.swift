@@ -16,6 +16,9 @@ enum IOResult {
 /// to an HTTP2Connection. Not thread-safe: one owner thread at a time.
 protocol ByteStream: AnyObject {
     var fd: Int32 { get }
+    /// True when a read shorter than the buffer means nothing is left (plain sockets); TLS may
+    /// hold decrypted bytes back, so its reader keeps going until `wouldBlock`.
+    var shortReadMeansDrained: Bool { get }
     func read(into buffer: UnsafeMutableRawBufferPointer) -> IOResult
     func write(_ bytes: UnsafeRawBufferPointer) -> IOResult
     func close()
@@ -32,6 +35,7 @@ final class PlainStream: ByteStream {
     }
 
     var fd: Int32 { socket.fd }
+    var shortReadMeansDrained: Bool { true }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
         while true {

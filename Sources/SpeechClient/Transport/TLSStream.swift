@@ -51,6 +51,7 @@ final class TLSStream: ByteStream {
     }
 
     var fd: Int32 { socket.fd }
+    var shortReadMeansDrained: Bool { false }
 
     func close() {
         // A best-effort close_notify; the socket is non-blocking so this never waits.

@@ -109,6 +109,17 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil) throws -> ([
         #expect(e?.message.contains("text/html") == true)
     }
 
+    @Test func oversizedHeaderBlockResetsTheStream() throws {
+        let e = try unaryError("HugeHeaders")
+        #expect(e?.grpcStatus == 13, "\(String(describing: e))")
+    }
+
+    @Test func unaryWithTwoResponsesIsInternal() throws {
+        let e = try unaryError("TwoMessages")
+        #expect(e?.code == .parse)
+        #expect(e?.message.contains("2 response messages") == true)
+    }
+
     @Test func deadlineFiresWhenServerNeverAnswers() throws {
         let start = Clock.monotonicNanos()
         let e = try unaryError("Silent", timeout: 300)
