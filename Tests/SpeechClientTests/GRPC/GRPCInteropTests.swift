@@ -116,7 +116,7 @@ private func channel(_ peer: PeerProcess, host: String = "127.0.0.1",
     }
 
     @Test func manyConcurrentStreamsShareOneConnection() throws {
-        let count = ProcessInfo.processInfo.environment["SPEECHCLIENT_SLOW_TESTS"] == "1" ? 1000 : 200
+        let count = 1000  // about a second here; the issue asks for it in CI
         let ch = try channel(echoServer())
         var calls: [(EventCollector, any GRPCStreamingCall)] = []
         for _ in 0..<count {
