@@ -185,6 +185,28 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         }
     }
 
+    func http2RemoteEnded() {
+        guard !finished else { return }
+        let result: SpeechClientError?
+        if let status {
+            if deframer.isMidMessage {
+                result = SpeechClientError(.parse, "\(path): the response from \(peer) ended in the middle of a message (status \(status) notwithstanding)",
+                                           grpcStatus: GRPCStatus.internal)
+            } else {
+                result = GRPCStatus.error(status: status, message: statusMessage, path: path)
+            }
+        } else {
+            result = SpeechClientError(.parse, "\(path): the response from \(peer) ended without a grpc-status"
+                                       + (deframer.isMidMessage ? ", in the middle of a message" : ""),
+                                       grpcStatus: GRPCStatus.internal)
+        }
+        // The call is over even if we were still sending: stop the request side.
+        if !(halfClosed && body.count == bodyOffset) {
+            connection?.reset(stream: streamID, errorCode: 8)
+        }
+        finish(result)
+    }
+
     func http2Closed(errorCode: UInt32, connectionFailure: SpeechClientError?) {
         connection = nil
         guard !finished else { return }
@@ -192,20 +214,12 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
             var e = connectionFailure
             e.message = "\(path): \(e.message)"
             finish(e)
-        } else if let status {
-            if deframer.isMidMessage {
-                finish(SpeechClientError(.parse, "\(path): the response from \(peer) ended in the middle of a message (status \(status) notwithstanding)",
-                                         grpcStatus: GRPCStatus.internal))
-            } else {
-                finish(GRPCStatus.error(status: status, message: statusMessage, path: path))
-            }
         } else if errorCode != 0 {
             wasRefused = errorCode == 7
             let grpc = GRPCStatus.fromHTTP2ErrorCode(errorCode)
             finish(GRPCStatus.error(status: grpc, message: "\(peer) reset the stream (HTTP/2 error code \(errorCode))", path: path))
         } else {
-            finish(SpeechClientError(.parse, "\(path): the response from \(peer) ended without a grpc-status"
-                                     + (deframer.isMidMessage ? ", in the middle of a message" : ""),
+            finish(SpeechClientError(.parse, "\(path): the stream to \(peer) closed without a response",
                                      grpcStatus: GRPCStatus.internal))
         }
     }

@@ -331,7 +331,11 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
             let id = hd.stream_id
             pendingHeaderBytes[id] = nil
             guard let headers = pendingHeaders.removeValue(forKey: id), let delegate = streams[id] else { return }
-            delegate.http2Headers(headers, endStream: hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0)
+            let endStream = hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+            delegate.http2Headers(headers, endStream: endStream)
+            if endStream { streams[id]?.http2RemoteEnded() }
+        case NGHTTP2_DATA.rawValue:
+            if hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 { streams[hd.stream_id]?.http2RemoteEnded() }
         case NGHTTP2_GOAWAY.rawValue:
             // New calls go to a new connection; streams above last-stream-id are closed by
             // nghttp2 with REFUSED_STREAM, the others may finish.

@@ -5,6 +5,9 @@ protocol HTTP2StreamDelegate: AnyObject {
     func http2Headers(_ headers: [(name: String, value: String)], endStream: Bool)
     /// A piece of response body, in order; valid only during the call.
     func http2Data(_ bytes: UnsafeRawBufferPointer)
+    /// The server ended its side (END_STREAM on HEADERS or DATA). The request side may still be
+    /// open; the stream closes (`http2Closed`) only once both sides are done or it is reset.
+    func http2RemoteEnded()
     /// The stream is closed. `errorCode` is the HTTP/2 error code (0 = NO_ERROR, for example
     /// 7 = REFUSED_STREAM after a GOAWAY, 8 = CANCEL); `connectionFailure` is set when the whole
     /// connection failed. Called exactly once, and nothing is called after it.

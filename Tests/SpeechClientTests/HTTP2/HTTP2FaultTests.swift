@@ -31,11 +31,11 @@ private func unaryError(_ name: String, timeout: Int? = 5000, channel ch: GRPCCh
 }
 
 /// Runs a streaming call that only receives; returns its messages and final error.
-private func stream(_ name: String, channel ch: GRPCChannel? = nil) throws -> ([[UInt8]], SpeechClientError??) {
+private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: Bool = true) throws -> ([[UInt8]], SpeechClientError??) {
     let ch = try ch ?? channel()
     let events = EventCollector()
     let call = try ch.openStreamingCall(path: "/fault.Fault/\(name)", metadata: []) { events.handle($0) }
-    call.halfClose()
+    if halfClose { call.halfClose() }
     let closed = events.waitClosed()
     #expect(events.eventsAfterClose == 0)
     return (events.messages, closed)
@@ -70,6 +70,18 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil) throws -> ([
         #expect(e?.code == .network)
         #expect(e?.grpcStatus == 14)
         #expect(e?.message.contains("going away") == true)
+    }
+
+    /// The server may end the call while the client is still sending: the status arrives at
+    /// once, without waiting for the client to half-close.
+    @Test func statusArrivesWhileTheClientIsStillSending() throws {
+        let (messages, closed) = try stream("UnavailableAfterOne", halfClose: false)
+        #expect(messages == [Array("first".utf8)])
+        #expect((closed ?? nil)?.grpcStatus == 14)
+        let (_, noStatus) = try stream("NoStatus", halfClose: false)
+        #expect((noStatus ?? nil)?.message.contains("without a grpc-status") == true)
+        let (_, trailersOnly) = try stream("TrailersOnly", halfClose: false)
+        #expect((trailersOnly ?? nil)?.grpcStatus == 5)
     }
 
     @Test func rstStreamFailsTheCall() throws {
