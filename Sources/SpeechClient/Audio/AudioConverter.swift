@@ -1,0 +1,55 @@
+/// Turns a source's interleaved frames into what the server takes: mono (channels averaged),
+/// 16 kHz (through `Resampler`), signed 16-bit (rounded and clipped).
+public final class AudioConverter {
+    public let input: AudioFormat
+    public let output: AudioFormat
+    private let resampler: Resampler?
+
+    public init(input: AudioFormat, output: AudioFormat = .speech) {
+        self.input = AudioFormat(sampleRate: max(1, input.sampleRate), channels: max(1, input.channels))
+        self.output = output
+        resampler = input.sampleRate == output.sampleRate ? nil
+            : Resampler(inputRate: self.input.sampleRate, outputRate: output.sampleRate)
+    }
+
+    public func process(_ interleaved: [Float]) -> [Int16] {
+        let mono = downmix(interleaved)
+        return quantize(resampler?.process(mono) ?? mono)
+    }
+
+    /// Pushed PCM: 16-bit interleaved samples.
+    public func process(int16 interleaved: UnsafeBufferPointer<Int16>) -> [Int16] {
+        if input.channels == 1 && resampler == nil { return Array(interleaved) }
+        var floats = [Float](repeating: 0, count: interleaved.count)
+        for i in 0..<interleaved.count { floats[i] = Float(interleaved[i]) / 32768 }
+        return process(floats)
+    }
+
+    public func flush() -> [Int16] {
+        quantize(resampler?.flush() ?? [])
+    }
+
+    private func downmix(_ interleaved: [Float]) -> [Float] {
+        let c = input.channels
+        if c == 1 { return interleaved }
+        let frames = interleaved.count / c
+        var mono = [Float](repeating: 0, count: frames)
+        let scale = 1 / Float(c)
+        interleaved.withUnsafeBufferPointer { src in
+            for f in 0..<frames {
+                var sum: Float = 0
+                for ch in 0..<c { sum += src[f * c + ch] }
+                mono[f] = sum * scale
+            }
+        }
+        return mono
+    }
+
+    private func quantize(_ samples: [Float]) -> [Int16] {
+        samples.map { s in
+            let v = (s * 32768).rounded()
+            if v.isNaN { return 0 }
+            return Int16(max(-32768, min(32767, v)))
+        }
+    }
+}

@@ -1,0 +1,361 @@
+import Synchronization
+
+/// One recognition client: an audio source, a stream to the server, and an ordered event queue
+/// delivered on the client's own callback thread.
+///
+/// Threads. API calls run on the caller's thread and only check and change `state` and queue
+/// commands. The worker thread does everything that blocks or talks to the stream: opening
+/// audio, connecting, sending, folding responses into segments. The callback thread runs the
+/// application's callbacks, one at a time, with no lock held. One `ConditionLock` guards the
+/// shared fields below; it is never held across I/O or a callback.
+public final class Client: @unchecked Sendable {
+    public typealias EventHandler = @Sendable (Client, ClientEvent) -> Void
+
+    enum Command {
+        case start
+        case stop
+        case audio([[Int16]])
+        case pushEnd([[Int16]])
+        case suspend
+        case resume
+        case stream(StreamEvent, generation: Int)
+    }
+
+    public let options: ClientOptions
+    public let deviceId: String
+    private let service: any RecognitionService
+    private let handler: EventHandler?
+    private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
+    private let logRelay: LogRelay
+
+    // Guarded by `lock`.
+    private let lock = ConditionLock()
+    private var state = ClientState.idle
+    private var pendingStart = false
+    private var commands = FIFO<Command>()
+    private var events = FIFO<ClientEvent>()
+    private var workerBusy = false
+    private var contextOpen = false
+    private var delivering = false
+    private var closing = false
+    private var callbacksClosing = false
+
+    private var worker: ClientWorker?
+    private var workerThread: NativeThread?
+    private var callbackThread: NativeThread?
+
+    // Pushed audio is converted on the caller's thread; concurrent pushers are serialised by
+    // `pushLock` (a separate lock, so converting never holds up the state lock).
+    private let pushLock = ConditionLock()
+    private var pushPath: PushPath?
+
+    struct PushPath {
+        var converter: AudioConverter
+        var chunker: Chunker
+    }
+
+    /// Builds a client and starts its threads. With `prepareOnInit`, connects and opens the
+    /// microphone first and throws what stopped it.
+    public init(options: ClientOptions, service: (any RecognitionService)? = nil,
+                makeSource: (@Sendable (AudioInput) -> (any AudioSource)?)? = nil,
+                handler: EventHandler?) throws(SpeechClientError) {
+        try options.validateForClient()
+        guard let server = options.server else {
+            throw SpeechClientError(.invalidArgument, "no server URL")
+        }
+        self.options = options
+        self.handler = handler
+        self.makeSource = makeSource ?? Client.realSource
+        let identity = DeviceIdentity.resolve(options: options)
+        deviceId = identity.id
+        let logRelay = LogRelay()
+        self.logRelay = logRelay
+        self.service = service ?? Client.speechlyService(options: options, server: server, deviceId: identity.id, log: logRelay)
+        let samplesPerChunk = 16 * options.chunkMilliseconds
+        if case .push(let rate, let channels) = options.audio {
+            let converter = AudioConverter(input: AudioFormat(sampleRate: rate, channels: channels))
+            pushPath = PushPath(converter: converter, chunker: Chunker(samplesPerChunk: samplesPerChunk))
+        }
+        // A WAV file is checked now, so a wrong path fails here and not on the first start.
+        if case .file = options.audio, let source = self.makeSource(options.audio) {
+            try source.open()
+            source.close()
+        }
+        let worker = ClientWorker(options: options, service: self.service, makeSource: self.makeSource,
+                                  samplesPerChunk: samplesPerChunk)
+        if options.prepareOnInit {
+            try worker.prepare(client: nil)
+        }
+        self.worker = worker
+        worker.client = self
+        logRelay.client = self
+        if let warning = identity.warning { log(.warning, warning) }
+        if let server = options.server, !server.useTLS, !server.isLoopback {
+            log(.warning, "plaintext connection to non-loopback host \(server.host): audio and tokens are not encrypted")
+        }
+        if options.insecureTLS { log(.warning, "TLS certificate verification is OFF (insecure_tls)") }
+        do throws(SpeechClientError) {
+            callbackThread = try NativeThread(name: "spc-callbacks") { [self] in self.callbackLoop() }
+            workerThread = try NativeThread(name: "spc-worker") { [worker] in worker.run() }
+        } catch {
+            shutdownThreads()
+            throw error
+        }
+    }
+
+    /// The real service: gRPC channels shared per server, login with the token cache.
+    static func speechlyService(options: ClientOptions, server: ServerURL, deviceId: String, log: LogRelay) -> SpeechlyService {
+        let tls = TLSSettings(caFile: options.caFile, insecure: options.insecureTLS)
+        let channel = GRPCChannel.shared(server: server, tls: tls, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds)
+        let identityServer = options.identityServer ?? server
+        let identityChannel = identityServer == server ? channel
+            : GRPCChannel.shared(server: identityServer, tls: tls, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds)
+        let cache = TokenCache(directory: options.cacheDir ?? DeviceIdentity.defaultCacheDirectory())
+        let identity = IdentityClient(channel: identityChannel, cache: cache, deviceId: deviceId,
+                                      appId: options.appId, projectId: options.projectId)
+        return SpeechlyService(channel: channel, identity: identity) { level, message in log.client?.log(level, message) }
+    }
+
+    static let realSource: @Sendable (AudioInput) -> (any AudioSource)? = { input in
+        switch input {
+        case .microphone(let device): return ALSACapture(device: device)
+        case .file(let path): return WAVFileSource(path: path)
+        case .push: return nil
+        }
+    }
+
+    deinit { shutdownThreads() }
+
+    // MARK: - API (any thread)
+
+    public var currentState: ClientState { lock.withLock { state } }
+
+    /// True when called from this client's callback thread (where blocking calls would deadlock).
+    public var isOnCallbackThread: Bool { lock.withLock { callbackThread?.isCurrent ?? false } }
+
+    public func start() throws(SpeechClientError) {
+        try lock.withLock { () throws(SpeechClientError) in
+            try checkOpen()
+            switch state {
+            case .idle:
+                state = .starting
+                resetPushPath()
+                enqueueLocked(.start)
+            case .stopping where !pendingStart:
+                pendingStart = true
+            case .stopping:
+                throw SpeechClientError(.invalidState, "a start is already queued behind the pending stop")
+            case .starting, .listening:
+                throw SpeechClientError(.invalidState, "a context is already \(state == .starting ? "starting" : "open"): stop it first")
+            case .suspended:
+                throw SpeechClientError(.invalidState, "the client is suspended: resume it first")
+            }
+        }
+    }
+
+    public func stop() throws(SpeechClientError) {
+        try lock.withLock { () throws(SpeechClientError) in
+            try checkOpen()
+            switch state {
+            case .starting, .listening:
+                state = .stopping
+                enqueueLocked(.stop)
+            case .stopping where pendingStart:
+                pendingStart = false
+            default:
+                throw SpeechClientError(.invalidState, "there is no context to stop (state \(state))")
+            }
+        }
+    }
+
+    public func suspend() throws(SpeechClientError) {
+        try lock.withLock { () throws(SpeechClientError) in
+            try checkOpen()
+            guard state != .suspended else { throw SpeechClientError(.invalidState, "the client is already suspended") }
+            state = .suspended
+            pendingStart = false
+            enqueueLocked(.suspend)
+        }
+    }
+
+    public func resume() throws(SpeechClientError) {
+        try lock.withLock { () throws(SpeechClientError) in
+            try checkOpen()
+            guard state == .suspended else { throw SpeechClientError(.invalidState, "the client is not suspended") }
+            state = .idle
+            enqueueLocked(.resume)
+        }
+    }
+
+    public func pushAudio(_ frames: UnsafeBufferPointer<Int16>) throws(SpeechClientError) {
+        let accepting = try lock.withLock { () throws(SpeechClientError) -> Bool in
+            try checkOpen()
+            guard case .push = options.audio else {
+                throw SpeechClientError(.invalidState, "push_audio needs a client whose source is pushed audio")
+            }
+            return state == .starting || state == .listening
+        }
+        guard accepting, !frames.isEmpty else { return }
+        let chunks = pushLock.withLock { () -> [[Int16]] in
+            guard let converter = pushPath?.converter else { return [] }
+            let samples = converter.process(int16: frames)
+            return pushPath?.chunker.append(samples) ?? []
+        }
+        if !chunks.isEmpty { enqueue(.audio(chunks)) }
+    }
+
+    public func pushEnd() throws(SpeechClientError) {
+        try lock.withLock { () throws(SpeechClientError) in
+            try checkOpen()
+            guard case .push = options.audio else {
+                throw SpeechClientError(.invalidState, "push_end needs a client whose source is pushed audio")
+            }
+            guard state == .starting || state == .listening else {
+                throw SpeechClientError(.invalidState, "there is no context to end (state \(state))")
+            }
+            state = .stopping
+            let rest = pushLock.withLock { () -> [[Int16]] in
+                guard let converter = pushPath?.converter else { return [] }
+                var tail = pushPath?.chunker.append(converter.flush()) ?? []
+                if let partial = pushPath?.chunker.flush() { tail.append(partial) }
+                return tail
+            }
+            enqueueLocked(.pushEnd(rest))
+        }
+    }
+
+    /// Waits until idle (see spc_client_wait_idle). Returns false on timeout.
+    public func waitIdle(timeoutMilliseconds: Int) throws(SpeechClientError) -> Bool {
+        if isOnCallbackThread {
+            throw SpeechClientError(.invalidState, "wait_idle called from the client's own callback would wait for itself")
+        }
+        let deadline = timeoutMilliseconds < 0 ? nil : Clock.monotonicNanos() + UInt64(timeoutMilliseconds) * 1_000_000
+        return lock.withLock {
+            while !isIdleLocked {
+                if let deadline {
+                    if !lock.wait(untilMonotonicNanos: deadline) { return isIdleLocked }
+                } else {
+                    lock.wait()
+                }
+            }
+            return true
+        }
+    }
+
+    /// Stops the threads: queued callbacks are delivered, then no more run.
+    public func close() throws(SpeechClientError) {
+        if isOnCallbackThread {
+            throw SpeechClientError(.invalidState, "spc_client_free called from the client's own callback: free it after the callback returns")
+        }
+        shutdownThreads()
+    }
+
+    // MARK: - Internals shared with the worker
+
+    private var isIdleLocked: Bool {
+        (state == .idle || state == .suspended) && !pendingStart && commands.isEmpty && !workerBusy
+            && !contextOpen && events.isEmpty && !delivering
+    }
+
+    private func checkOpen() throws(SpeechClientError) {
+        if closing { throw SpeechClientError(.invalidState, "the client is being freed") }
+    }
+
+    private func resetPushPath() {
+        pushLock.withLock {
+            guard let p = pushPath else { return }
+            pushPath = PushPath(converter: AudioConverter(input: p.converter.input), chunker: Chunker(samplesPerChunk: 16 * options.chunkMilliseconds))
+        }
+    }
+
+    private func enqueueLocked(_ command: Command) {
+        commands.push(command)
+        lock.broadcast()
+    }
+
+    func enqueue(_ command: Command) {
+        lock.withLock { enqueueLocked(command) }
+    }
+
+    /// The worker takes the next command, or nil to go on pumping audio; blocks when idle.
+    func nextCommand(wait: Bool) -> Command?? {
+        lock.withLock {
+            if workerBusy {
+                workerBusy = false
+                lock.broadcast()
+            }
+            while wait && commands.isEmpty && !closing { lock.wait() }
+            if closing { return .some(nil) }
+            guard let command = commands.pop() else { return nil }
+            workerBusy = true
+            return .some(command)
+        }
+    }
+
+    func emit(_ event: ClientEvent) {
+        lock.withLock {
+            guard !closing else { return }
+            events.push(event)
+            lock.broadcast()
+        }
+    }
+
+    func log(_ level: LogLevel, _ message: String) {
+        guard level != .none, level <= options.logLevel else { return }
+        emit(.log(level, message))
+    }
+
+    /// Worker-side state changes, with the events that announce them queued atomically.
+    func transition(_ change: (inout ClientState, inout Bool) -> Void, contextOpen open: Bool? = nil, events newEvents: [ClientEvent] = []) {
+        lock.withLock {
+            change(&state, &pendingStart)
+            if let open { contextOpen = open }
+            if !closing { for e in newEvents { events.push(e) } }
+            lock.broadcast()
+        }
+    }
+
+    // MARK: - Callback thread
+
+    private func callbackLoop() {
+        while true {
+            let event: ClientEvent? = lock.withLock {
+                while events.isEmpty && !callbacksClosing { lock.wait() }
+                let e = events.pop()
+                if e != nil { delivering = true }
+                return e
+            }
+            guard let event else { return }
+            handler?(self, event)
+            lock.withLock {
+                delivering = false
+                lock.broadcast()
+            }
+        }
+    }
+
+    private func shutdownThreads() {
+        let threads: (NativeThread?, NativeThread?) = lock.withLock {
+            closing = true
+            lock.broadcast()
+            let t = (workerThread, callbackThread)
+            workerThread = nil
+            return t
+        }
+        threads.0?.join()
+        worker?.shutdown()
+        lock.withLock {
+            callbacksClosing = true
+            lock.broadcast()
+        }
+        threads.1?.join()
+        lock.withLock { callbackThread = nil }
+        worker = nil
+    }
+}
+
+/// Lets objects made before the client (the service) log through it once it exists. Set once,
+/// before any thread that reads it starts.
+final class LogRelay: @unchecked Sendable {
+    weak var client: Client?
+}

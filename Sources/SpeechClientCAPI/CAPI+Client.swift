@@ -1,0 +1,127 @@
+import CSpeechClientAPI
+import SpeechClient
+
+extension CCallbacks {
+    /// Turns a core event into the matching C call (on the client's callback thread).
+    func deliver(_ client: Client, _ event: ClientEvent) {
+        let handle = OpaquePointer(Unmanaged.passUnretained(client).toOpaque())
+        switch event {
+        case .segment(let segment):
+            guard let segmentCallback = self.segment else { return }
+            segmentCallback(handle, OpaquePointer(Unmanaged.passUnretained(segment).toOpaque()), segmentData)
+        case .error(let error):
+            guard let errorCallback = self.error else { return }
+            let box = ErrorHandle(error)
+            withExtendedLifetime(box) {
+                errorCallback(handle, OpaquePointer(Unmanaged.passUnretained(box).toOpaque()), errorData)
+            }
+        case .start(let id):
+            guard let startCallback = self.start else { return }
+            id.withCString { startCallback(handle, $0, startData) }
+        case .stop(let id):
+            guard let stopCallback = self.stop else { return }
+            id.withCString { stopCallback(handle, $0, stopData) }
+        case .log(let level, let message):
+            guard let logCallback = self.log else { return }
+            message.withCString { logCallback(handle, spc_log_level(rawValue: UInt32(level.rawValue)), $0, logData) }
+        }
+    }
+}
+
+func clientFrom(_ p: OpaquePointer?) -> Client? {
+    guard let p else { return nil }
+    return Unmanaged<Client>.fromOpaque(UnsafeRawPointer(p)).takeUnretainedValue()
+}
+
+@c @implementation
+public func spc_client_new(_ options: OpaquePointer?, _ outClient: UnsafeMutablePointer<OpaquePointer?>?,
+                           _ outError: UnsafeMutablePointer<OpaquePointer?>?) -> spc_status {
+    outError?.pointee = nil
+    guard let outClient else {
+        outError?.pointee = ErrorHandle.retained(SpeechClientError(.invalidArgument, "out_client is NULL"))
+        return SPC_ERROR_INVALID_ARGUMENT
+    }
+    outClient.pointee = nil
+    guard let handle = OptionsHandle.from(options) else {
+        outError?.pointee = ErrorHandle.retained(SpeechClientError(.invalidArgument, "options is NULL"))
+        return SPC_ERROR_INVALID_ARGUMENT
+    }
+    let callbacks = handle.callbacks
+    do throws(SpeechClientError) {
+        let client = try Client(options: handle.options) { client, event in callbacks.deliver(client, event) }
+        outClient.pointee = OpaquePointer(Unmanaged.passRetained(client).toOpaque())
+        return SPC_OK
+    } catch {
+        outError?.pointee = ErrorHandle.retained(error)
+        return .from(error)
+    }
+}
+
+@c @implementation
+public func spc_client_free(_ client: OpaquePointer?) -> spc_status {
+    guard let client, let c = clientFrom(client) else { return SPC_OK }
+    let result = status { () throws(SpeechClientError) in try c.close() }
+    if result == SPC_OK {
+        Unmanaged<Client>.fromOpaque(UnsafeRawPointer(client)).release()
+    }
+    return result
+}
+
+/// Runs a client call, or returns INVALID_ARGUMENT for a NULL handle.
+private func call(_ client: OpaquePointer?, _ body: (Client) throws(SpeechClientError) -> Void) -> spc_status {
+    guard let c = clientFrom(client) else { return SPC_ERROR_INVALID_ARGUMENT }
+    return status { () throws(SpeechClientError) in try body(c) }
+}
+
+@c @implementation
+public func spc_client_start(_ client: OpaquePointer?) -> spc_status {
+    call(client) { (c) throws(SpeechClientError) in try c.start() }
+}
+
+@c @implementation
+public func spc_client_stop(_ client: OpaquePointer?) -> spc_status {
+    call(client) { (c) throws(SpeechClientError) in try c.stop() }
+}
+
+@c @implementation
+public func spc_client_suspend(_ client: OpaquePointer?) -> spc_status {
+    call(client) { (c) throws(SpeechClientError) in try c.suspend() }
+}
+
+@c @implementation
+public func spc_client_resume(_ client: OpaquePointer?) -> spc_status {
+    call(client) { (c) throws(SpeechClientError) in try c.resume() }
+}
+
+@c @implementation
+public func spc_client_get_state(_ client: OpaquePointer?, _ outState: UnsafeMutablePointer<spc_state>?) -> spc_status {
+    guard let c = clientFrom(client), let outState else { return SPC_ERROR_INVALID_ARGUMENT }
+    outState.pointee = spc_state(rawValue: UInt32(c.currentState.rawValue))
+    return SPC_OK
+}
+
+@c @implementation
+public func spc_client_push_audio(_ client: OpaquePointer?, _ frames: UnsafePointer<Int16>?, _ frameCount: Int) -> spc_status {
+    guard let c = clientFrom(client) else { return SPC_ERROR_INVALID_ARGUMENT }
+    if frameCount == 0 { return status { () throws(SpeechClientError) in try c.pushAudio(UnsafeBufferPointer(start: nil, count: 0)) } }
+    guard let frames else { return SPC_ERROR_INVALID_ARGUMENT }
+    guard case .push(_, let channels) = c.options.audio else { return SPC_ERROR_INVALID_STATE }
+    let (samples, overflow) = frameCount.multipliedReportingOverflow(by: channels)
+    if overflow { return SPC_ERROR_INVALID_ARGUMENT }
+    return status { () throws(SpeechClientError) in try c.pushAudio(UnsafeBufferPointer(start: frames, count: samples)) }
+}
+
+@c @implementation
+public func spc_client_push_end(_ client: OpaquePointer?) -> spc_status {
+    call(client) { (c) throws(SpeechClientError) in try c.pushEnd() }
+}
+
+@c @implementation
+public func spc_client_wait_idle(_ client: OpaquePointer?, _ timeoutMs: Int32) -> spc_status {
+    guard let c = clientFrom(client) else { return SPC_ERROR_INVALID_ARGUMENT }
+    do throws(SpeechClientError) {
+        return try c.waitIdle(timeoutMilliseconds: Int(timeoutMs)) ? SPC_OK : SPC_ERROR_TIMEOUT
+    } catch {
+        return .from(error)
+    }
+}

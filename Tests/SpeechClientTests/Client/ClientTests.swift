@@ -1,0 +1,163 @@
+import Synchronization
+import Testing
+@testable import SpeechClient
+
+/// Records events in delivery order, with the thread they ran on.
+final class EventLog: @unchecked Sendable {
+    let events = Mutex<[String]>([])
+    let onCallbackThread = Atomic<Bool>(true)
+
+    func handler(_ client: Client, _ event: ClientEvent) {
+        if !client.isOnCallbackThread { onCallbackThread.store(false, ordering: .relaxed) }
+        let line: String
+        switch event {
+        case .start(let id): line = "start \(id)"
+        case .stop(let id): line = "stop \(id)"
+        case .error(let e): line = "error \(e.code)"
+        case .segment(let s): line = "segment \(s.isFinal ? "final" : "tentative") \(s.transcript)"
+        case .log: return
+        }
+        events.withLock { $0.append(line) }
+    }
+
+    var lines: [String] { events.withLock { $0 } }
+}
+
+func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
+    var o = ClientOptions()
+    try o.setServer("grpc://127.0.0.1:1")
+    try o.setAppId("test")
+    try o.setAudio(.push(sampleRate: 16_000, channels: 1))
+    try o.setChunkMilliseconds(chunkMs)
+    o.deviceId = "00000000-0000-4000-8000-000000000000"
+    return o
+}
+
+@Suite struct ClientTests {
+    @Test func pushedAudioIsTranscribedAndEventsComeInOrder() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService()
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let samples = [Int16](repeating: 1000, count: 16_000 * 3 / 10)   // 300 ms = 3 chunks
+        samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines
+        #expect(lines.first == "start ctx-1")
+        #expect(lines.last == "stop ctx-1")
+        #expect(lines.contains("segment final w1 w2 w3"))
+        let log_onCallbackThreadValue = log.onCallbackThread.load(ordering: .relaxed)
+        #expect(log_onCallbackThreadValue)
+        #expect(client.currentState == .idle)
+    }
+
+    @Test func wrongStatesAreRejected() throws {
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(), handler: nil)
+        defer { try? client.close() }
+        #expect(throws: SpeechClientError.self) { try client.stop() }
+        #expect(throws: SpeechClientError.self) { try client.resume() }
+        #expect(throws: SpeechClientError.self) { try client.pushEnd() }
+        try client.start()
+        #expect(throws: SpeechClientError.self) { try client.start() }
+        try client.stop()
+        // A start during the pending stop is queued; a second one is refused.
+        try client.start()
+        #expect(throws: SpeechClientError.self) { try client.start() }
+        try client.stop()   // cancels the queued start
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        try client.suspend()
+        #expect(throws: SpeechClientError.self) { try client.suspend() }
+        #expect(throws: SpeechClientError.self) { try client.start() }
+        try client.resume()
+        #expect(client.currentState == .idle)
+    }
+
+    @Test func startQueuedBehindStopRunsAfterIt() throws {
+        let log = EventLog()
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(.init(answerDelayMilliseconds: 20)), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        try client.stop()
+        try client.start()
+        #expect(client.currentState == .stopping)
+        // Wait for the second context to open, then end it.
+        for _ in 0..<200 where client.currentState != .listening { usleepMs(5) }
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(log.lines.filter { $0.hasPrefix("start") } == ["start ctx-1", "start ctx-2"])
+        #expect(log.lines.filter { $0.hasPrefix("stop") } == ["stop ctx-1", "stop ctx-2"])
+    }
+
+    @Test func connectFailureGivesErrorThenStop() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failConnect: SpeechClientError(.network, "refused")))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(log.lines == ["error network", "stop "])
+        #expect(client.currentState == .idle)
+    }
+
+    @Test func streamLossMidContextEndsTheContextWithAnError() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failAfterChunks: (2, SpeechClientError(.network, "reset"))))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let samples = [Int16](repeating: 0, count: 16_000)
+        samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(log.lines.suffix(2) == ["error network", "stop ctx-1"])
+    }
+
+    @Test func realNetworkServiceReportsUnreachableServer() throws {
+        let log = EventLog()
+        let client = try Client(options: try pushOptions(), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        #expect(log.lines == ["error network", "stop "])
+    }
+
+    @Test func prepareOnInitFailsInTheConstructor() throws {
+        var o = try pushOptions()
+        o.prepareOnInit = true
+        #expect { try Client(options: o, handler: nil) } throws: { ($0 as? SpeechClientError)?.code == .network }
+    }
+
+    @Test func callbacksMayCallTheAPIAndFreeFromCallbackIsRefused() throws {
+        let refused = Atomic<Bool>(false)
+        let restarted = Atomic<Int>(0)
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(), handler: { client, event in
+            if case .stop = event {
+                do throws(SpeechClientError) { try client.close() } catch { refused.store(error.code == .invalidState, ordering: .relaxed) }
+                if restarted.add(1, ordering: .relaxed).newValue == 1 { try? client.start(); try? client.stop() }
+            }
+        })
+        try client.start()
+        try client.stop()
+        for _ in 0..<400 where restarted.load(ordering: .relaxed) < 2 { usleepMs(5) }
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let refusedValue = refused.load(ordering: .relaxed)
+        #expect(refusedValue)
+        let restartedCount = restarted.load(ordering: .relaxed)
+        #expect(restartedCount == 2)
+        try client.close()
+    }
+
+    @Test func closeWhileStreamingDeliversQueuedEventsAndReturns() throws {
+        let log = EventLog()
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(), handler: log.handler)
+        try client.start()
+        let samples = [Int16](repeating: 0, count: 1600)
+        for _ in 0..<50 { samples.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try client.close()
+        let count = log.lines.count
+        usleepMs(50)
+        #expect(log.lines.count == count)
+        #expect(throws: SpeechClientError.self) { try client.start() }
+    }
+}

@@ -1,0 +1,91 @@
+import Synchronization
+@testable import SpeechClient
+
+/// An in-process stand-in for a server, for unit tests of the client only: it answers start
+/// with started, each audio chunk with a tentative word, and stop with final words, segment_end
+/// and finished. The real stack is tested against the real server.
+final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
+    struct Behaviour: Sendable {
+        var failConnect: SpeechClientError?
+        /// Close the stream with this error after this many audio chunks.
+        var failAfterChunks: (Int, SpeechClientError)?
+        /// Delay before answering start and stop (ms): widens race windows.
+        var answerDelayMilliseconds = 0
+    }
+
+    let behaviour: Behaviour
+    let requests = Mutex<[SLURequest]>([])
+    let streamsOpened = Atomic<Int>(0)
+
+    init(_ behaviour: Behaviour = Behaviour()) { self.behaviour = behaviour }
+
+    func openStream(config: SLUConfig, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) -> any RecognitionStream {
+        if let error = behaviour.failConnect { throw error }
+        streamsOpened.add(1, ordering: .relaxed)
+        return FakeStream(service: self, handler: handler)
+    }
+}
+
+final class FakeStream: RecognitionStream, @unchecked Sendable {
+    private let service: FakeRecognitionService
+    private let handler: @Sendable (StreamEvent) -> Void
+    private let state = Mutex<(context: String?, chunks: Int, contexts: Int, closed: Bool)>((nil, 0, 0, false))
+
+    init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void) {
+        self.service = service
+        self.handler = handler
+    }
+
+    func send(_ request: SLURequest) {
+        service.requests.withLock { $0.append(request) }
+        let delay = service.behaviour.answerDelayMilliseconds
+        var out: [StreamEvent] = []
+        state.withLock { s in
+            if s.closed { return }
+            switch request {
+            case .config, .rttResponse: break
+            case .start:
+                s.contexts += 1
+                s.chunks = 0
+                let id = "ctx-\(s.contexts)"
+                s.context = id
+                out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .started)))
+            case .audio:
+                s.chunks += 1
+                if let (n, error) = service.behaviour.failAfterChunks, s.chunks >= n {
+                    s.closed = true
+                    out.append(.closed(error))
+                    return
+                }
+                if let id = s.context {
+                    let w = SLUWord(text: "w\(s.chunks)", index: Int32(s.chunks - 1), startMilliseconds: 0, endMilliseconds: 0)
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: w.text, words: [w]))))
+                }
+            case .stop:
+                if let id = s.context {
+                    for i in 0..<s.chunks {
+                        let w = SLUWord(text: "w\(i + 1)", index: Int32(i), startMilliseconds: Int32(i * 100), endMilliseconds: Int32(i * 100 + 90))
+                        out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .transcript(w))))
+                    }
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .segmentEnd)))
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
+                }
+                s.context = nil
+            }
+        }
+        if delay > 0, case .audio = request {} else if delay > 0 { usleepMs(delay) }
+        for e in out { handler(e) }
+    }
+
+    func finish() { state.withLock { $0.closed = true } }
+    func cancel() { state.withLock { $0.closed = true } }
+}
+
+func usleepMs(_ ms: Int) {
+    var ts = timespec(tv_sec: ms / 1000, tv_nsec: (ms % 1000) * 1_000_000)
+    nanosleep(&ts, nil)
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif
