@@ -29,9 +29,10 @@ SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEAS
 
 all: lib demo
 
-# Always a clean release build: SwiftPM does not notice edits to the public header (build.md).
+# SwiftPM does not notice edits to the public header (build.md): touching the C API sources
+# makes it recompile the module that implements the header.
 lib:
-	rm -rf $(RELEASE_DIR)/release/SpeechClientCAPI.build $(RELEASE_DIR)/release/CSpeechClientAPI.build
+	touch Sources/SpeechClientCAPI/*.swift Sources/CSpeechClientAPI/speechclient.c
 	$(SWIFT) build $(SWIFT_RELEASE_FLAGS)
 	mkdir -p $(BUILD)
 	cp $(RELEASE_DIR)/release/libspeechclient.so $(LIB)
