@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The client's worker thread: opens audio and streams, sends audio and start/stop, and folds
 /// the server's responses into segments. Only this thread touches the fields below (after
 /// `prepare` in the constructor, which runs before the thread starts).
@@ -36,6 +40,8 @@ final class ClientWorker: @unchecked Sendable {
     }
 
     deinit { shutdown() }
+
+    static let fileBacklogLimit = 64 * 1024
 
     // MARK: - Loop
 
@@ -141,8 +147,16 @@ final class ClientWorker: @unchecked Sendable {
     }
 
     /// Reads one block from the source into the context; at the end of a file, stops it.
+    /// A file is read as fast as the server takes it: while the stream's backlog is above
+    /// `fileBacklogLimit` the worker waits (checking commands between waits) instead of queueing
+    /// more. The microphone is never held back: its audio cannot wait.
     private func pumpOnce() {
         guard pumping, let source, let converter else { pumping = false; return }
+        if case .file = options.audio, let stream, stream.backlogBytes > Self.fileBacklogLimit {
+            var ts = timespec(tv_sec: 0, tv_nsec: 2_000_000)
+            nanosleep(&ts, nil)
+            return
+        }
         let frames = max(1, source.format.sampleRate * options.chunkMilliseconds / 1000)
         let block: [Float]?
         do throws(SpeechClientError) {

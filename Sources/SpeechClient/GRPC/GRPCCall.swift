@@ -99,6 +99,8 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         }
     }
 
+    var queuedSendBytes: Int { queuedBytes.load(ordering: .relaxed) }
+
     func cancel() {
         loop.executeAndWait { [self] in
             guard !self.finished else { return }

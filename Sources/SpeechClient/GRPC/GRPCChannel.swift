@@ -33,6 +33,9 @@ public protocol GRPCStreamingCall: AnyObject, Sendable {
     func halfClose()
     /// Abandons the call (RST_STREAM CANCEL); no more events are delivered after it returns.
     func cancel()
+    /// Request bytes queued and not yet taken by HTTP/2 flow control. Sources faster than real
+    /// time (files) wait while this is high instead of tripping the queue limit.
+    var queuedSendBytes: Int { get }
 }
 
 /// A gRPC channel to one server: unary and bidirectional-streaming calls as HTTP/2 streams on

@@ -21,4 +21,6 @@ public protocol RecognitionStream: AnyObject, Sendable {
     func finish()
     /// Abandons the stream at once (RST_STREAM CANCEL); no further events are delivered.
     func cancel()
+    /// Bytes sent but not yet taken by the network (flow control); see `GRPCStreamingCall`.
+    var backlogBytes: Int { get }
 }

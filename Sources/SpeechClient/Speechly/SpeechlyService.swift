@@ -86,4 +86,5 @@ final class SLUStream: RecognitionStream, @unchecked Sendable {
     func send(_ request: SLURequest) { call.send(request.encoded()) }
     func finish() { call.halfClose() }
     func cancel() { call.cancel() }
+    var backlogBytes: Int { call.queuedSendBytes }
 }

@@ -79,6 +79,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
 
     func finish() { state.withLock { $0.closed = true } }
     func cancel() { state.withLock { $0.closed = true } }
+    var backlogBytes: Int { 0 }
 }
 
 func usleepMs(_ ms: Int) {
