@@ -277,14 +277,21 @@ public final class Client: @unchecked Sendable {
         lock.withLock { enqueueLocked(command) }
     }
 
-    /// The worker takes the next command, or nil to go on pumping audio; blocks when idle.
-    func nextCommand(wait: Bool) -> Command?? {
+    /// The worker takes the next command. `wait`: block until one arrives, or until `deadline`
+    /// (monotonic ns) passes; nil then means "nothing to do" (go on pumping, or the deadline).
+    func nextCommand(wait: Bool, deadline: UInt64? = nil) -> Command?? {
         lock.withLock {
             if workerBusy {
                 workerBusy = false
                 lock.broadcast()
             }
-            while wait && commands.isEmpty && !closing { lock.wait() }
+            while wait && commands.isEmpty && !closing {
+                if let deadline {
+                    if !lock.wait(untilMonotonicNanos: deadline) { break }
+                } else {
+                    lock.wait()
+                }
+            }
             if closing { return .some(nil) }
             guard let command = commands.pop() else { return nil }
             workerBusy = true

@@ -31,6 +31,8 @@ public struct ClientOptions: Sendable {
     public var logLevel = LogLevel.warning
     /// How long to wait for a TCP connection (and, later, TLS) before a timeout error.
     public var connectTimeoutMilliseconds = 5_000
+    /// An SLU stream with no context is closed after this long and reopened by the next start.
+    public var idleStreamMilliseconds = 30_000
 
     public init() {}
 

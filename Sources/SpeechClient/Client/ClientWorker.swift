@@ -29,6 +29,9 @@ final class ClientWorker: @unchecked Sendable {
     /// A start that arrived while the previous context was still finishing (after resume).
     private var deferredStart = false
     private var suspended = false
+    private var lastActivity = Clock.monotonicNanos()
+    /// The current context was already retried once after the server rejected the token.
+    private var authRetried = false
 
     init(options: ClientOptions, service: any RecognitionService,
          makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?, samplesPerChunk: Int) {
@@ -47,11 +50,21 @@ final class ClientWorker: @unchecked Sendable {
 
     func run() {
         while let client {
-            // While pumping, take commands without waiting and read audio between them.
-            guard let next = client.nextCommand(wait: !pumping) else {
-                pumpOnce()
+            // While pumping, take commands without waiting and read audio between them. An open
+            // stream with no context is closed after `idleStreamNanos` (protocol.md: the official
+            // clients did the same) and reopened by the next start.
+            let idleDeadline = (stream != nil && !contextOpen) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
+            guard let next = client.nextCommand(wait: !pumping, deadline: idleDeadline) else {
+                if pumping {
+                    pumpOnce()
+                } else if let idleDeadline, Clock.monotonicNanos() >= idleDeadline {
+                    client.log(.debug, "closing the idle SLU stream")
+                    stream?.finish()
+                    stream = nil
+                }
                 continue
             }
+            lastActivity = Clock.monotonicNanos()
             guard let command = next else { return }
             handle(command)
         }
@@ -207,6 +220,7 @@ final class ClientWorker: @unchecked Sendable {
     /// A context could not run: report the error, then the stop, and return to idle.
     private func failContext(_ error: SpeechClientError) {
         let id = contextId
+        authRetried = false
         contextOpen = false
         stopSent = false
         pumping = false
@@ -224,6 +238,16 @@ final class ClientWorker: @unchecked Sendable {
         switch event {
         case .closed(let error):
             stream = nil
+            // A rejected token before the context started: log in afresh (the relay dropped the
+            // cached token) and open the context again, once.
+            if contextOpen, contextId.isEmpty, !stopSent, !authRetried, let error, error.code == .auth {
+                authRetried = true
+                client?.log(.info, "the server rejected the token; logging in again")
+                contextOpen = false
+                if case .file = options.audio { closeFileSource() }
+                handleStart()
+                return
+            }
             if contextOpen {
                 failContext(error ?? SpeechClientError(.network, "the server closed the stream during a context"))
             } else if let error {
@@ -237,6 +261,7 @@ final class ClientWorker: @unchecked Sendable {
     private func handleResponse(_ response: SLUResponse) {
         switch response.payload {
         case .started:
+            authRetried = false
             contextId = response.audioContext
             client?.transition({ state, _ in
                 if state == .starting { state = .listening }

@@ -122,6 +122,50 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         #expect(log.lines == ["error network", "stop "])
     }
 
+    @Test func rejectedTokenIsRetriedOnceThenAnAuthError() throws {
+        let log = EventLog()
+        let once = FakeRecognitionService(.init(rejectStreams: 1))
+        let a = try Client(options: try pushOptions(), service: once, handler: log.handler)
+        try a.start()
+        for _ in 0..<400 where a.currentState != .listening { usleepMs(5) }
+        try a.stop()
+        #expect(try a.waitIdle(timeoutMilliseconds: 5000))
+        try a.close()
+        #expect(log.lines.filter { !$0.hasPrefix("segment") } == ["start ctx-1", "stop ctx-1"])
+        let opened = once.streamsOpened.load(ordering: .relaxed)
+        #expect(opened == 2)
+
+        let log2 = EventLog()
+        let always = FakeRecognitionService(.init(rejectStreams: 100))
+        let b = try Client(options: try pushOptions(), service: always, handler: log2.handler)
+        try b.start()
+        #expect(try b.waitIdle(timeoutMilliseconds: 5000))
+        try b.close()
+        #expect(log2.lines == ["error auth", "stop "])
+        let opened2 = always.streamsOpened.load(ordering: .relaxed)
+        #expect(opened2 == 2)
+    }
+
+    @Test func idleStreamIsClosedAndReopenedOnDemand() throws {
+        var o = try pushOptions()
+        o.idleStreamMilliseconds = 50
+        let service = FakeRecognitionService()
+        let log = EventLog()
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        for round in 1...2 {
+            try client.start()
+            for _ in 0..<400 where client.currentState != .listening { usleepMs(5) }
+            try client.stop()
+            #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+            for _ in 0..<100 where service.streamsFinished.load(ordering: .relaxed) < round { usleepMs(5) }
+            let finished = service.streamsFinished.load(ordering: .relaxed)
+            #expect(finished == round)
+        }
+        let opened = service.streamsOpened.load(ordering: .relaxed)
+        #expect(opened == 2)
+    }
+
     @Test func prepareOnInitFailsInTheConstructor() throws {
         var o = try pushOptions()
         o.prepareOnInit = true

@@ -11,18 +11,21 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var failAfterChunks: (Int, SpeechClientError)?
         /// Delay before answering start and stop (ms): widens race windows.
         var answerDelayMilliseconds = 0
+        /// The first N streams are closed with an auth error when a context starts.
+        var rejectStreams = 0
     }
 
     let behaviour: Behaviour
     let requests = Mutex<[SLURequest]>([])
     let streamsOpened = Atomic<Int>(0)
+    let streamsFinished = Atomic<Int>(0)
 
     init(_ behaviour: Behaviour = Behaviour()) { self.behaviour = behaviour }
 
     func openStream(config: SLUConfig, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) -> any RecognitionStream {
         if let error = behaviour.failConnect { throw error }
-        streamsOpened.add(1, ordering: .relaxed)
-        return FakeStream(service: self, handler: handler)
+        let n = streamsOpened.add(1, ordering: .relaxed).newValue
+        return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams)
     }
 }
 
@@ -31,9 +34,12 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let handler: @Sendable (StreamEvent) -> Void
     private let state = Mutex<(context: String?, chunks: Int, contexts: Int, closed: Bool)>((nil, 0, 0, false))
 
-    init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void) {
+    private let reject: Bool
+
+    init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void, reject: Bool) {
         self.service = service
         self.handler = handler
+        self.reject = reject
     }
 
     func send(_ request: SLURequest) {
@@ -44,6 +50,9 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
             if s.closed { return }
             switch request {
             case .config, .rttResponse: break
+            case .start where reject:
+                s.closed = true
+                out.append(.closed(SpeechClientError(.auth, "token rejected", grpcStatus: 16)))
             case .start:
                 s.contexts += 1
                 s.chunks = 0
@@ -77,7 +86,10 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
         for e in out { handler(e) }
     }
 
-    func finish() { state.withLock { $0.closed = true } }
+    func finish() {
+        state.withLock { $0.closed = true }
+        service.streamsFinished.add(1, ordering: .relaxed)
+    }
     func cancel() { state.withLock { $0.closed = true } }
     var backlogBytes: Int { 0 }
 }
