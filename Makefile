@@ -89,3 +89,11 @@ fuzz:
 			tail -40 .build-fuzz/$$t.log; echo "fuzz: $$t FAILED"; exit 1; fi; \
 		echo "fuzz: $$t $$(grep -E 'stat::number_of_executed_units' .build-fuzz/$$t.log) $$(grep -oE 'cov: [0-9]+' .build-fuzz/$$t.log | tail -1)"; \
 	done
+
+# The Swift test suite under ThreadSanitizer and AddressSanitizer. Fresh scratch folders each
+# time: SwiftPM 6.3 sometimes loses its build description in a reused sanitizer folder.
+.PHONY: sanitize
+sanitize:
+	rm -rf .build-tsan .build-asan
+	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+	$(SWIFT) test --sanitize=address --scratch-path .build-asan

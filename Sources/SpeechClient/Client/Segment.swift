@@ -36,7 +36,7 @@ public final class Segment: Sendable {
     public let intentC: OwnedCString
     public let entityTypeC: [OwnedCString]
     public let entityValueC: [OwnedCString]
-    private let jsonCache = Mutex<OwnedCString?>(nil)
+    private let jsonCache = Locked<OwnedCString?>(nil)
 
     public init(contextId: String, segmentId: Int32, isFinal: Bool, words: [Word], intent: String?,
                 intentIsFinal: Bool, entities: [Entity]) {

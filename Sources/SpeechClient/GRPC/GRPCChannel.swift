@@ -105,7 +105,7 @@ public final class GRPCChannel: GRPCCalling, Sendable {
             }
             // Keeps the first message and counts the rest (bounded whatever the server sends).
             let result = OneShot<Result<([UInt8]?, Int), SpeechClientError>>()
-            let collected = Mutex<([UInt8]?, Int)>((nil, 0))
+            let collected = Locked<([UInt8]?, Int)>((nil, 0))
             let call = try open(path: path, metadata: metadata, initialBody: MessageDeframer.frame(request),
                                 endOfBody: true, timeoutMilliseconds: remaining) { event in
                 switch event {

@@ -12,7 +12,7 @@ final class ConnectionPool: @unchecked Sendable {
         var settings: HTTP2Settings
     }
 
-    private static let pools = Mutex<[Key: ConnectionPool]>([:])
+    private static let pools = Locked<[Key: ConnectionPool]>([:])
 
     static func shared(host: String, port: UInt16, useTLS: Bool, tls: TLSSettings, settings: HTTP2Settings) -> ConnectionPool {
         let key = Key(host: host, port: port, useTLS: useTLS, tls: tls, settings: settings)

@@ -23,7 +23,7 @@ final class EventLoop: @unchecked Sendable {
         var tasks: [@Sendable () -> Void] = []
         var wakePending = false
     }
-    private let queue = Mutex(Queue())
+    private let queue = Locked(Queue())
     private let loopThreadID = Atomic<UInt>(0)
     private let epfd: Int32
     private let wakeFd: Int32
@@ -35,7 +35,7 @@ final class EventLoop: @unchecked Sendable {
     private var timers: [UInt64: Timer] = [:]
     private var nextTimerID: UInt64 = 1
 
-    private static let instance = Mutex<EventLoop?>(nil)
+    private static let instance = Locked<EventLoop?>(nil)
 
     /// The process-wide loop, started on first use.
     static func shared() throws(SpeechClientError) -> EventLoop {

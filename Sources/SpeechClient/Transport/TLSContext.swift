@@ -9,7 +9,7 @@ final class TLSContext: @unchecked Sendable {
     // Configured once in init, then only read (SSL_new is thread-safe on a configured context).
     let ctx: OpaquePointer
 
-    private static let cache = Mutex<[TLSSettings: TLSContext]>([:])
+    private static let cache = Locked<[TLSSettings: TLSContext]>([:])
 
     static func shared(for settings: TLSSettings) throws(SpeechClientError) -> TLSContext {
         try cache.withLock { (cache) throws(SpeechClientError) -> TLSContext in

@@ -4,7 +4,7 @@ import Testing
 
 /// Records events in delivery order, with the thread they ran on.
 final class EventLog: @unchecked Sendable {
-    let events = Mutex<[String]>([])
+    let events = Locked<[String]>([])
     let onCallbackThread = Atomic<Bool>(true)
 
     func handler(_ client: Client, _ event: ClientEvent) {

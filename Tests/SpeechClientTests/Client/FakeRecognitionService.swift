@@ -16,7 +16,7 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     }
 
     let behaviour: Behaviour
-    let requests = Mutex<[SLURequest]>([])
+    let requests = Locked<[SLURequest]>([])
     let streamsOpened = Atomic<Int>(0)
     let streamsFinished = Atomic<Int>(0)
 
@@ -32,7 +32,7 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
 final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let service: FakeRecognitionService
     private let handler: @Sendable (StreamEvent) -> Void
-    private let state = Mutex<(context: String?, chunks: Int, contexts: Int, closed: Bool)>((nil, 0, 0, false))
+    private let state = Locked<(context: String?, chunks: Int, contexts: Int, closed: Bool)>((nil, 0, 0, false))
 
     private let reject: Bool
 

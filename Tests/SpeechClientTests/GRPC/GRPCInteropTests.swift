@@ -4,7 +4,7 @@ import Testing
 @testable import SpeechClient
 
 /// One grpcio echo server (h2c) shared by the tests of this suite.
-private let sharedEchoServer = Mutex<PeerProcess?>(nil)
+private let sharedEchoServer = Locked<PeerProcess?>(nil)
 
 private func echoServer() throws -> PeerProcess {
     try sharedEchoServer.withLock { slot in

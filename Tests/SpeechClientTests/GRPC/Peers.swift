@@ -114,7 +114,7 @@ final class TestCertificates: @unchecked Sendable {
     var serverKey: String { directory + "/server.key" }
     var expiredCert: String { directory + "/expired.pem" }
 
-    static let shared = Mutex<TestCertificates?>(nil)
+    static let shared = Locked<TestCertificates?>(nil)
 
     static func get() throws -> TestCertificates {
         try shared.withLock { slot in

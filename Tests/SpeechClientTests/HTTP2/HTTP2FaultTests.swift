@@ -4,7 +4,7 @@ import Testing
 @testable import SpeechClient
 
 /// One scripted `h2` fault server (h2c), shared by this suite.
-private let sharedFaultServer = Mutex<PeerProcess?>(nil)
+private let sharedFaultServer = Locked<PeerProcess?>(nil)
 
 private func faultServer() throws -> PeerProcess {
     try sharedFaultServer.withLock { slot in

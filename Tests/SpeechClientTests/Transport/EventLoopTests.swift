@@ -7,7 +7,7 @@ import Testing
     @Test func tasksRunInOrderOnTheLoopThread() throws {
         let loop = try EventLoop.shared()
         #expect(!loop.isInLoop)
-        let seen = Mutex<[Int]>([])
+        let seen = Locked<[Int]>([])
         for i in 0..<1000 {
             loop.execute { seen.withLock { $0.append(i) } }
         }
@@ -19,7 +19,7 @@ import Testing
 
     @Test func timersFireInDeadlineOrderAndCanBeCancelled() throws {
         let loop = try EventLoop.shared()
-        let fired = Mutex<[String]>([])
+        let fired = Locked<[String]>([])
         let done = OneShot<Bool>()
         loop.execute {
             loop.addTimer(milliseconds: 60) { fired.withLock { $0.append("late") }; done.set(true) }

@@ -5,7 +5,7 @@ import Testing
 
 /// TLS against real peers: grpcio with certificates made by the openssl CLI, and the h2 script
 /// for a server without ALPN h2. The server certificate names DNS:localhost only.
-private let servers = Mutex<[String: PeerProcess]>([:])
+private let servers = Locked<[String: PeerProcess]>([:])
 
 private func server(_ name: String, script: String, _ arguments: @autoclosure () throws -> [String]) throws -> PeerProcess {
     let args = try arguments()
