@@ -33,7 +33,8 @@ all: lib demo
 # makes it recompile the module that implements the header.
 lib:
 	touch Sources/SpeechClientCAPI/*.swift Sources/CSpeechClientAPI/speechclient.c
-	$(SWIFT) build $(SWIFT_RELEASE_FLAGS)
+	$(SWIFT) build $(SWIFT_RELEASE_FLAGS) || { echo "retrying in a fresh $(RELEASE_DIR) (SwiftPM lost its build description)"; \
+		rm -rf $(RELEASE_DIR) && $(SWIFT) build $(SWIFT_RELEASE_FLAGS); }
 	mkdir -p $(BUILD)
 	cp $(RELEASE_DIR)/release/libspeechclient.so $(LIB)
 	$(STRIP) --strip-unneeded $(LIB)
