@@ -55,3 +55,25 @@ def speech(tmp_path):
     def make(text: str, **kw) -> pathlib.Path:
         return synthesize(text, tmp_path / f"s{abs(hash((text, tuple(kw.items()))))}.wav", **kw)
     return make
+
+
+def final_segments(stdout: str):
+    import json
+    events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    return events, [e for e in events if e["type"] == "segment" and e["final"]]
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory):
+    """A throwaway CA and a server certificate for localhost / 127.0.0.1, made with openssl."""
+    d = tmp_path_factory.mktemp("tls")
+    def ossl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+         "-days", "2", "-subj", "/CN=speechclient test CA")
+    ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+         "-subj", "/CN=localhost")
+    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    ossl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+         "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
+    return d

@@ -13,6 +13,11 @@ public final class ALSACapture: AudioSource {
     private var pcm: OpaquePointer?
     private var buffer: [Int16] = []
     static let pollMilliseconds: Int32 = 100
+    /// Real-time pacing: a capture device cannot run ahead of the clock, but a device with no
+    /// clock (ALSA's file plugin over the null device) delivers as fast as it is read. Frames
+    /// delivered and the time of the first read let `read` hold such a device to real time.
+    private var framesDelivered = 0
+    private var startNanos: UInt64 = 0
 
     public init(device: String = "default") { self.device = device }
 
@@ -68,6 +73,7 @@ public final class ALSACapture: AudioSource {
         while true {
             let n = buffer.withUnsafeMutableBytes { snd_pcm_readi(pcm, $0.baseAddress, snd_pcm_uframes_t(frames)) }
             if n > 0 {
+                pace(frames: Int(n))
                 let count = Int(n) * format.channels
                 var out = [Float](repeating: 0, count: count)
                 for i in 0..<count { out[i] = Float(buffer[i]) / 32768 }
@@ -90,7 +96,22 @@ public final class ALSACapture: AudioSource {
         }
     }
 
+    private func pace(frames: Int) {
+        let now = Clock.monotonicNanos()
+        if startNanos == 0 { startNanos = now }
+        framesDelivered += frames
+        let due = startNanos + UInt64(framesDelivered) * 1_000_000_000 / UInt64(max(format.sampleRate, 1))
+        // A real device is never more than a period ahead; sleep only when clearly ahead.
+        if due > now + 50_000_000 {
+            let wait = due - now
+            var ts = timespec(tv_sec: Int(wait / 1_000_000_000), tv_nsec: Int(wait % 1_000_000_000))
+            nanosleep(&ts, nil)
+        }
+    }
+
     public func close() {
+        framesDelivered = 0
+        startNanos = 0
         if let pcm {
             snd_pcm_drop(pcm)
             snd_pcm_close(pcm)

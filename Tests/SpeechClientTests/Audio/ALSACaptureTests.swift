@@ -37,12 +37,16 @@ import Glibc
         #expect(mic.format == AudioFormat(sampleRate: 16_000, channels: 1))
         var captured: [Int16] = []
         var idle = 0
+        let started = Clock.monotonicNanos()
         while captured.count < f.samples.count && idle < 20 {
             guard let block = try mic.read(maxFrames: 1600) else { break }
             if block.isEmpty { idle += 1; continue }
             captured += block.map { Int16(($0 * 32768).rounded()) }
         }
-        print("figure: ALSA testmic captured \(captured.count) of \(f.samples.count) samples")
+        let seconds = Double(Clock.monotonicNanos() - started) / 1e9
+        print("figure: ALSA testmic captured \(captured.count) of \(f.samples.count) samples in \(seconds) s")
+        // The capture is held to real time (the file plugin itself has no clock).
+        #expect(seconds > Double(captured.count) / 16_000 - 0.1)
         #expect(captured.count >= f.samples.count - 1600)
         let n = min(captured.count, f.samples.count)
         #expect(n > 16_000)
