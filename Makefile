@@ -29,12 +29,12 @@ SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEAS
 
 all: lib demo
 
-# SwiftPM does not notice edits to the public header (build.md): touching the C API sources
-# makes it recompile the module that implements the header.
+# Always a clean release build: SwiftPM does not notice edits to the public header
+# (build.md), and 6.3 reports "unknown build description" when a release folder built with
+# these flags is reused.
 lib:
-	touch Sources/SpeechClientCAPI/*.swift Sources/CSpeechClientAPI/speechclient.c
-	$(SWIFT) build $(SWIFT_RELEASE_FLAGS) || { echo "retrying in a fresh $(RELEASE_DIR) (SwiftPM lost its build description)"; \
-		rm -rf $(RELEASE_DIR) && $(SWIFT) build $(SWIFT_RELEASE_FLAGS); }
+	rm -rf $(RELEASE_DIR)
+	$(SWIFT) build $(SWIFT_RELEASE_FLAGS)
 	mkdir -p $(BUILD)
 	cp $(RELEASE_DIR)/release/libspeechclient.so $(LIB)
 	$(STRIP) --strip-unneeded $(LIB)
@@ -45,7 +45,8 @@ demo: lib
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -pedantic -Iinclude bindings/c/speechclient-demo.c \
 		-L$(BUILD) -lspeechclient -Wl,-rpath,'$$ORIGIN' -o $(DEMO)
 
-install: all
+# NO_BUILD=1 installs what is already in build/ (the C suite installs right after `make lib`).
+install: $(if $(NO_BUILD),,all)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig \
 		$(DESTDIR)$(PREFIX)/bin
 	install -m 0644 $(LIB) $(DESTDIR)$(LIBDIR)/

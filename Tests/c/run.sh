@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The C suite against the INSTALLED layout: make install into a temporary DESTDIR, check what
+# was installed, build test_api.c as C11 and as C++17 with pkg-config's flags, run both (once
+# with the Swift toolchain hidden), then the demo's command-line tests.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+dest=$tmp/root
+
+make -s install NO_BUILD=1 DESTDIR="$dest" PREFIX=/usr LIBDIR=/usr/lib >/dev/null
+lib=$dest/usr/lib
+version=$(sed -n 's/^#define SPC_VERSION_STRING "\(.*\)"$/\1/p' include/speechclient.h)
+fail=0
+expect() { if ! eval "$1"; then echo "run.sh: layout check failed: $2"; fail=1; fi; }
+expect "[ -f $lib/libspeechclient.so.$version ] && [ ! -L $lib/libspeechclient.so.$version ]" "lib/libspeechclient.so.$version"
+expect "[ \"\$(readlink $lib/libspeechclient.so.0)\" = libspeechclient.so.$version ]" "lib/libspeechclient.so.0 -> .so.$version"
+expect "[ \"\$(readlink $lib/libspeechclient.so)\" = libspeechclient.so.0 ]" "lib/libspeechclient.so -> .so.0"
+expect "cmp -s include/speechclient.h $dest/usr/include/speechclient.h" "include/speechclient.h"
+expect "[ -f $lib/pkgconfig/speechclient.pc ]" "lib/pkgconfig/speechclient.pc"
+expect "[ -x $dest/usr/bin/speechclient-demo ]" "bin/speechclient-demo"
+expect "! file -L $lib/libspeechclient.so.0 | grep -q 'not stripped'" "the .so is stripped"
+expect "Tests/c/abi-check.sh $lib/libspeechclient.so.$version >/dev/null" "abi-check on the installed .so"
+
+export PKG_CONFIG_PATH=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$dest
+flags=$(pkg-config --cflags --libs speechclient)
+expect "[ \"\$(pkg-config --modversion speechclient)\" = $version ]" "pkg-config --modversion"
+gcc -std=c11 -Wall -Wextra -Werror -pedantic Tests/c/test_api.c $flags -lpthread -o "$tmp/test_api_c"
+g++ -std=c++17 -x c++ -Wall -Wextra -Werror -pedantic Tests/c/test_api.c -x none $flags -lpthread -o "$tmp/test_api_cpp"
+export LD_LIBRARY_PATH=$lib
+"$tmp/test_api_c"
+"$tmp/test_api_cpp"
+
+# Where no Swift toolchain exists: hide /opt/swift in a private mount namespace and load the
+# library from a C program built against the install.
+cat > "$tmp/hello.c" <<'C'
+#include <speechclient.h>
+#include <stdio.h>
+int main(void) { printf("%s\n", spc_version()); return spc_version_number() == SPC_VERSION_NUMBER ? 0 : 1; }
+C
+gcc -std=c11 -Wall -Wextra -Werror -pedantic "$tmp/hello.c" $flags -o "$tmp/hello"
+swift_dir=$(dirname "$(dirname "$(dirname "$(command -v swift)")")")
+if unshare -m true 2>/dev/null; then
+  mkdir -p "$tmp/empty"
+  out=$(unshare -m sh -c "mount --bind '$tmp/empty' '$swift_dir' && ls '$swift_dir' | wc -l && '$tmp/hello'")
+  expect "[ \"\$(echo \"$out\" | tail -1)\" = $version ] && [ \"\$(echo \"$out\" | head -1)\" = 0 ]" \
+    "spc_version() with $swift_dir hidden (got: $out)"
+  echo "run.sh: spc_version() = $version with $swift_dir hidden"
+else
+  echo "run.sh: SKIPPED the hidden-toolchain check: unshare -m is not permitted here"
+fi
+
+PATH="$dest/usr/bin:$PATH" Tests/c/test_demo.sh "$dest/usr/bin/speechclient-demo"
+[ "$fail" = 0 ] || exit 1
+echo "run.sh: ok"
