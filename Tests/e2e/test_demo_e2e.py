@@ -2,7 +2,7 @@
 import json
 import subprocess
 
-from conftest import DEMO
+from speechtools import DEMO
 
 
 def run_demo(server, wav, tmp_path, *extra):

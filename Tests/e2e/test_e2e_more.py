@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import DEMO, Server, final_segments
+from speechtools import DEMO, Server, final_segments
 
 # Command phrases of the bundled intents file; the bound below is what PocketSphinx with the
 # generated grammar reaches on espeak-ng speech (recognizer.md measured 2.8 %).
