@@ -29,4 +29,8 @@ addr=$(sed -n 's/^listening on //p' "$work/server.out" | head -1)
 [ -n "$addr" ] || { echo "run-demo: the server did not start" >&2; cat "$work/server.err" >&2; exit 1; }
 echo "run-demo: reference server on $addr"
 
+echo "run-demo: the C demo (build/speechclient-demo):"
 build/speechclient-demo --url "grpc://$addr" --app-id demo --file "$work/speech.wav" --cache-dir "$work/cache"
+echo "run-demo: the Python binding (python -m speechclient transcribe):"
+SPEECHCLIENT_LIBRARY="$PWD/build/libspeechclient.so.0" \
+  "$PY" -m speechclient transcribe "$work/speech.wav" --url "grpc://$addr" --cache-dir "$work/cache"
