@@ -118,13 +118,19 @@ def test_push_accepts_every_buffer_type():
 
 
 def test_callback_exceptions_do_not_reach_c_and_are_reraised(silent_wav, tmp_path):
+    import threading
+    raised = threading.Event()
+
     def boom(update):
+        raised.set()
         raise RuntimeError("from a callback")
     c = sc.Client(UNREACHABLE, app_id="a", audio=sc.WavFile(str(silent_wav)), on_error=boom, cache_dir=str(tmp_path))
     c.start()
-    assert c.wait_idle(20)
+    assert raised.wait(20)
+    # The process is alive, and the next call on the client raises the callback's exception once.
     with pytest.raises(RuntimeError, match="from a callback"):
-        c.start()
+        c.wait_idle(20)
+    assert c.wait_idle(20)
     c.close()
 
 
