@@ -30,6 +30,8 @@ struct demo {
     int tty;
     int failed;          /* an error event arrived */
     size_t live_len;     /* characters of the live tentative line on screen */
+    char last[512];      /* the last tentative text shown: updates that only add an intent or
+                         ** an entity do not repeat the line */
     pthread_mutex_t out; /* callbacks run on one library thread; main prints too */
 };
 
@@ -65,19 +67,23 @@ static void on_segment(spc_client *client, const spc_segment *segment, void *use
         printf("%s\n", spc_segment_json(segment));
     } else if (spc_segment_is_final(segment)) {
         clear_live_line(d);
+        d->last[0] = '\0';
         const char *intent = spc_segment_intent(segment);
         printf("%s", spc_segment_transcript(segment));
         if (intent[0]) printf("  [intent: %s]", intent);
         for (size_t i = 0; i < spc_segment_entity_count(segment); i++)
             printf("  [%s: %s]", spc_segment_entity_type(segment, i), spc_segment_entity_value(segment, i));
         printf("\n");
-    } else if (d->tty) {
+    } else if (strncmp(d->last, spc_segment_transcript(segment), sizeof d->last - 1) != 0) {
         const char *text = spc_segment_transcript(segment);
-        clear_live_line(d);
-        printf("... %s", text);
-        d->live_len = strlen(text) + 4;
-    } else {
-        printf("... %s\n", spc_segment_transcript(segment));
+        strncpy(d->last, text, sizeof d->last - 1);
+        if (d->tty) {
+            clear_live_line(d);
+            printf("... %s", text);
+            d->live_len = strlen(text) + 4;
+        } else {
+            printf("... %s\n", text);
+        }
     }
     fflush(stdout);
     pthread_mutex_unlock(&d->out);
