@@ -150,3 +150,17 @@ def test_speech_through_alsa_capture(server, tmp_path, speech):
     assert p.returncode == 0
     assert finals and finals[0]["transcript"] == "turn off the kitchen lights"
     assert events[-1]["type"] == "stop"
+
+
+def test_token_from_another_server_is_replaced_by_a_fresh_login(speech, tmp_path):
+    """A cached token that is not expired but that the server rejects (another server's secret:
+    a restarted server) costs one fresh login, not an error."""
+    wav = speech("stop the music")
+    for _ in range(2):
+        s = Server()
+        try:
+            out = demo(s.url, wav, tmp_path)
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert final_segments(out.stdout)[1][-1]["transcript"] == "stop the music"
+        finally:
+            s.stop()

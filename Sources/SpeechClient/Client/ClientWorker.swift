@@ -240,12 +240,16 @@ final class ClientWorker: @unchecked Sendable {
             stream = nil
             // A rejected token before the context started: log in afresh (the relay dropped the
             // cached token) and open the context again, once.
-            if contextOpen, contextId.isEmpty, !stopSent, !authRetried, let error, error.code == .auth {
+            // A file is read again from its start; otherwise a stop already sent is sent again.
+            if contextOpen, contextId.isEmpty, !authRetried, let error, error.code == .auth {
                 authRetried = true
                 client?.log(.info, "the server rejected the token; logging in again")
+                let wasStopped = stopSent
                 contextOpen = false
-                if case .file = options.audio { closeFileSource() }
+                var isFile = false
+                if case .file = options.audio { isFile = true; closeFileSource() }
                 handleStart()
+                if wasStopped && !isFile { sendStop() }
                 return
             }
             if contextOpen {
