@@ -25,7 +25,7 @@ SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEAS
 	-Xlinker -z -Xlinker defs -Xlinker -z -Xlinker nodelete \
 	-Xlinker -z -Xlinker now -Xlinker -z -Xlinker relro
 
-.PHONY: all lib demo test test-swift test-c test-abi test-python test-server test-e2e install clean
+.PHONY: all lib demo test test-swift test-c test-abi test-python test-server test-e2e test-faults install clean
 
 all: lib demo
 
@@ -59,7 +59,7 @@ install: $(if $(NO_BUILD),,all)
 		-L$(BUILD) -lspeechclient -o $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 	$(STRIP) $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 
-test: test-swift lib test-c test-abi test-python test-server test-e2e
+test: test-swift lib test-c test-abi test-python test-server test-e2e test-faults
 
 test-swift:
 	$(SWIFT) test
@@ -76,6 +76,10 @@ test-python: lib
 # The reference server driven by grpcio's own client.
 test-server:
 	$(PYTHON) -m pytest -q server/tests
+
+# Faults on loopback: a proxy that drops the connection mid-utterance (issue 5).
+test-faults: lib
+	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q Tests/faults
 
 # The demo and the library against the reference server with synthesized speech.
 test-e2e: demo

@@ -109,6 +109,8 @@ def test_push_accepts_every_buffer_type():
         c.push(memoryview(bytearray(320)))
         c.push(array.array("h", [0] * 160))
         c.push(b"")
+        with pytest.raises(sc.InvalidArgumentError, match="16-bit"):
+            c.push(b"\0\0\0")
         try:
             import numpy
         except ImportError:

@@ -33,6 +33,13 @@ public struct ClientOptions: Sendable {
     public var connectTimeoutMilliseconds = 5_000
     /// An SLU stream with no context is closed after this long and reopened by the next start.
     public var idleStreamMilliseconds = 30_000
+    /// Reconnection after a lost connection in a context: attempts, and the backoff between
+    /// them (doubling from the initial delay up to the maximum, with ±25 % jitter).
+    public var reconnectAttempts = 6
+    public var reconnectInitialDelayMilliseconds = 200
+    public var reconnectMaxDelayMilliseconds = 5_000
+    /// Audio of the current context kept for replay after a reconnection.
+    public var replayBufferMilliseconds = 30_000
 
     public init() {}
 

@@ -33,6 +33,23 @@ final class ClientWorker: @unchecked Sendable {
     /// The current context was already retried once after the server rejected the token.
     private var authRetried = false
 
+    // Reconnection with replay (issue 5). The user sees one context: the id of the first
+    // `started`, segment ids and word times continuous across the server contexts that carry it.
+    private var replay: ReplayBuffer
+    /// Samples of the user's context recorded so far (sent, or held while disconnected).
+    private var contextSamples = 0
+    /// Everything before this sample is in final segments: a reconnection replays from here.
+    private var finalizedUpTo = 0
+    /// Added to the current server context's word times and segment ids.
+    private var timeOffsetMs: Int32 = 0
+    private var segmentOffset: Int32 = 0
+    /// The next user segment id not yet final.
+    private var nextSegment: Int32 = 0
+    private var reconnect: (attempt: Int, at: UInt64, cause: SpeechClientError)?
+    /// Connection losses since the context last made progress (a final segment): a server that
+    /// accepts the reconnection but fails again still runs out of attempts.
+    private var lossesWithoutProgress = 0
+
     init(options: ClientOptions, service: any RecognitionService,
          makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?, samplesPerChunk: Int) {
         self.options = options
@@ -40,6 +57,7 @@ final class ClientWorker: @unchecked Sendable {
         self.makeSource = makeSource
         self.samplesPerChunk = samplesPerChunk
         chunker = Chunker(samplesPerChunk: samplesPerChunk)
+        replay = ReplayBuffer(capacitySamples: 16 * options.replayBufferMilliseconds)
     }
 
     deinit { shutdown() }
@@ -51,11 +69,14 @@ final class ClientWorker: @unchecked Sendable {
     func run() {
         while let client {
             // While pumping, take commands without waiting and read audio between them. An open
-            // stream with no context is closed after `idleStreamNanos` (protocol.md: the official
-            // clients did the same) and reopened by the next start.
+            // stream with no context is closed after `idleStreamMilliseconds` (protocol.md: the
+            // official clients did the same) and reopened by the next start.
             let idleDeadline = (stream != nil && !contextOpen) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
-            guard let next = client.nextCommand(wait: !pumping, deadline: idleDeadline) else {
-                if pumping {
+            let deadline = reconnect?.at ?? idleDeadline
+            guard let next = client.nextCommand(wait: !pumping || stream == nil && isFile, deadline: deadline) else {
+                if let r = reconnect, Clock.monotonicNanos() >= r.at {
+                    attemptReconnect()
+                } else if pumping {
                     pumpOnce()
                 } else if let idleDeadline, Clock.monotonicNanos() >= idleDeadline {
                     client.log(.debug, "closing the idle SLU stream")
@@ -68,6 +89,11 @@ final class ClientWorker: @unchecked Sendable {
             guard let command = next else { return }
             handle(command)
         }
+    }
+
+    private var isFile: Bool {
+        if case .file = options.audio { return true }
+        return false
     }
 
     /// Called after the thread was joined: releases the stream and the source.
@@ -83,9 +109,9 @@ final class ClientWorker: @unchecked Sendable {
         case .start: handleStart()
         case .stop: sendStop()
         case .audio(let chunks):
-            if contextOpen && !stopSent { for c in chunks { stream?.send(.audio(c)) } }
+            if contextOpen && !stopSent { for c in chunks { sendAudio(c) } }
         case .pushEnd(let rest):
-            if contextOpen && !stopSent { for c in rest { stream?.send(.audio(c)) } }
+            if contextOpen && !stopSent { for c in rest { sendAudio(c) } }
             sendStop()
         case .suspend: handleSuspend()
         case .resume: handleResume()
@@ -137,7 +163,16 @@ final class ClientWorker: @unchecked Sendable {
         }
         contextOpen = true
         stopSent = false
-        contextId = ""
+        if !authRetried {
+            contextId = ""
+            lossesWithoutProgress = 0
+            replay.reset()
+            contextSamples = 0
+            finalizedUpTo = 0
+            timeOffsetMs = 0
+            segmentOffset = 0
+            nextSegment = 0
+        }
         client.transition({ _, _ in }, contextOpen: true)
         stream?.send(.start(appId: options.appId ?? "", options: options.contextOptions))
         pumping = source != nil
@@ -183,15 +218,15 @@ final class ClientWorker: @unchecked Sendable {
         }
         guard let block else {
             // End of stream: send what is left and stop the context, as if the user had.
-            for c in chunker.append(converter.flush()) { stream?.send(.audio(c)) }
-            if let partial = chunker.flush() { stream?.send(.audio(partial)) }
+            for c in chunker.append(converter.flush()) { sendAudio(c) }
+            if let partial = chunker.flush() { sendAudio(partial) }
             pumping = false
             closeFileSource()
             sendStop(auto: true)
             return
         }
         for c in chunker.append(converter.process(block)) where contextOpen && !stopSent {
-            stream?.send(.audio(c))
+            sendAudio(c)
         }
     }
 
@@ -199,7 +234,7 @@ final class ClientWorker: @unchecked Sendable {
         guard contextOpen, !stopSent else { return }
         if pumping, case .file = options.audio { closeFileSource() }
         pumping = false
-        if let partial = chunker.flush() { stream?.send(.audio(partial)) }
+        if let partial = chunker.flush() { sendAudio(partial) }
         stopSent = true
         stream?.send(.stop)
         if auto {
@@ -221,6 +256,8 @@ final class ClientWorker: @unchecked Sendable {
     private func failContext(_ error: SpeechClientError) {
         let id = contextId
         authRetried = false
+        reconnect = nil
+        replay.reset()
         contextOpen = false
         stopSent = false
         pumping = false
@@ -239,43 +276,60 @@ final class ClientWorker: @unchecked Sendable {
         case .closed(let error):
             stream = nil
             // A rejected token before the context started: log in afresh (the relay dropped the
-            // cached token) and open the context again, once.
-            // A file is read again from its start; otherwise a stop already sent is sent again.
+            // cached token) and open the context again, once. A file is read again from its
+            // start; otherwise a stop already sent is sent again.
             if contextOpen, contextId.isEmpty, !authRetried, let error, error.code == .auth {
                 authRetried = true
                 client?.log(.info, "the server rejected the token; logging in again")
                 let wasStopped = stopSent
                 contextOpen = false
-                var isFile = false
-                if case .file = options.audio { isFile = true; closeFileSource() }
+                if isFile { closeFileSource() }
                 handleStart()
                 if wasStopped && !isFile { sendStop() }
                 return
             }
-            if contextOpen {
-                failContext(error ?? SpeechClientError(.network, "the server closed the stream during a context"))
-            } else if let error {
-                client?.log(.warning, "stream closed: \(error.message)")
+            guard contextOpen else {
+                if let error { client?.log(.warning, "stream closed: \(error.message)") }
+                return
+            }
+            let cause = error ?? SpeechClientError(.network, "the server closed the stream during a context")
+            lossesWithoutProgress += 1
+            if Self.isRetryable(cause) && lossesWithoutProgress <= options.reconnectAttempts {
+                scheduleReconnect(attempt: lossesWithoutProgress, cause: cause)
+            } else if Self.isRetryable(cause) && options.reconnectAttempts > 0 {
+                failContext(lostAudioError(cause, attempts: lossesWithoutProgress - 1))
+            } else {
+                failContext(cause)
             }
         case .response(let response):
             handleResponse(response)
         }
     }
 
+    /// Connection losses are retried; what the server or the login said no to is not.
+    static func isRetryable(_ error: SpeechClientError) -> Bool {
+        error.code == .network || error.code == .timeout
+    }
+
     private func handleResponse(_ response: SLUResponse) {
         switch response.payload {
         case .started:
             authRetried = false
-            contextId = response.audioContext
-            client?.transition({ state, _ in
-                if state == .starting { state = .listening }
-            }, events: [.start(contextId: response.audioContext)])
+            if contextId.isEmpty {
+                contextId = response.audioContext
+                client?.transition({ state, _ in
+                    if state == .starting { state = .listening }
+                }, events: [.start(contextId: response.audioContext)])
+            } else {
+                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext)")
+            }
         case .finished(let code, let message):
-            _ = assembler.apply(response)
-            let id = response.audioContext
+            _ = assembler.apply(SLUResponse(audioContext: contextId, segmentId: 0, payload: response.payload))
+            let id = contextId.isEmpty ? response.audioContext : contextId
             contextOpen = false
             stopSent = false
             contextId = ""
+            replay.reset()
             var events: [ClientEvent] = []
             if let code {
                 events.append(.error(SpeechClientError(.api, "context \(id) finished with error \(code): \(message ?? "")")))
@@ -302,10 +356,100 @@ final class ClientWorker: @unchecked Sendable {
         case .rttRequest(let id):
             stream?.send(.rttResponse(id: id))
         default:
-            if let segment = assembler.apply(response) {
-                client?.emit(.segment(segment))
+            // Into the user's context: its id, continuous segment ids and word times.
+            var mapped = response
+            mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
+            mapped.segmentId = response.segmentId &+ segmentOffset
+            mapped.payload = Self.shift(response.payload, by: timeOffsetMs)
+            guard let segment = assembler.apply(mapped) else { return }
+            if segment.isFinal {
+                lossesWithoutProgress = 0
+                nextSegment = max(nextSegment, segment.segmentId &+ 1)
+                if let end = segment.words.map(\.endMilliseconds).max() {
+                    finalizedUpTo = max(finalizedUpTo, Int(end) * 16)
+                    replay.release(upTo: finalizedUpTo)
+                }
             }
+            client?.emit(.segment(segment))
         }
+    }
+
+    static func shift(_ payload: SLUResponse.Payload, by ms: Int32) -> SLUResponse.Payload {
+        guard ms != 0 else { return payload }
+        func move(_ w: SLUWord) -> SLUWord {
+            SLUWord(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds &+ ms, endMilliseconds: w.endMilliseconds &+ ms)
+        }
+        switch payload {
+        case .transcript(let w): return .transcript(move(w))
+        case .tentativeTranscript(let text, let words): return .tentativeTranscript(text: text, words: words.map(move))
+        default: return payload
+        }
+    }
+
+    // MARK: - Audio out, reconnection
+
+    /// Every chunk of the context is kept for replay, then sent when connected.
+    private func sendAudio(_ chunk: [Int16]) {
+        replay.append(chunk)
+        contextSamples += chunk.count
+        if reconnect == nil { stream?.send(.audio(chunk)) }
+    }
+
+    private func scheduleReconnect(attempt: Int, cause: SpeechClientError) {
+        let base = min(Double(options.reconnectInitialDelayMilliseconds) * Double(1 << min(attempt - 1, 20)),
+                       Double(options.reconnectMaxDelayMilliseconds))
+        let jitter = Double.random(in: 0.75...1.25)
+        let delayMs = UInt64(max(0, base * jitter))
+        reconnect = (attempt, Clock.monotonicNanos() + delayMs * 1_000_000, cause)
+        client?.log(.warning, "connection lost during context \(contextId) (\(cause.message)); reconnecting in \(delayMs) ms, attempt \(attempt) of \(options.reconnectAttempts)")
+    }
+
+    /// Opens a new stream and a new server context, and replays the audio the server had not
+    /// finished with. When the buffer no longer holds all of it, an error says what was lost.
+    private func attemptReconnect() {
+        guard let r = reconnect else { return }
+        do throws(SpeechClientError) {
+            try ensureStream()
+        } catch {
+            lossesWithoutProgress += 1
+            if lossesWithoutProgress > options.reconnectAttempts || !Self.isRetryable(error) {
+                reconnect = nil
+                failContext(lostAudioError(error, attempts: r.attempt))
+            } else {
+                scheduleReconnect(attempt: lossesWithoutProgress, cause: error)
+            }
+            return
+        }
+        reconnect = nil
+        var from = finalizedUpTo
+        if replay.oldestSample > from {
+            let lost = Double(replay.oldestSample - from) / 16_000
+            client?.emit(.error(SpeechClientError(.network,
+                "the replay buffer overflowed while reconnecting: \(Self.seconds(lost)) s of audio from \(Self.seconds(Double(from) / 16_000)) s into context \(contextId) were not transcribed")))
+            from = replay.oldestSample
+        }
+        // The new server context starts at `from`; its segment 0 is the user's next segment.
+        timeOffsetMs = Int32(clamping: from / 16)
+        segmentOffset = nextSegment
+        assembler.dropUnfinished(context: contextId)
+        stream?.send(.start(appId: options.appId ?? "", options: options.contextOptions))
+        for chunk in replay.chunks(from: from) { stream?.send(.audio(chunk)) }
+        if stopSent { stream?.send(.stop) }
+        client?.log(.info, "reconnected; replayed \(Self.seconds(Double(contextSamples - from) / 16_000)) s of audio")
+    }
+
+    /// The error that ends a context whose connection could not be restored: what failed and
+    /// exactly which audio was not transcribed.
+    private func lostAudioError(_ error: SpeechClientError, attempts: Int) -> SpeechClientError {
+        let lost = Double(contextSamples - finalizedUpTo) / 16_000
+        return SpeechClientError(error.code, "reconnection failed after \(attempts) attempt(s) (\(error.message)); "
+            + "the last \(Self.seconds(lost)) s of audio, from \(Self.seconds(Double(finalizedUpTo) / 16_000)) s into the context, were not transcribed",
+            grpcStatus: error.grpcStatus)
+    }
+
+    static func seconds(_ s: Double) -> String {
+        let tenths = Int((s * 10).rounded())
+        return "\(tenths / 10).\(tenths % 10)"
     }
 
     // MARK: - Suspend / resume

@@ -22,6 +22,12 @@ public struct SegmentAssembler: Sendable {
 
     public init() {}
 
+    /// Forgets the segments of a context that are not final (before a reconnection replays
+    /// their audio; the final ones stay ended, so no word is delivered twice).
+    public mutating func dropUnfinished(context: String) {
+        segments = segments.filter { $0.key.context != context }
+    }
+
     /// Applies one response; returns the snapshot of the segment it changed, if any.
     public mutating func apply(_ response: SLUResponse) -> Segment? {
         let key = Key(context: response.audioContext, segment: response.segmentId)

@@ -104,11 +104,49 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
     @Test func streamLossMidContextEndsTheContextWithAnError() throws {
         let log = EventLog()
         let service = FakeRecognitionService(.init(failAfterChunks: (2, SpeechClientError(.network, "reset"))))
-        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        var o = try pushOptions()
+        o.reconnectAttempts = 0
+        let client = try Client(options: o, service: service, handler: log.handler)
         defer { try? client.close() }
         try client.start()
         let samples = [Int16](repeating: 0, count: 16_000)
         samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(log.lines.suffix(2) == ["error network", "stop ctx-1"])
+    }
+
+    @Test func lostStreamIsReconnectedAndTheContextsAudioReplayed() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failAfterChunks: (2, SpeechClientError(.network, "reset")), failFirstStreamOnly: true))
+        var o = try pushOptions()
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let samples = [Int16](repeating: 7, count: 1600)
+        for _ in 0..<5 { samples.withUnsafeBufferPointer { try? client.pushAudio($0) }; usleepMs(20) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines
+        // One context for the user: its start and stop, no error, every chunk's word once.
+        #expect(lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("error") } == ["start ctx-1", "stop ctx-1"])
+        #expect(lines.filter { $0.hasPrefix("segment final") } == ["segment final w1 w2 w3 w4 w5"])
+        let opened = service.streamsOpened.load(ordering: .relaxed)
+        #expect(opened == 2)
+    }
+
+    @Test func reconnectionGivesUpWithAnErrorSayingWhatWasLost() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failAfterChunks: (1, SpeechClientError(.network, "reset"))))
+        var o = try pushOptions()
+        o.reconnectInitialDelayMilliseconds = 5
+        o.reconnectAttempts = 3
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let samples = [Int16](repeating: 7, count: 3200)
+        for _ in 0..<3 { samples.withUnsafeBufferPointer { try? client.pushAudio($0) }; usleepMs(30) }
+        try? client.pushEnd()
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))
         #expect(log.lines.suffix(2) == ["error network", "stop ctx-1"])
     }

@@ -13,6 +13,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var answerDelayMilliseconds = 0
         /// The first N streams are closed with an auth error when a context starts.
         var rejectStreams = 0
+        /// Only the first stream fails (`failAfterChunks`); later ones work.
+        var failFirstStreamOnly = false
     }
 
     let behaviour: Behaviour
@@ -25,7 +27,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     func openStream(config: SLUConfig, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) -> any RecognitionStream {
         if let error = behaviour.failConnect { throw error }
         let n = streamsOpened.add(1, ordering: .relaxed).newValue
-        return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams)
+        return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams,
+                          mayFail: n == 1 || !behaviour.failFirstStreamOnly, name: "s\(n)")
     }
 }
 
@@ -35,11 +38,16 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let state = Locked<(context: String?, chunks: Int, contexts: Int, closed: Bool)>((nil, 0, 0, false))
 
     private let reject: Bool
+    private let mayFail: Bool
+    private let name: String
 
-    init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void, reject: Bool) {
+    init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void, reject: Bool,
+         mayFail: Bool = true, name: String = "s1") {
         self.service = service
         self.handler = handler
         self.reject = reject
+        self.mayFail = mayFail
+        self.name = name
     }
 
     func send(_ request: SLURequest) {
@@ -61,7 +69,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .started)))
             case .audio:
                 s.chunks += 1
-                if let (n, error) = service.behaviour.failAfterChunks, s.chunks >= n {
+                if mayFail, let (n, error) = service.behaviour.failAfterChunks, s.chunks >= n {
                     s.closed = true
                     out.append(.closed(error))
                     return

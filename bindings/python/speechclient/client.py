@@ -200,6 +200,8 @@ class Client:
         handle = self._h()
         mv = memoryview(samples)
         if mv.format != "h":
+            if mv.nbytes % 2:
+                raise InvalidArgumentError(f"push: {mv.nbytes} bytes is not a whole number of 16-bit samples")
             mv = mv.cast("B").cast("h")
         count = mv.nbytes // 2
         if count == 0:

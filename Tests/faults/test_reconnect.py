@@ -1,0 +1,123 @@
+"""Fault suite: the connection breaks in the middle of speech, and every word still arrives
+exactly once, in order, with times relative to the user's start (issue 5)."""
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+import wave
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "bindings" / "python"))
+
+import os  # noqa: E402
+os.environ.setdefault("SPEECHCLIENT_LIBRARY", str(ROOT / "build" / "libspeechclient.so.0"))
+import speechclient as sc  # noqa: E402
+from speechtools import Server, synthesize  # noqa: E402
+
+
+class Proxy:
+    def __init__(self, target):
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "Tests" / "peers" / "fault_proxy.py"), target],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        self.url = "grpc://" + line.split()[-1]
+
+    def command(self, text):
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline()
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def setup(tmp_path):
+    server = Server()
+    proxy = Proxy(server.address)
+    yield server, proxy
+    proxy.stop()
+    server.stop()
+
+
+def pcm_of(text, path):
+    synthesize(text, path)
+    with wave.open(str(path)) as w:
+        return w.readframes(w.getnframes())
+
+
+def push_realtime(client, pcm, on_time=None):
+    t0 = time.monotonic()
+    for k, off in enumerate(range(0, len(pcm), 3200)):
+        if on_time:
+            on_time(k * 0.1)
+        client.push(pcm[off:off + 3200])
+        time.sleep(max(0.0, t0 + (k + 1) * 0.1 - time.monotonic()))
+
+
+@pytest.mark.parametrize("fault", ["drop", "outage 1.5"])
+def test_words_survive_a_broken_connection_mid_utterance(setup, tmp_path, fault):
+    server, proxy = setup
+    first, second = "turn on the kitchen lights", "play some classical music"
+    silence = b"\0\0" * 16000
+    pcm_a, pcm_b = pcm_of(first, tmp_path / "a.wav"), pcm_of(second, tmp_path / "b.wav")
+    audio = pcm_a + silence + pcm_b + silence
+    # Break the connection in the middle of the second phrase.
+    break_at = (len(pcm_a) + len(silence) + len(pcm_b) // 2) / 32000
+    done = {}
+
+    def maybe_break(t):
+        if t >= break_at and "broken" not in done:
+            done["broken"] = proxy.command(fault)
+
+    with sc.Client(proxy.url, app_id="faults", audio=sc.PushAudio(16000, 1), cache_dir=str(tmp_path),
+                   log_level=sc.LogLevel.INFO) as c:
+        c.start()
+        push_realtime(c, audio, maybe_break)
+        c.push_end()
+        updates = list(c.updates(timeout=60))
+    assert done.get("broken", "").startswith("dropped 1"), done
+    errors = [u for u in updates if isinstance(u, sc.ErrorEvent)]
+    assert not errors, errors
+    starts = [u for u in updates if isinstance(u, sc.StartEvent)]
+    stops = [u for u in updates if isinstance(u, sc.StopEvent)]
+    assert len(starts) == 1 and len(stops) == 1 and starts[0].context_id == stops[0].context_id
+    finals = [u for u in updates if isinstance(u, sc.Segment) and u.final]
+    assert [f.transcript for f in finals] == [first, second]
+    assert [f.segment_id for f in finals] == [0, 1]
+    assert all(f.context_id == starts[0].context_id for f in finals)
+    # Times stay relative to the user's start: the second phrase starts after the first one
+    # plus the second of silence, as pushed.
+    start_b = finals[1].words[0].start_ms
+    expected_b = (len(pcm_a) + len(silence)) / 32
+    assert abs(start_b - expected_b) < 400, (start_b, expected_b)
+
+
+def test_reconnection_gives_up_and_says_what_was_lost(tmp_path):
+    server = Server()
+    proxy = Proxy(server.address)
+    try:
+        pcm = pcm_of("turn on the kitchen lights", tmp_path / "a.wav")
+        with sc.Client(proxy.url, app_id="faults", audio=sc.PushAudio(16000, 1), cache_dir=str(tmp_path)) as c:
+            c.start()
+            half = len(pcm) // 4 * 2
+            push_realtime(c, pcm[:half])
+            proxy.stop()
+            server.stop()
+            push_realtime(c, pcm[half:])
+            c.push_end()
+            updates = list(c.updates(timeout=120))
+        errors = [u for u in updates if isinstance(u, sc.ErrorEvent)]
+        assert len(errors) == 1 and errors[0].code == sc.Status.NETWORK
+        assert "reconnection failed after 6 attempt(s)" in errors[0].message
+        assert "were not transcribed" in errors[0].message
+        assert isinstance(updates[-1], sc.StopEvent)
+    finally:
+        proxy.stop()
+        server.stop()
