@@ -314,6 +314,26 @@ SPC_API spc_status spc_options_add_context_option(spc_options *options, const ch
 /* Removes every context option. */
 SPC_API spc_status spc_options_clear_context_options(spc_options *options);
 
+/* Reconnection when the connection is lost during a context (network error, GOAWAY,
+** UNAVAILABLE, keepalive timeout): up to max_attempts (0-100; 0 turns reconnection off) without
+** progress, waiting initial_delay_ms (1-60000) doubled on each attempt up to max_delay_ms
+** (initial_delay_ms-600000), with +-25 % jitter. The new connection gets a new server context and
+** the audio the server had not finished with is sent again; the application sees one context:
+** no extra start or stop, segment ids and word times continue, no word is delivered twice.
+** When the attempts run out, one error says how many seconds of audio, from when, were lost.
+** Defaults 6, 200, 5000. */
+SPC_API spc_status spc_options_set_reconnect(spc_options *options, uint32_t max_attempts,
+                                             uint32_t initial_delay_ms, uint32_t max_delay_ms);
+
+/* How much audio of the current context is kept for replay after a reconnection, 1000-600000
+** ms. Audio older than that and not yet final is reported lost by an error. Default 30000. */
+SPC_API spc_status spc_options_set_replay_buffer_ms(spc_options *options, uint32_t ms);
+
+/* A context longer than this continues in a new server context at the next pause, so that
+** hour-long audio is transcribed although a server context lasts at most 5 minutes; the
+** application sees one context. 1000-3600000 ms. Default 270000. */
+SPC_API spc_status spc_options_set_context_limit_ms(spc_options *options, uint32_t ms);
+
 /* The most detailed level passed to the log callback. Default SPC_LOG_WARNING. */
 SPC_API spc_status spc_options_set_log_level(spc_options *options, spc_log_level level);
 

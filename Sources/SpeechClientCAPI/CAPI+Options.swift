@@ -109,6 +109,23 @@ public func spc_options_clear_context_options(_ options: OpaquePointer?) -> spc_
 }
 
 @c @implementation
+public func spc_options_set_reconnect(_ options: OpaquePointer?, _ maxAttempts: UInt32, _ initialDelayMs: UInt32, _ maxDelayMs: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in
+        try o.setReconnect(attempts: Int(maxAttempts), initialMilliseconds: Int(initialDelayMs), maxMilliseconds: Int(maxDelayMs))
+    }
+}
+
+@c @implementation
+public func spc_options_set_replay_buffer_ms(_ options: OpaquePointer?, _ ms: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setReplayBuffer(milliseconds: Int(ms)) }
+}
+
+@c @implementation
+public func spc_options_set_context_limit_ms(_ options: OpaquePointer?, _ ms: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setContextLimit(milliseconds: Int(ms)) }
+}
+
+@c @implementation
 public func spc_options_set_log_level(_ options: OpaquePointer?, _ level: spc_log_level) -> spc_status {
     update(options) { (o) throws(SpeechClientError) in try o.setLogLevel(Int32(bitPattern: level.rawValue)) }
 }

@@ -180,6 +180,9 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_add_context_option(NULL, "k", "v"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_clear_context_options(NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(NULL, SPC_LOG_DEBUG), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_reconnect(NULL, 6, 200, 5000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_replay_buffer_ms(NULL, 30000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_context_limit_ms(NULL, 270000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_segment_cb(NULL, on_segment, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_error_cb(NULL, on_error, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_start_cb(NULL, on_start, NULL), SPC_ERROR_INVALID_ARGUMENT);
@@ -275,6 +278,17 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_add_context_option(o, "vocabulary", "kitchen"), SPC_OK);
     CHECK_STATUS(spc_options_add_context_option(o, "vocabulary", "bedroom"), SPC_OK);
     CHECK_STATUS(spc_options_clear_context_options(o), SPC_OK);
+    CHECK_STATUS(spc_options_set_reconnect(o, 101, 200, 5000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_reconnect(o, 6, 0, 5000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_reconnect(o, 6, 300, 200), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_reconnect(o, 6, 200, 600001), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_reconnect(o, 0, 1, 1), SPC_OK);
+    CHECK_STATUS(spc_options_set_replay_buffer_ms(o, 999), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_replay_buffer_ms(o, 600001), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_replay_buffer_ms(o, 1000), SPC_OK);
+    CHECK_STATUS(spc_options_set_context_limit_ms(o, 999), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_context_limit_ms(o, 3600001), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_context_limit_ms(o, 270000), SPC_OK);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)99), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(o, SPC_LOG_NONE), SPC_OK);
     CHECK_STATUS(spc_options_set_segment_cb(o, NULL, NULL), SPC_OK);

@@ -121,3 +121,35 @@ def test_reconnection_gives_up_and_says_what_was_lost(tmp_path):
     finally:
         proxy.stop()
         server.stop()
+
+
+def test_long_context_rolls_over_without_losing_words(tmp_path):
+    """With a 3 s context limit, four phrases with pauses span several server contexts; the
+    application sees one context with every phrase once and times from its own start."""
+    server = Server()
+    try:
+        phrases = ["turn on the kitchen lights", "stop the music", "turn off the bedroom lights", "play some jazz music"]
+        silence = b"\0\0" * int(16000 * 1.2)
+        pcm = b"".join(pcm_of(p, tmp_path / f"r{i}.wav") + silence for i, p in enumerate(phrases))
+        wav = tmp_path / "long.wav"
+        with wave.open(str(wav), "wb") as w:
+            w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(pcm)
+        logs = []
+        with sc.Client(server.url, app_id="faults", audio=sc.WavFile(str(wav)), cache_dir=str(tmp_path),
+                       context_limit_ms=3000, log_level=sc.LogLevel.INFO,
+                       on_log=lambda level, message: logs.append(message)) as c:
+            c.start()
+            updates = list(c.updates(timeout=60))
+        assert not [u for u in updates if isinstance(u, sc.ErrorEvent)]
+        assert len([u for u in updates if isinstance(u, sc.StartEvent)]) == 1
+        assert len([u for u in updates if isinstance(u, sc.StopEvent)]) == 1
+        finals = [u for u in updates if isinstance(u, sc.Segment) and u.final]
+        assert [f.transcript for f in finals] == phrases
+        assert [f.segment_id for f in finals] == [0, 1, 2, 3]
+        starts = [f.words[0].start_ms for f in finals]
+        assert starts == sorted(starts) and starts[-1] > 6000
+        assert len({f.context_id for f in finals}) == 1
+        rollovers = [m for m in logs if "continues in a new server context" in m]
+        assert len(rollovers) >= 2, logs
+    finally:
+        server.stop()

@@ -38,6 +38,9 @@ public struct ClientOptions: Sendable {
     public var reconnectAttempts = 6
     public var reconnectInitialDelayMilliseconds = 200
     public var reconnectMaxDelayMilliseconds = 5_000
+    /// A context longer than this continues in a new server context at the next pause; the
+    /// server's limit is 5 minutes, so the default leaves 30 s to find a pause.
+    public var contextRolloverMilliseconds = 270_000
     /// Audio of the current context kept for replay after a reconnection.
     public var replayBufferMilliseconds = 30_000
 
@@ -116,6 +119,35 @@ public struct ClientOptions: Sendable {
         } else {
             contextOptions.append(ContextOption(key: key, values: [value]))
         }
+    }
+
+    public mutating func setReconnect(attempts: Int, initialMilliseconds: Int, maxMilliseconds: Int) throws(SpeechClientError) {
+        guard (0...100).contains(attempts) else {
+            throw SpeechClientError(.invalidArgument, "reconnect attempts \(attempts) is outside 0-100")
+        }
+        guard (1...60_000).contains(initialMilliseconds) else {
+            throw SpeechClientError(.invalidArgument, "reconnect initial delay \(initialMilliseconds) ms is outside 1-60000 ms")
+        }
+        guard (initialMilliseconds...600_000).contains(maxMilliseconds) else {
+            throw SpeechClientError(.invalidArgument, "reconnect maximum delay \(maxMilliseconds) ms is outside \(initialMilliseconds)-600000 ms")
+        }
+        reconnectAttempts = attempts
+        reconnectInitialDelayMilliseconds = initialMilliseconds
+        reconnectMaxDelayMilliseconds = maxMilliseconds
+    }
+
+    public mutating func setReplayBuffer(milliseconds: Int) throws(SpeechClientError) {
+        guard (1_000...600_000).contains(milliseconds) else {
+            throw SpeechClientError(.invalidArgument, "replay buffer \(milliseconds) ms is outside 1000-600000 ms")
+        }
+        replayBufferMilliseconds = milliseconds
+    }
+
+    public mutating func setContextLimit(milliseconds: Int) throws(SpeechClientError) {
+        guard (1_000...3_600_000).contains(milliseconds) else {
+            throw SpeechClientError(.invalidArgument, "context limit \(milliseconds) ms is outside 1000-3600000 ms")
+        }
+        contextRolloverMilliseconds = milliseconds
     }
 
     public mutating func setLogLevel(_ raw: Int32) throws(SpeechClientError) {

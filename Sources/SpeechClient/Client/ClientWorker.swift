@@ -40,11 +40,21 @@ final class ClientWorker: @unchecked Sendable {
     private var contextSamples = 0
     /// Everything before this sample is in final segments: a reconnection replays from here.
     private var finalizedUpTo = 0
-    /// Added to the current server context's word times and segment ids.
-    private var timeOffsetMs: Int32 = 0
-    private var segmentOffset: Int32 = 0
-    /// The next user segment id not yet final.
+    /// Added to a server context's word times to put them in the user's context. A start sent
+    /// queues its offset; the matching `started` names the server context.
+    private var pendingOffsets: [Int32] = []
+    private var timeOffsets: [String: Int32] = [:]
+    /// User segment ids, given in order of first appearance across server contexts.
+    private var segmentMap: [String: [Int32: Int32]] = [:]
+    private var nextUserSegment: Int32 = 0
+    /// The user segment ids below this are final (a reconnection reuses the ids from here).
     private var nextSegment: Int32 = 0
+    /// `finished` answers to rollover stops still to come: they are not the user's stop.
+    private var rolloverFinishes = 0
+    /// Where the current server context began, in user-context samples, and how long the
+    /// audio sent since has been silent (the rollover waits for a pause).
+    private var serverContextStart = 0
+    private var silentRun = 0
     private var reconnect: (attempt: Int, at: UInt64, cause: SpeechClientError)?
     /// Connection losses since the context last made progress (a final segment): a server that
     /// accepts the reconnection but fails again still runs out of attempts.
@@ -169,8 +179,13 @@ final class ClientWorker: @unchecked Sendable {
             replay.reset()
             contextSamples = 0
             finalizedUpTo = 0
-            timeOffsetMs = 0
-            segmentOffset = 0
+            pendingOffsets = [0]
+            timeOffsets = [:]
+            segmentMap = [:]
+            nextUserSegment = 0
+            rolloverFinishes = 0
+            serverContextStart = 0
+            silentRun = 0
             nextSegment = 0
         }
         client.transition({ _, _ in }, contextOpen: true)
@@ -315,6 +330,7 @@ final class ClientWorker: @unchecked Sendable {
         switch response.payload {
         case .started:
             authRetried = false
+            timeOffsets[response.audioContext] = pendingOffsets.isEmpty ? 0 : pendingOffsets.removeFirst()
             if contextId.isEmpty {
                 contextId = response.audioContext
                 client?.transition({ state, _ in
@@ -324,6 +340,15 @@ final class ClientWorker: @unchecked Sendable {
                 client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext)")
             }
         case .finished(let code, let message):
+            if rolloverFinishes > 0 {
+                rolloverFinishes -= 1
+                timeOffsets[response.audioContext] = nil
+                segmentMap[response.audioContext] = nil
+                if let code {
+                    client?.emit(.error(SpeechClientError(.api, "context \(contextId) (server context \(response.audioContext)) ended with error \(code): \(message ?? "")")))
+                }
+                return
+            }
             _ = assembler.apply(SLUResponse(audioContext: contextId, segmentId: 0, payload: response.payload))
             let id = contextId.isEmpty ? response.audioContext : contextId
             contextOpen = false
@@ -359,8 +384,8 @@ final class ClientWorker: @unchecked Sendable {
             // Into the user's context: its id, continuous segment ids and word times.
             var mapped = response
             mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
-            mapped.segmentId = response.segmentId &+ segmentOffset
-            mapped.payload = Self.shift(response.payload, by: timeOffsetMs)
+            mapped.segmentId = userSegment(context: response.audioContext, segment: response.segmentId)
+            mapped.payload = Self.shift(response.payload, by: timeOffsets[response.audioContext] ?? 0)
             guard let segment = assembler.apply(mapped) else { return }
             if segment.isFinal {
                 lossesWithoutProgress = 0
@@ -372,6 +397,40 @@ final class ClientWorker: @unchecked Sendable {
             }
             client?.emit(.segment(segment))
         }
+    }
+
+    private func userSegment(context: String, segment: Int32) -> Int32 {
+        if let id = segmentMap[context]?[segment] { return id }
+        let id = nextUserSegment
+        nextUserSegment &+= 1
+        segmentMap[context, default: [:]][segment] = id
+        return id
+    }
+
+    /// A server context may hold 5 minutes of audio (protocol.md). Past the limit, at a pause in
+    /// the audio being sent (200 ms of near silence), or at the latest 20 s later, the context
+    /// continues in a new server context on the same stream: stop, start, and the audio goes on.
+    /// The application sees one context. Decided on the audio sent, not on the server's answers,
+    /// because a file is sent far ahead of them.
+    private func rollOverIfDue(before chunk: [Int16]) {
+        let limit = 16 * options.contextRolloverMilliseconds
+        let sent = contextSamples - serverContextStart
+        guard sent >= limit, reconnect == nil, !stopSent, let stream else { return }
+        guard silentRun >= 3_200 || sent >= limit + 16 * 20_000 else { return }
+        rolloverFinishes += 1
+        serverContextStart = contextSamples
+        silentRun = 0
+        pendingOffsets.append(Int32(clamping: contextSamples / 16))
+        stream.send(.stop)
+        stream.send(.start(appId: options.appId ?? "", options: options.contextOptions))
+        client?.log(.info, "context \(contextId) continues in a new server context at \(Self.seconds(Double(contextSamples) / 16_000)) s")
+    }
+
+    /// Near silence: RMS under about -44 dBFS.
+    static func isQuiet(_ chunk: [Int16]) -> Bool {
+        var sum: Int64 = 0
+        for s in chunk { sum &+= Int64(s) * Int64(s) }
+        return sum <= Int64(chunk.count) * 200 * 200
     }
 
     static func shift(_ payload: SLUResponse.Payload, by ms: Int32) -> SLUResponse.Payload {
@@ -390,6 +449,8 @@ final class ClientWorker: @unchecked Sendable {
 
     /// Every chunk of the context is kept for replay, then sent when connected.
     private func sendAudio(_ chunk: [Int16]) {
+        rollOverIfDue(before: chunk)
+        silentRun = Self.isQuiet(chunk) ? silentRun + chunk.count : 0
         replay.append(chunk)
         contextSamples += chunk.count
         if reconnect == nil { stream?.send(.audio(chunk)) }
@@ -429,8 +490,13 @@ final class ClientWorker: @unchecked Sendable {
             from = replay.oldestSample
         }
         // The new server context starts at `from`; its segment 0 is the user's next segment.
-        timeOffsetMs = Int32(clamping: from / 16)
-        segmentOffset = nextSegment
+        timeOffsets = [:]
+        segmentMap = [:]
+        nextUserSegment = nextSegment
+        rolloverFinishes = 0
+        pendingOffsets = [Int32(clamping: from / 16)]
+        serverContextStart = from
+        silentRun = 0
         assembler.dropUnfinished(context: contextId)
         stream?.send(.start(appId: options.appId ?? "", options: options.contextOptions))
         for chunk in replay.chunks(from: from) { stream?.send(.audio(chunk)) }

@@ -28,6 +28,11 @@ public struct SegmentAssembler: Sendable {
         segments = segments.filter { $0.key.context != context }
     }
 
+    /// Whether a segment of the context has started and not ended.
+    public func hasUnfinished(context: String) -> Bool {
+        segments.keys.contains { $0.context == context }
+    }
+
     /// Applies one response; returns the snapshot of the segment it changed, if any.
     public mutating func apply(_ response: SLUResponse) -> Segment? {
         let key = Key(context: response.audioContext, segment: response.segmentId)

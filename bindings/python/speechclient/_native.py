@@ -144,6 +144,12 @@ spc_options_set_prepare_on_init = _fn("spc_options_set_prepare_on_init", c_int, 
 spc_options_add_context_option = _fn("spc_options_add_context_option", c_int, options_p, c_char_p, c_char_p)
 # spc_status spc_options_clear_context_options(spc_options *);
 spc_options_clear_context_options = _fn("spc_options_clear_context_options", c_int, options_p)
+# spc_status spc_options_set_reconnect(spc_options *, uint32_t max_attempts, uint32_t initial_delay_ms, uint32_t max_delay_ms);
+spc_options_set_reconnect = _fn("spc_options_set_reconnect", c_int, options_p, c_uint32, c_uint32, c_uint32)
+# spc_status spc_options_set_replay_buffer_ms(spc_options *, uint32_t ms);
+spc_options_set_replay_buffer_ms = _fn("spc_options_set_replay_buffer_ms", c_int, options_p, c_uint32)
+# spc_status spc_options_set_context_limit_ms(spc_options *, uint32_t ms);
+spc_options_set_context_limit_ms = _fn("spc_options_set_context_limit_ms", c_int, options_p, c_uint32)
 # spc_status spc_options_set_log_level(spc_options *, spc_log_level level);
 spc_options_set_log_level = _fn("spc_options_set_log_level", c_int, options_p, c_int)
 # spc_status spc_options_set_segment_cb(spc_options *, spc_segment_cb, void *user_data);

@@ -7,7 +7,7 @@ import ctypes
 import os
 import queue
 import threading
-from typing import AsyncIterator, Callable, Dict, Iterable, Iterator, List, Optional, Union
+from typing import AsyncIterator, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import _native as n
 from .errors import InvalidArgumentError, SpeechClientError, error_for
@@ -58,6 +58,8 @@ class Client:
                  chunk_ms: Optional[int] = None, prepare_on_init: bool = False,
                  context_options: Optional[Dict[str, Union[str, Iterable[str]]]] = None,
                  log_level: n.LogLevel = n.LogLevel.WARNING,
+                 reconnect: Optional[Tuple[int, int, int]] = None, replay_buffer_ms: Optional[int] = None,
+                 context_limit_ms: Optional[int] = None,
                  on_segment: Optional[Callable[[Segment], None]] = None,
                  on_error: Optional[Callable[[ErrorEvent], None]] = None,
                  on_start: Optional[Callable[[StartEvent], None]] = None,
@@ -114,6 +116,12 @@ class Client:
                 for v in ([values] if isinstance(values, str) else values):
                     setter(n.spc_options_add_context_option, "context option", enc(key), enc(v))
             setter(n.spc_options_set_log_level, "log_level", int(log_level))
+            if reconnect is not None:
+                setter(n.spc_options_set_reconnect, "reconnect (attempts, initial ms, max ms)", *reconnect)
+            if replay_buffer_ms is not None:
+                setter(n.spc_options_set_replay_buffer_ms, "replay_buffer_ms", replay_buffer_ms)
+            if context_limit_ms is not None:
+                setter(n.spc_options_set_context_limit_ms, "context_limit_ms", context_limit_ms)
             # One set of trampolines, kept alive on the client for as long as C may call them.
             self._trampolines = (n.SEGMENT_CB(self._on_segment), n.ERROR_CB(self._on_error),
                                  n.START_CB(self._on_start), n.STOP_CB(self._on_stop), n.LOG_CB(self._on_log))
