@@ -3,8 +3,14 @@ import Glibc
 #endif
 
 /// A RIFF/WAVE file read from disk in blocks (files may be hours long): PCM 16, 24 and 32 bit,
-/// IEEE float 32, plain or WAVE_FORMAT_EXTENSIBLE, any rate and channel count. Every malformed
-/// input ends in an `.audio` error naming the file and the problem.
+/// IEEE float 32, plain or WAVE_FORMAT_EXTENSIBLE, 1000-384000 Hz, 1-32 channels; RF64 too.
+/// Every malformed input ends in an `.audio` error naming the file and the problem; no byte
+/// sequence can crash the parser (all sizes are checked against the file before use).
+///
+/// Size fields that lie are common: recorders that stream write 0 or 0xFFFFFFFF (or a huge
+/// placeholder) and never come back; a copy may be cut short. The data chunk is therefore read
+/// up to the end of the file, in whole frames, whatever it declares. A file whose data chunk
+/// holds not even one of its declared frames is rejected as truncated.
 public final class WAVFileSource: AudioSource {
     public enum SampleKind: Equatable, Sendable { case int16, int24, int32, float32 }
 
@@ -13,8 +19,9 @@ public final class WAVFileSource: AudioSource {
         public var kind: SampleKind
         public var blockAlign: Int
         public var dataOffset: Int
-        /// Bytes of audio available (the declared size, cut to what the file holds).
+        /// Bytes of audio that will be read: whole frames, the declared size cut to the file.
         public var dataBytes: Int
+        public var frames: Int { dataBytes / max(1, blockAlign) }
     }
 
     public let path: String
@@ -23,11 +30,23 @@ public final class WAVFileSource: AudioSource {
     private var remaining = 0
     private var buffer: [UInt8] = []
 
+    /// Frames decoded per `read` at most, so a caller asking for "everything" does not make the
+    /// reader allocate the whole file.
+    static let maxFramesPerRead = 65_536
+
     public init(path: String) { self.path = path }
 
     deinit { close() }
 
     public var format: AudioFormat { header?.format ?? AudioFormat(sampleRate: 16_000, channels: 1) }
+
+    /// Checks a file without keeping it open; returns what `open()` would find.
+    public static func validate(path: String) throws(SpeechClientError) -> Header {
+        let source = WAVFileSource(path: path)
+        try source.open()
+        defer { source.close() }
+        return source.header ?? Header(format: .speech, kind: .int16, blockAlign: 2, dataOffset: 0, dataBytes: 0)
+    }
 
     public func open() throws(SpeechClientError) {
         close()
@@ -49,15 +68,16 @@ public final class WAVFileSource: AudioSource {
     }
 
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
-        guard let file, let header else { return nil }
-        let frames = min(max(1, maxFrames), remaining / header.blockAlign)
+        guard let file, let header, header.blockAlign > 0 else { return nil }
+        let frames = min(max(1, maxFrames), Self.maxFramesPerRead, remaining / header.blockAlign)
         guard frames > 0 else { return nil }
         let bytes = frames * header.blockAlign
         if buffer.count < bytes { buffer = [UInt8](repeating: 0, count: bytes) }
         let got = buffer.withUnsafeMutableBytes { fread($0.baseAddress, 1, bytes, file) }
         if got < bytes && ferror(file) != 0 {
-            throw SpeechClientError(.audio, "WAV file '\(path)': read error")
+            throw SpeechClientError.errno(.audio, "fread", errno, context: "WAV file '\(path)'")
         }
+        // A file that shrank while open ends at its last whole frame.
         let whole = got / header.blockAlign
         remaining = whole < frames ? 0 : remaining - got
         guard whole > 0 else { return nil }
@@ -75,66 +95,100 @@ public final class WAVFileSource: AudioSource {
         SpeechClientError(.audio, "WAV file '\(path)': \(why)")
     }
 
-    /// Reads the chunks up to `data` and checks the format.
+    typealias Format = (format: AudioFormat, kind: SampleKind, blockAlign: Int)
+
+    /// Reads the chunks up to `data` and checks the format. Leaves the file position anywhere.
     static func parseHeader(file: UnsafeMutablePointer<FILE>, path: String) throws(SpeechClientError) -> Header {
         var st = stat()
         guard fstat(fileno(file), &st) == 0 else { throw SpeechClientError.errno(.audio, "fstat", errno, context: "WAV file '\(path)'") }
         guard (st.st_mode & S_IFMT) == S_IFREG else { throw fail(path, "not a regular file") }
         let fileSize = Int(st.st_size)
+        guard fileSize > 0 else { throw fail(path, "empty file") }
         var riff = [UInt8](repeating: 0, count: 12)
         guard fread(&riff, 1, 12, file) == 12 else { throw fail(path, "too short to be a WAV file (\(fileSize) bytes)") }
-        guard riff[0..<4] == [0x52, 0x49, 0x46, 0x46][...] else { throw fail(path, "not a RIFF file") }
-        guard riff[8..<12] == [0x57, 0x41, 0x56, 0x45][...] else { throw fail(path, "a RIFF file but not WAVE") }
+        let magic = fourCC(riff, 0)
+        guard magic == "RIFF" || magic == "RF64" else { throw fail(path, "not a RIFF file") }
+        guard fourCC(riff, 8) == "WAVE" else { throw fail(path, "a RIFF file but not WAVE") }
         var offset = 12
-        var fmt: (format: AudioFormat, kind: SampleKind, blockAlign: Int)?
+        var fmt: Format?
+        var ds64DataSize: Int?
         while true {
             var chunk = [UInt8](repeating: 0, count: 8)
             guard fread(&chunk, 1, 8, file) == 8 else {
                 throw fail(path, fmt == nil ? "no fmt chunk" : "no data chunk")
             }
             offset += 8
-            let id = String(decoding: chunk[0..<4], as: UTF8.self)
+            let id = fourCC(chunk, 0)
             let size = Int(le32(chunk, 4))
-            if id == "fmt " {
-                guard size >= 16, size <= 1024 else { throw fail(path, "fmt chunk of \(size) bytes") }
-                var body = [UInt8](repeating: 0, count: size)
-                guard fread(&body, 1, size, file) == size else { throw fail(path, "truncated fmt chunk") }
+            let available = fileSize - offset
+            switch id {
+            case "fmt ":
+                guard size >= 16 else { throw fail(path, "fmt chunk of \(size) bytes (at least 16 needed)") }
+                guard size <= available else { throw fail(path, "truncated fmt chunk (\(size) bytes declared, \(available) in the file)") }
+                // Only the first 40 bytes matter (WAVE_FORMAT_EXTENSIBLE); the rest is skipped.
+                let keep = min(size, 40)
+                var body = [UInt8](repeating: 0, count: keep)
+                guard fread(&body, 1, keep, file) == keep else { throw fail(path, "truncated fmt chunk") }
                 fmt = try parseFormat(body, path: path)
-                offset += size
-            } else if id == "data" {
+                try skip(file, size - keep + (size & 1), path: path, what: "fmt")
+                offset += size + (size & 1)
+            case "ds64" where magic == "RF64":
+                // RF64: the 64-bit sizes live here; the data chunk's own size is 0xFFFFFFFF.
+                guard size >= 16, size <= available else { throw fail(path, "malformed ds64 chunk") }
+                var body = [UInt8](repeating: 0, count: 16)
+                guard fread(&body, 1, 16, file) == 16 else { throw fail(path, "truncated ds64 chunk") }
+                let d = UInt64(le32(body, 8)) | UInt64(le32(body, 12)) << 32
+                ds64DataSize = d > UInt64(Int.max) ? Int.max : Int(d)
+                try skip(file, size - 16 + (size & 1), path: path, what: "ds64")
+                offset += size + (size & 1)
+            case "data":
                 guard let fmt else { throw fail(path, "data chunk before the fmt chunk") }
-                let available = max(0, fileSize - offset)
+                var declared = size
+                if size == 0xFFFF_FFFF, let ds64DataSize { declared = ds64DataSize }
                 // 0 and 0xFFFFFFFF are written by streaming recorders that never went back.
-                let declared = (size == 0 || size == 0xFFFF_FFFF) ? available : size
+                if size == 0 || size == 0xFFFF_FFFF && ds64DataSize == nil { declared = available }
                 let usable = min(declared, available)
                 if declared > 0 && usable < fmt.blockAlign {
                     throw fail(path, "truncated: the data chunk declares \(declared) bytes but the file holds \(usable)")
                 }
                 return Header(format: fmt.format, kind: fmt.kind, blockAlign: fmt.blockAlign, dataOffset: offset,
                               dataBytes: usable - usable % fmt.blockAlign)
-            } else {
-                let skip = size + (size & 1)   // chunks are padded to even sizes
-                guard offset + skip <= fileSize, fseeko(file, off_t(skip), SEEK_CUR) == 0 else {
-                    throw fail(path, "chunk '\(printable(id))' runs past the end of the file")
+            default:
+                // Chunks are padded to even sizes; the pad byte is not counted in the size.
+                let padded = size + (size & 1)
+                guard padded <= available || (size <= available && padded == available + 1) else {
+                    throw fail(path, "chunk '\(printable(chunk[0..<4]))' of \(size) bytes runs past the end of the file")
                 }
-                offset += skip
-            }
-            if size & 1 == 1 && id == "fmt " {
-                guard fseeko(file, 1, SEEK_CUR) == 0 else { throw fail(path, "truncated after fmt chunk") }
-                offset += 1
+                try skip(file, min(padded, available), path: path, what: printable(chunk[0..<4]))
+                offset += min(padded, available)
             }
         }
     }
 
-    static func parseFormat(_ b: [UInt8], path: String) throws(SpeechClientError) -> (format: AudioFormat, kind: SampleKind, blockAlign: Int) {
+    private static func skip(_ file: UnsafeMutablePointer<FILE>, _ count: Int, path: String, what: String) throws(SpeechClientError) {
+        guard count > 0 else { return }
+        guard fseeko(file, off_t(count), SEEK_CUR) == 0 else {
+            throw SpeechClientError.errno(.audio, "fseeko", errno, context: "WAV file '\(path)' (after the \(what) chunk)")
+        }
+    }
+
+    /// The GUID tail shared by every KSDATAFORMAT_SUBTYPE (…-0000-0010-8000-00AA00389B71).
+    static let subformatTail: [UInt8] = [0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80, 0x00, 0x00, 0xAA, 0x00, 0x38, 0x9B, 0x71]
+
+    static func parseFormat(_ b: [UInt8], path: String) throws(SpeechClientError) -> Format {
+        guard b.count >= 16 else { throw fail(path, "fmt chunk too short") }
         var tag = Int(le16(b, 0))
         let channels = Int(le16(b, 2))
         let rate = Int(le32(b, 4))
         let blockAlign = Int(le16(b, 12))
         let bits = Int(le16(b, 14))
         if tag == 0xFFFE {
-            guard b.count >= 40 else { throw fail(path, "WAVE_FORMAT_EXTENSIBLE without its extension") }
-            tag = Int(le16(b, 24))   // the sub-format GUID starts with the format tag
+            guard b.count >= 40 else { throw fail(path, "WAVE_FORMAT_EXTENSIBLE without its 22-byte extension") }
+            // The sub-format GUID starts with the plain format tag; the rest is fixed.
+            guard le16(b, 26) == 0, Array(b[26..<40]) == subformatTail else {
+                throw fail(path, "WAVE_FORMAT_EXTENSIBLE with an unknown sub-format GUID")
+            }
+            tag = Int(le16(b, 24))
         }
         guard channels >= 1, channels <= 32 else { throw fail(path, "\(channels) channels (1-32 supported)") }
         guard rate >= 1000, rate <= 384_000 else { throw fail(path, "sample rate \(rate) Hz (1000-384000 supported)") }
@@ -144,8 +198,10 @@ public final class WAVFileSource: AudioSource {
         case (1, 24): kind = .int24
         case (1, 32): kind = .int32
         case (3, 32): kind = .float32
-        case (1, _), (3, _): throw fail(path, "\(bits)-bit \(tag == 3 ? "float" : "PCM") samples are not supported (16, 24, 32-bit PCM or 32-bit float)")
-        default: throw fail(path, "format tag \(tag) is not PCM or IEEE float (compressed WAV is not supported)")
+        case (1, _), (3, _):
+            throw fail(path, "\(bits)-bit \(tag == 3 ? "float" : "PCM") samples are not supported (16, 24, 32-bit PCM or 32-bit float)")
+        default:
+            throw fail(path, "format tag 0x\(String(tag, radix: 16)) is not PCM or IEEE float (compressed WAV is not supported)")
         }
         guard blockAlign == channels * bits / 8 else {
             throw fail(path, "block align \(blockAlign) does not match \(channels) channels of \(bits) bits")
@@ -153,21 +209,29 @@ public final class WAVFileSource: AudioSource {
         return (AudioFormat(sampleRate: rate, channels: channels), kind, blockAlign)
     }
 
+    /// Little-endian samples to Float in [-1, 1]. `b` holds at least `count` samples.
     static func decode(_ b: [UInt8], count: Int, kind: SampleKind) -> [Float] {
-        var out = [Float](repeating: 0, count: count)
+        let width: Int
+        switch kind {
+        case .int16: width = 2
+        case .int24: width = 3
+        case .int32, .float32: width = 4
+        }
+        let n = min(count, b.count / width)
+        var out = [Float](repeating: 0, count: n)
         b.withUnsafeBufferPointer { p in
             switch kind {
             case .int16:
-                for i in 0..<count { out[i] = Float(Int16(bitPattern: UInt16(p[2 * i]) | UInt16(p[2 * i + 1]) << 8)) / 32768 }
+                for i in 0..<n { out[i] = Float(Int16(bitPattern: UInt16(p[2 * i]) | UInt16(p[2 * i + 1]) << 8)) / 32768 }
             case .int24:
-                for i in 0..<count {
+                for i in 0..<n {
                     let u = UInt32(p[3 * i]) << 8 | UInt32(p[3 * i + 1]) << 16 | UInt32(p[3 * i + 2]) << 24
                     out[i] = Float(Int32(bitPattern: u) >> 8) / 8_388_608
                 }
             case .int32:
-                for i in 0..<count { out[i] = Float(Int32(bitPattern: le32(p, 4 * i))) / 2_147_483_648 }
+                for i in 0..<n { out[i] = Float(Int32(bitPattern: le32(p, 4 * i))) / 2_147_483_648 }
             case .float32:
-                for i in 0..<count {
+                for i in 0..<n {
                     let v = Float(bitPattern: le32(p, 4 * i))
                     out[i] = v.isFinite ? max(-1, min(1, v)) : 0
                 }
@@ -184,7 +248,11 @@ public final class WAVFileSource: AudioSource {
         UInt32(le16(b, i)) | UInt32(le16(b, i + 2)) << 16
     }
 
-    static func printable(_ s: String) -> String {
-        String(s.unicodeScalars.map { $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" })
+    static func fourCC(_ b: [UInt8], _ i: Int) -> String {
+        String(decoding: b[i..<i + 4], as: UTF8.self)
+    }
+
+    static func printable(_ bytes: ArraySlice<UInt8>) -> String {
+        String(bytes.map { $0 >= 0x20 && $0 < 0x7F ? Character(Unicode.Scalar($0)) : "?" })
     }
 }

@@ -4,114 +4,168 @@ import Testing
 import Glibc
 #endif
 
-/// Builds WAV bytes: a RIFF header, optional extra chunks, fmt and data.
-func wavBytes(tag: UInt16 = 1, channels: UInt16 = 1, rate: UInt32 = 16_000, bits: UInt16 = 16,
-              blockAlign: UInt16? = nil, data: [UInt8], extensible: Bool = false, extraChunk: Bool = false,
-              declaredDataSize: UInt32? = nil) -> [UInt8] {
-    func le16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
-    func le32(_ v: UInt32) -> [UInt8] { [UInt8(v & 0xFF), UInt8((v >> 8) & 0xFF), UInt8((v >> 16) & 0xFF), UInt8(v >> 24)] }
-    let align = blockAlign ?? channels * bits / 8
-    var fmt = le16(extensible ? 0xFFFE : tag) + le16(channels) + le32(rate) + le32(rate * UInt32(align)) + le16(align) + le16(bits)
-    if extensible { fmt += le16(22) + le16(bits) + le32(0) + le16(tag) + [UInt8](repeating: 0xAA, count: 14) }
-    var body = Array("WAVE".utf8)
-    if extraChunk { body += Array("LIST".utf8) + le32(3) + [1, 2, 3, 0] }
-    body += Array("fmt ".utf8) + le32(UInt32(fmt.count)) + fmt
-    body += Array("data".utf8) + le32(declaredDataSize ?? UInt32(data.count)) + data
-    return Array("RIFF".utf8) + le32(UInt32(body.count)) + body
-}
-
-func writeTemp(_ bytes: [UInt8], name: String) -> String {
-    let path = temporaryDirectory() + "/" + name
-    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-    _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-    close(fd)
-    return path
-}
-
-func readAll(_ source: WAVFileSource) throws -> [Float] {
-    var all: [Float] = []
-    while let block = try source.read(maxFrames: 3) { all += block }
-    return all
-}
-
 @Suite struct WAVFileTests {
-    @Test func decodesEveryFormat() throws {
-        let cases: [(UInt16, UInt16, [UInt8], [Float], Bool)] = [
-            (1, 16, [0x00, 0x40, 0x00, 0xC0], [0.5, -0.5], false),
-            (1, 24, [0x00, 0x00, 0x40, 0x00, 0x00, 0xC0], [0.5, -0.5], false),
-            (1, 32, [0, 0, 0, 0x40, 0, 0, 0, 0xC0], [0.5, -0.5], false),
-            (3, 32, [0, 0, 0, 0x3F, 0, 0, 0, 0xBF], [0.5, -0.5], false),
-            (3, 32, [0, 0, 0, 0x3F, 0, 0, 0, 0xBF], [0.5, -0.5], true),   // extensible float
-            (1, 16, [0x00, 0x40, 0x00, 0xC0], [0.5, -0.5], true),          // extensible PCM
-        ]
-        for (i, (tag, bits, data, expected, ext)) in cases.enumerated() {
-            let path = writeTemp(wavBytes(tag: tag, bits: bits, data: data, extensible: ext, extraChunk: i % 2 == 0), name: "f\(i).wav")
+    typealias F = AudioFixtures
+
+    /// (format tag, bits, data bytes, expected samples, extensible)
+    static let formats: [(UInt16, UInt16, [UInt8], [Float], Bool)] = [
+        (1, 16, [0x00, 0x40, 0x00, 0xC0, 0xFF, 0x7F, 0x00, 0x80], [0.5, -0.5, 32767 / 32768, -1], false),
+        (1, 24, [0x00, 0x00, 0x40, 0x00, 0x00, 0xC0, 0x01, 0x00, 0x00, 0x00, 0x00, 0x80], [0.5, -0.5, 1 / 8_388_608, -1], false),
+        (1, 32, [0, 0, 0, 0x40, 0, 0, 0, 0xC0, 0, 0, 0, 0x80], [0.5, -0.5, -1], false),
+        (3, 32, [0, 0, 0, 0x3F, 0, 0, 0, 0xBF, 0, 0, 0xC0, 0x7F, 0, 0, 0x80, 0x40], [0.5, -0.5, 0, 1], false), // NaN → 0, 4.0 clipped
+        (1, 16, [0x00, 0x40, 0x00, 0xC0], [0.5, -0.5], true),
+        (1, 24, [0x00, 0x00, 0x40, 0x00, 0x00, 0xC0], [0.5, -0.5], true),
+        (1, 32, [0, 0, 0, 0x40, 0, 0, 0, 0xC0], [0.5, -0.5], true),
+        (3, 32, [0, 0, 0, 0x3F, 0, 0, 0, 0xBF], [0.5, -0.5], true),
+    ]
+
+    @Test func decodesEverySupportedFormat() throws {
+        for (i, (tag, bits, data, expected, ext)) in Self.formats.enumerated() {
+            let path = F.writeTemp(F.wav(tag: tag, bits: bits, data: data, extensible: ext, extraChunk: i % 2 == 0,
+                                         fmtExtra: i == 1 ? 2 : 0), name: "f\(i).wav")
             let source = WAVFileSource(path: path)
             try source.open()
             #expect(source.format == AudioFormat(sampleRate: 16_000, channels: 1))
-            #expect(try readAll(source) == expected, "case \(i)")
+            #expect(try F.readAll(source) == expected, "case \(i)")
+            #expect(try source.read(maxFrames: 10) == nil)
+            source.close()
+            source.close()
         }
     }
 
-    @Test func stereo44kAndStreamingSizeAndTruncatedData() throws {
-        let stereo = writeTemp(wavBytes(channels: 2, rate: 44_100, data: [0, 0x40, 0, 0xC0, 0, 0x20, 0, 0xE0]), name: "st.wav")
-        let s = WAVFileSource(path: stereo)
+    @Test func multichannelRatesAndValidate() throws {
+        // 6 channels of 24-bit at 48 kHz: frame k, channel c holds (k*6+c) * 256.
+        var data: [UInt8] = []
+        for v in 0..<60 { data += [0, UInt8(v), 0] }
+        let path = F.writeTemp(F.wav(channels: 6, rate: 48_000, bits: 24, data: data), name: "six.wav")
+        let h = try WAVFileSource.validate(path: path)
+        #expect(h.format == AudioFormat(sampleRate: 48_000, channels: 6))
+        #expect(h.kind == .int24 && h.blockAlign == 18 && h.frames == 10)
+        let s = WAVFileSource(path: path)
         try s.open()
-        #expect(s.format == AudioFormat(sampleRate: 44_100, channels: 2))
-        #expect(try readAll(s) == [0.5, -0.5, 0.25, -0.25])
-        // 0xFFFFFFFF: a recorder that never wrote the size; read to the end of the file.
-        let streaming = writeTemp(wavBytes(data: [0, 0x40, 0, 0x40], declaredDataSize: 0xFFFF_FFFF), name: "stream.wav")
-        let t = WAVFileSource(path: streaming)
-        try t.open()
-        #expect(try readAll(t).count == 2)
-        // Declared 100 bytes, 5 present: the two whole frames are read, the odd byte dropped.
-        let cut = writeTemp(wavBytes(data: [0, 0x40, 0, 0x40, 7], declaredDataSize: 100), name: "cut.wav")
-        let u = WAVFileSource(path: cut)
-        try u.open()
-        #expect(try readAll(u).count == 2)
+        #expect(try F.readAll(s, block: 4) == (0..<60).map { Float($0 * 256) / 8_388_608 })
+        for rate: UInt32 in [1000, 8000, 11_025, 44_100, 192_000, 384_000] {
+            let p = F.writeTemp(F.wav(channels: 32, rate: rate, data: [UInt8](repeating: 0, count: 64)), name: "r.wav")
+            #expect(try WAVFileSource.validate(path: p).format == AudioFormat(sampleRate: Int(rate), channels: 32))
+        }
     }
 
-    @Test(arguments: [
+    @Test func lyingSizesAndTrailingChunks() throws {
+        // 0xFFFFFFFF and 0: a streaming recorder that never wrote the size; read to the end.
+        for size: UInt32 in [0xFFFF_FFFF, 0] {
+            let p = F.writeTemp(F.wav(data: [0, 0x40, 0, 0x40], declaredDataSize: size), name: "stream.wav")
+            let t = WAVFileSource(path: p)
+            try t.open()
+            #expect(try F.readAll(t) == [0.5, 0.5])
+        }
+        // Declared 100 bytes, 5 present: the two whole frames are read, the odd byte dropped.
+        let cut = F.writeTemp(F.wav(data: [0, 0x40, 0, 0x40, 7], declaredDataSize: 100), name: "cut.wav")
+        #expect(try WAVFileSource.validate(path: cut).dataBytes == 4)
+        // A chunk after the data is not audio.
+        let tail = F.writeTemp(F.wav(data: [0, 0x40, 0, 0xC0], trailingChunk: true), name: "tail.wav")
+        let u = WAVFileSource(path: tail)
+        try u.open()
+        #expect(try F.readAll(u) == [0.5, -0.5])
+        // An odd data size (1 frame of 3 channels x 8... not supported; 24-bit mono, 1 frame = 3 bytes) with its pad byte.
+        let odd = F.writeTemp(F.wav(bits: 24, data: [0, 0, 0x40], trailingChunk: true), name: "odd.wav")
+        #expect(try WAVFileSource.validate(path: odd).frames == 1)
+    }
+
+    /// A file of a few seconds read in blocks equals what was written, block size irrelevant.
+    @Test func longFileStreamsInBlocks() throws {
+        let n = 3 * 44_100 * 2
+        var data = [UInt8](repeating: 0, count: n * 2)
+        for i in 0..<n {
+            let v = Int16(truncatingIfNeeded: i &* 7919)
+            data[2 * i] = UInt8(truncatingIfNeeded: v)
+            data[2 * i + 1] = UInt8(truncatingIfNeeded: v >> 8)
+        }
+        let path = F.writeTemp(F.wav(channels: 2, rate: 44_100, data: data), name: "long.wav")
+        let s = WAVFileSource(path: path)
+        try s.open()
+        var got: [Float] = []
+        while let b = try s.read(maxFrames: 4410) {
+            #expect(b.count <= 4410 * 2)
+            got += b
+        }
+        #expect(got.count == n)
+        #expect(got == (0..<n).map { Float(Int16(truncatingIfNeeded: $0 &* 7919)) / 32768 })
+        // A caller asking for everything gets bounded blocks.
+        try s.open()
+        #expect(try s.read(maxFrames: Int.max)?.count == WAVFileSource.maxFramesPerRead * 2)
+    }
+
+    static let riff = Array("RIFF".utf8), wave = Array("WAVE".utf8)
+
+    static let malformed: [(String, [UInt8])] = [
         ("empty", [UInt8]()),
         ("text", Array("hello, this is not audio at all".utf8)),
-        ("riff-not-wave", Array("RIFF\u{4}\0\0\0AVI ".utf8)),
-        ("no-fmt", Array("RIFF\u{4}\0\0\0WAVE".utf8)),
-        ("mp3-tag", wavBytes(tag: 0x55, data: [1, 2])),
-        ("8-bit", wavBytes(bits: 8, data: [1, 2])),
-        ("zero-channels", wavBytes(channels: 0, data: [1, 2])),
-        ("bad-rate", wavBytes(rate: 5, data: [1, 2])),
-        ("block-align", wavBytes(blockAlign: 7, data: [1, 2])),
-        ("truncated-data", wavBytes(data: [], declaredDataSize: 4000)),
-        ("huge-chunk", Array("RIFF\u{20}\0\0\0WAVEjunk".utf8) + [0xFF, 0xFF, 0xFF, 0x7F]),
-        ("truncated-fmt", Array(wavBytes(data: [1, 2]).prefix(30))),
-    ])
+        ("riff-only", Array("RIFF".utf8)),
+        ("riff-not-wave", riff + [4, 0, 0, 0] + Array("AVI ".utf8)),
+        ("no-fmt", riff + [4, 0, 0, 0] + wave),
+        ("no-data", Array(F.wav(data: []).dropLast(8))),
+        ("data-before-fmt", riff + [0, 0, 0, 0] + wave + Array("data".utf8) + [2, 0, 0, 0, 1, 2]),
+        ("truncated-header", Array(F.wav(data: [1, 2]).prefix(30))),
+        ("mp3-tag", F.wav(tag: 0x55, data: [1, 2])),
+        ("8-bit", F.wav(bits: 8, data: [1, 2])),
+        ("64-bit-float", F.wav(tag: 3, bits: 64, data: [UInt8](repeating: 0, count: 8))),
+        ("extensible-bad-guid", F.wav(bits: 16, data: [1, 2], extensible: true, guid: [UInt8](repeating: 0xAA, count: 14))),
+        ("extensible-adpcm", F.wav(tag: 2, bits: 16, data: [1, 2], extensible: true)),
+        ("zero-channels", F.wav(channels: 0, data: [1, 2])),
+        ("33-channels", F.wav(channels: 33, data: [UInt8](repeating: 0, count: 66))),
+        ("rate-5", F.wav(rate: 5, data: [1, 2])),
+        ("rate-huge", F.wav(rate: 0xFFFF_FFFF, data: [1, 2])),
+        ("block-align", F.wav(blockAlign: 7, data: [1, 2])),
+        ("truncated-data", F.wav(data: [], declaredDataSize: 4000)),
+        ("one-byte-of-a-frame", F.wav(bits: 24, data: [1], declaredDataSize: 3)),
+        ("huge-chunk", riff + [0x20, 0, 0, 0] + wave + Array("junk".utf8) + [0xFF, 0xFF, 0xFF, 0xFF]),
+        ("huge-fmt", riff + [0x20, 0, 0, 0] + wave + Array("fmt ".utf8) + [0xFF, 0xFF, 0xFF, 0xFF] + [1, 0, 1, 0]),
+        ("tiny-fmt", riff + [0x20, 0, 0, 0] + wave + Array("fmt ".utf8) + [4, 0, 0, 0, 1, 0, 1, 0]),
+    ]
+
+    @Test(arguments: malformed)
     func malformedFilesAreAudioErrorsNamingTheFile(name: String, bytes: [UInt8]) {
-        let path = writeTemp(bytes, name: name + ".wav")
-        #expect {
-            try WAVFileSource(path: path).open()
-        } throws: {
-            guard let e = $0 as? SpeechClientError else { return false }
-            return e.code == .audio && e.message.contains(path)
-        }
+        let path = F.writeTemp(bytes, name: name + ".wav")
+        #expect { try WAVFileSource(path: path).open() } throws: { F.isAudioError($0, naming: path) }
+        #expect { try WAVFileSource.validate(path: path) } throws: { F.isAudioError($0, naming: path) }
     }
 
-    @Test func missingFileNamesThePath() {
-        #expect { try WAVFileSource(path: "/nonexistent/x.wav").open() } throws: {
-            ($0 as? SpeechClientError)?.message.contains("/nonexistent/x.wav") == true
-        }
+    @Test func missingFileAndDirectoryNameThePath() {
+        #expect { try WAVFileSource(path: "/nonexistent/x.wav").open() } throws: { F.isAudioError($0, naming: "/nonexistent/x.wav") }
+        let dir = F.directory()
+        #expect { try WAVFileSource(path: dir).open() } throws: { F.isAudioError($0, naming: dir) }
     }
 
+    @Test func readBeforeOpenAndAfterCloseIsNil() throws {
+        let s = WAVFileSource(path: F.writeTemp(F.wav(data: [0, 0x40]), name: "a.wav"))
+        #expect(try s.read(maxFrames: 10) == nil)
+        try s.open()
+        s.close()
+        #expect(try s.read(maxFrames: 10) == nil)
+    }
+
+    /// Mutated and truncated versions of good files of every format: opening and reading may
+    /// fail, but only with `.audio` errors, and never crash.
     @Test func randomBytesNeverCrash() {
         var rng = SystemRandomNumberGenerator()
-        let good = wavBytes(channels: 2, bits: 24, data: [UInt8](repeating: 1, count: 60))
-        for i in 0..<300 {
-            var bytes = good
+        let dir = F.directory()
+        let goods = Self.formats.map { F.wav(tag: $0.0, channels: 2, bits: $0.1, data: [UInt8](repeating: 1, count: 48), extensible: $0.4, extraChunk: true) }
+        for i in 0..<600 {
+            var bytes = goods[i % goods.count]
             for _ in 0..<Int.random(in: 1...6, using: &rng) {
                 bytes[Int.random(in: 0..<bytes.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
             }
             if i % 3 == 0 { bytes = Array(bytes.prefix(Int.random(in: 0...bytes.count, using: &rng))) }
-            let s = WAVFileSource(path: writeTemp(bytes, name: "r\(i).wav"))
-            if (try? s.open()) != nil { _ = try? readAll(s) }
+            if i % 50 == 0 { bytes = (0..<Int.random(in: 0...200, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) } }
+            let path = dir + "/r\(i % 8).wav"
+            F.write(bytes, to: path)
+            let s = WAVFileSource(path: path)
+            do {
+                try s.open()
+                _ = try F.readAll(s, block: Int.random(in: 1...64, using: &rng))
+            } catch {
+                #expect(F.isAudioError(error, naming: path))
+            }
         }
     }
 }
