@@ -2,120 +2,255 @@
 import Glibc
 #endif
 import CALSA
+import CShims
 
-/// Capture from an ALSA device by name: S16_LE interleaved, the device's rate and channel count
-/// negotiated (16 kHz mono preferred), xruns recovered. The device is opened non-blocking and
-/// `read` waits at most `pollMilliseconds`, so the worker thread that owns it never hangs on a
-/// device that stopped delivering.
-public final class ALSACapture: AudioSource {
+/// Capture from an ALSA device by name: S16_LE interleaved, 16 kHz mono when the device offers
+/// it, otherwise its nearest rate and channel count (`AudioConverter` does the rest, with a
+/// better filter than ALSA's default linear rate plugin, which is why ALSA resampling is off).
+/// Period 20 ms, buffer 400 ms; overruns (-EPIPE) and suspends (-ESTRPIPE) are recovered with
+/// `snd_pcm_recover` (the audio in the gap is lost, as with any device).
+///
+/// Blocking and stopping: the PCM is opened non-blocking and `read` waits in `poll` on the PCM's
+/// descriptors plus an eventfd. `close()` may be called from any thread at any time: it signals
+/// the eventfd, which wakes a pending `read` at once (it returns nil), waits for that read to
+/// leave the PCM, and only then drops and closes it. This is reliable for every plugin, unlike
+/// `snd_pcm_drop` on a PCM another thread is blocked in (plugins differ, and the handle must not
+/// be freed under the reader). `read` also returns an empty array after 100 ms without audio,
+/// so its caller can look at other work even when a device stops delivering.
+///
+/// End of stream: `read` returns nil when `snd_pcm_readi` returns 0 frames, which is how
+/// current alsa-lib's `file` plugin reports the end of its `infile`. alsa-lib 1.2.8 (Debian 12)
+/// never reports it: after the end it keeps returning full reads of stale buffer content
+/// (measured), so there the capture ends only with `close()`; tests pad the input with silence.
+///
+/// Pacing: devices without a clock (ALSA's `file` or `null` plugins, used by tests as a
+/// microphone without a sound card) deliver as fast as they are read. For those, `read` holds
+/// delivery to real time from the first read, so a test microphone behaves like a real one.
+/// Real devices are never paced: their clock is the device's.
+public final class ALSACapture: AudioSource, @unchecked Sendable {
     public let device: String
-    public private(set) var format = AudioFormat(sampleRate: 16_000, channels: 1)
+
+    // Guarded by `lock`: what `close()` on another thread may change under a reader.
+    private let lock = ConditionLock()
     private var pcm: OpaquePointer?
+    private var wakeFD: Int32 = -1
+    private var pollFDs: [pollfd] = []
+    private var reading = false
+    private var closing = false
+    private var currentFormat = AudioFormat(sampleRate: 16_000, channels: 1)
+    private var clockless = false
+    /// Half the device buffer: the file plugin in alsa-lib 1.2.8 fills nothing from its input
+    /// for a read larger than the buffer ("requested more frames than pcm buffer").
+    private var maxReadFrames = 1024
+
+    // Touched only by the reading thread (the protocol allows one reader).
     private var buffer: [Int16] = []
-    static let pollMilliseconds: Int32 = 100
-    /// Real-time pacing: a capture device cannot run ahead of the clock, but a device with no
-    /// clock (ALSA's file plugin over the null device) delivers as fast as it is read. Frames
-    /// delivered and the time of the first read let `read` hold such a device to real time.
     private var framesDelivered = 0
     private var startNanos: UInt64 = 0
+
+    static let periodMicroseconds: UInt32 = 20_000
+    static let bufferMicroseconds: UInt32 = 400_000
+    static let pollMilliseconds: Int32 = 100
 
     public init(device: String = "default") { self.device = device }
 
     deinit { close() }
 
+    public var format: AudioFormat { lock.withLock { currentFormat } }
+
     private func fail(_ function: String, _ code: Int32) -> SpeechClientError {
-        SpeechClientError(.audio, "ALSA device '\(device)': \(function) failed: \(String(cString: snd_strerror(code)))")
+        let reason = snd_strerror(code).map { String(cString: $0) } ?? "error \(code)"
+        return SpeechClientError(.audio, "ALSA device '\(device)': \(function) failed: \(reason)")
     }
 
     public func open() throws(SpeechClientError) {
         close()
-        var handle: OpaquePointer?
-        var rc = snd_pcm_open(&handle, device, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK)
-        guard rc >= 0, let handle else { throw fail("snd_pcm_open", rc) }
-        pcm = handle
-        var params: OpaquePointer?
-        rc = snd_pcm_hw_params_malloc(&params)
-        guard rc >= 0, let params else { close(); throw fail("snd_pcm_hw_params_malloc", rc) }
+        var opened: OpaquePointer?
+        let rc = snd_pcm_open(&opened, device, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK)
+        guard rc >= 0, let handle = opened else { throw fail("snd_pcm_open", rc) }
+        let format: AudioFormat
+        let bufferFrames: Int
+        var fds: [pollfd]
+        let wake: Int32
+        do throws(SpeechClientError) {
+            (format, bufferFrames) = try configure(handle)
+            let count = snd_pcm_poll_descriptors_count(handle)
+            guard count > 0 else { throw fail("snd_pcm_poll_descriptors_count", count < 0 ? count : -EINVAL) }
+            fds = [pollfd](repeating: pollfd(), count: Int(count) + 1)
+            let got = snd_pcm_poll_descriptors(handle, &fds, UInt32(count))
+            guard got == count else { throw fail("snd_pcm_poll_descriptors", got < 0 ? got : -EINVAL) }
+            wake = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+            guard wake >= 0 else { throw SpeechClientError.errno(.audio, "eventfd", errno, context: "ALSA device '\(device)'") }
+        } catch {
+            snd_pcm_close(handle)
+            throw error
+        }
+        fds[fds.count - 1] = pollfd(fd: wake, events: Int16(POLLIN), revents: 0)
+        let type = snd_pcm_type(handle)
+        framesDelivered = 0
+        startNanos = 0
+        lock.withLock {
+            pcm = handle
+            wakeFD = wake
+            pollFDs = fds
+            currentFormat = format
+            maxReadFrames = max(1, bufferFrames / 2)
+            clockless = type == SND_PCM_TYPE_FILE || type == SND_PCM_TYPE_NULL
+        }
+    }
+
+    /// Negotiates S16_LE interleaved, 16 kHz (or the nearest rate), mono (or the fewest
+    /// channels). The stream starts with the first read, so nothing stale is buffered before.
+    private func configure(_ handle: OpaquePointer) throws(SpeechClientError) -> (AudioFormat, Int) {
+        var allocated: OpaquePointer?
+        let rc = snd_pcm_hw_params_malloc(&allocated)
+        guard rc >= 0, let params = allocated else { throw fail("snd_pcm_hw_params_malloc", rc) }
         defer { snd_pcm_hw_params_free(params) }
         var rate: UInt32 = 16_000
         var channels: UInt32 = 1
-        var periodMicroseconds: UInt32 = 20_000
-        var bufferMicroseconds: UInt32 = 400_000
+        var period = Self.periodMicroseconds
+        var bufferTime = Self.bufferMicroseconds
         var dir: Int32 = 0
-        let steps: [(String, () -> Int32)] = [
-            ("snd_pcm_hw_params_any", { snd_pcm_hw_params_any(handle, params) }),
-            ("snd_pcm_hw_params_set_access", { snd_pcm_hw_params_set_access(handle, params, SND_PCM_ACCESS_RW_INTERLEAVED) }),
-            ("snd_pcm_hw_params_set_format (S16_LE)", { snd_pcm_hw_params_set_format(handle, params, SND_PCM_FORMAT_S16_LE) }),
-            ("snd_pcm_hw_params_set_channels_near", { snd_pcm_hw_params_set_channels_near(handle, params, &channels) }),
-            ("snd_pcm_hw_params_set_rate_near", { snd_pcm_hw_params_set_rate_near(handle, params, &rate, &dir) }),
-            ("snd_pcm_hw_params_set_period_time_near", { snd_pcm_hw_params_set_period_time_near(handle, params, &periodMicroseconds, &dir) }),
-            ("snd_pcm_hw_params_set_buffer_time_near", { snd_pcm_hw_params_set_buffer_time_near(handle, params, &bufferMicroseconds, &dir) }),
-            ("snd_pcm_hw_params", { snd_pcm_hw_params(handle, params) }),
-            ("snd_pcm_prepare", { snd_pcm_prepare(handle) }),
-            ("snd_pcm_start", { snd_pcm_start(handle) }),
-        ]
-        for (name, step) in steps {
-            let r = step()
-            if r < 0 { close(); throw fail(name, r) }
+        func check(_ name: String, _ r: Int32) throws(SpeechClientError) { if r < 0 { throw fail(name, r) } }
+        try check("snd_pcm_hw_params_any", snd_pcm_hw_params_any(handle, params))
+        try check("snd_pcm_hw_params_set_access", snd_pcm_hw_params_set_access(handle, params, SND_PCM_ACCESS_RW_INTERLEAVED))
+        try check("snd_pcm_hw_params_set_format", snd_pcm_hw_params_set_format(handle, params, SND_PCM_FORMAT_S16_LE))
+        try check("snd_pcm_hw_params_set_channels_near", snd_pcm_hw_params_set_channels_near(handle, params, &channels))
+        // Not fatal: some plugins (pulse, pipewire) resample anyway and refuse the setting.
+        _ = snd_pcm_hw_params_set_rate_resample(handle, params, 0)
+        try check("snd_pcm_hw_params_set_rate_near", snd_pcm_hw_params_set_rate_near(handle, params, &rate, &dir))
+        try check("snd_pcm_hw_params_set_period_time_near", snd_pcm_hw_params_set_period_time_near(handle, params, &period, &dir))
+        try check("snd_pcm_hw_params_set_buffer_time_near", snd_pcm_hw_params_set_buffer_time_near(handle, params, &bufferTime, &dir))
+        try check("snd_pcm_hw_params", snd_pcm_hw_params(handle, params))
+        guard rate >= 1000, rate <= 384_000, channels >= 1, channels <= 32 else {
+            throw SpeechClientError(.audio, "ALSA device '\(device)': unusable format \(rate) Hz, \(channels) channels")
         }
-        guard rate >= 1000, channels >= 1 else { close(); throw SpeechClientError(.audio, "ALSA device '\(device)': unusable format \(rate) Hz, \(channels) channels") }
-        format = AudioFormat(sampleRate: Int(rate), channels: Int(channels))
+        var bufferFrames: snd_pcm_uframes_t = 0
+        try check("snd_pcm_hw_params_get_buffer_size", snd_pcm_hw_params_get_buffer_size(params, &bufferFrames))
+        return (AudioFormat(sampleRate: Int(rate), channels: Int(channels)), Int(min(bufferFrames, 1 << 20)))
     }
 
-    /// Waits up to 100 ms for audio; returns what arrived (possibly nothing), or nil when the
-    /// device reports the end of its input (a file plugin that ran out).
+    /// Up to `maxFrames` frames (at most half the device buffer, 200 ms) as soon as some are
+    /// there (a period, 20 ms, on a real device);
+    /// an empty array after 100 ms without audio; nil after `close()` or at the end of a file
+    /// plugin's input.
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
-        guard let pcm else { return nil }
-        let frames = max(1, maxFrames)
-        let need = frames * format.channels
-        if buffer.count < need { buffer = [Int16](repeating: 0, count: need) }
-        var attempts = 0
+        let begun: (pcm: OpaquePointer, fds: [pollfd], format: AudioFormat, clockless: Bool, limit: Int)? = lock.withLock {
+            guard let pcm = self.pcm, !closing, !reading else { return nil }
+            reading = true
+            return (pcm, pollFDs, currentFormat, clockless, maxReadFrames)
+        }
+        guard let begun else { return nil }
+        defer {
+            lock.withLock {
+                reading = false
+                lock.broadcast()
+            }
+        }
+        var fds = begun.fds
+        let pcm = begun.pcm
+        let channels = begun.format.channels
+        let frames = min(max(1, maxFrames), begun.limit)
+        if buffer.count < frames * channels { buffer = [Int16](repeating: 0, count: frames * channels) }
+        let deadline = Clock.monotonicNanos() + UInt64(Self.pollMilliseconds) * 1_000_000
+        var recoveries = 0
         while true {
             let n = buffer.withUnsafeMutableBytes { snd_pcm_readi(pcm, $0.baseAddress, snd_pcm_uframes_t(frames)) }
             if n > 0 {
-                pace(frames: Int(n))
-                let count = Int(n) * format.channels
+                let got = min(Int(n), frames)
+                if begun.clockless, !pace(frames: got, rate: begun.format.sampleRate, fds: &fds) { return nil }
+                let count = got * channels
                 var out = [Float](repeating: 0, count: count)
-                for i in 0..<count { out[i] = Float(buffer[i]) / 32768 }
+                buffer.withUnsafeBufferPointer { src in
+                    for i in 0..<count { out[i] = Float(src[i]) * (1 / 32768) }
+                }
                 return out
             }
             if n == 0 { return nil }
             let code = Int32(truncatingIfNeeded: n)
-            if code == -EAGAIN {
-                let w = snd_pcm_wait(pcm, Self.pollMilliseconds)
-                if w == 0 { return [] }       // nothing within the poll time: let the worker look up
-                if w < 0 && w != -EPIPE && w != -ESTRPIPE { throw fail("snd_pcm_wait", w) }
-                if w > 0 { continue }
+            switch -code {
+            case EAGAIN:
+                let now = Clock.monotonicNanos()
+                guard now < deadline else { return [] }
+                let wait = Int32(min((deadline - now) / 1_000_000 + 1, UInt64(Self.pollMilliseconds)))
+                switch try waitReadable(pcm, &fds, milliseconds: wait) {
+                case .woken: return nil
+                case .timeout: return []
+                case .ready: continue
+                }
+            case EPIPE, ESTRPIPE:
+                recoveries += 1
+                if recoveries > 3 { return [] }
+                let r = snd_pcm_recover(pcm, code, 1)
+                if r < 0 { throw fail("snd_pcm_readi", code) }
+                framesDelivered = 0
+                startNanos = 0
+            case EINTR:
+                continue
+            default:
+                throw fail("snd_pcm_readi", code)
             }
-            // Overrun or suspend: recover and go on (audio in the gap is lost, as with any device).
-            attempts += 1
-            let r = snd_pcm_recover(pcm, code == -EAGAIN ? -EPIPE : code, 1)
-            if r < 0 { throw fail("snd_pcm_readi", code) }
-            if attempts > 3 { return [] }
-            _ = snd_pcm_start(pcm)
         }
     }
 
-    private func pace(frames: Int) {
+    private enum Wait { case ready, timeout, woken }
+
+    /// Polls the PCM's descriptors and the eventfd (the last entry of `fds`).
+    private func waitReadable(_ pcm: OpaquePointer, _ fds: inout [pollfd], milliseconds: Int32) throws(SpeechClientError) -> Wait {
+        for i in fds.indices { fds[i].revents = 0 }
+        let r = poll(&fds, nfds_t(fds.count), milliseconds)
+        if r < 0 {
+            if errno == EINTR { return .ready }
+            throw SpeechClientError.errno(.audio, "poll", errno, context: "ALSA device '\(device)'")
+        }
+        if r == 0 { return .timeout }
+        if let last = fds.last, last.revents != 0 { return .woken }
+        // The PCM's revents need translating (plugins may use a different event); an error
+        // event comes back from the next readi as -EPIPE or similar, so any event means retry.
+        var revents: UInt16 = 0
+        _ = fds.withUnsafeMutableBufferPointer { p in
+            snd_pcm_poll_descriptors_revents(pcm, p.baseAddress, UInt32(p.count - 1), &revents)
+        }
+        return .ready
+    }
+
+    /// Holds a clockless device to real time from its first read. Returns false when woken by
+    /// `close()` while waiting.
+    private func pace(frames: Int, rate: Int, fds: inout [pollfd]) -> Bool {
         let now = Clock.monotonicNanos()
         if startNanos == 0 { startNanos = now }
         framesDelivered += frames
-        let due = startNanos + UInt64(framesDelivered) * 1_000_000_000 / UInt64(max(format.sampleRate, 1))
-        // A real device is never more than a period ahead; sleep only when clearly ahead.
-        if due > now + 50_000_000 {
-            let wait = due - now
-            var ts = timespec(tv_sec: Int(wait / 1_000_000_000), tv_nsec: Int(wait % 1_000_000_000))
-            nanosleep(&ts, nil)
-        }
+        let due = startNanos + UInt64(framesDelivered) * 1_000_000_000 / UInt64(max(rate, 1))
+        guard due > now + 1_000_000, let wake = fds.last else { return true }
+        var pfd = [wake]
+        pfd[0].revents = 0
+        let ms = Int32(min((due - now) / 1_000_000, 10_000))
+        let r = poll(&pfd, 1, ms)
+        return !(r > 0 && pfd[0].revents != 0)
     }
 
+    /// Releases the device. Safe from any thread, also while another thread is in `read`
+    /// (that read returns nil); idempotent.
     public func close() {
-        framesDelivered = 0
-        startNanos = 0
-        if let pcm {
-            snd_pcm_drop(pcm)
-            snd_pcm_close(pcm)
+        let taken: (pcm: OpaquePointer?, wake: Int32) = lock.withLock {
+            guard pcm != nil || wakeFD >= 0 else { return (nil, -1) }
+            closing = true
+            if wakeFD >= 0 {
+                var one: UInt64 = 1
+                _ = withUnsafeBytes(of: &one) { write(wakeFD, $0.baseAddress, 8) }
+            }
+            while reading { lock.wait() }
+            let taken = (pcm, wakeFD)
+            pcm = nil
+            wakeFD = -1
+            pollFDs = []
+            closing = false
+            return taken
         }
-        pcm = nil
+        if let p = taken.pcm {
+            snd_pcm_drop(p)
+            snd_pcm_close(p)
+        }
+        if taken.wake >= 0 { Glibc.close(taken.wake) }
     }
 }
