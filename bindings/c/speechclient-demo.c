@@ -3,16 +3,39 @@
 **
 **   speechclient-demo [--url URL] [--app-id ID] (--file WAV | --mic [DEVICE]) [--json] ...
 **
-** Without --json it prints a live line of tentative text and one line per final segment.
+** File mode: start, wait until idle (the library stops the context at the end of the file), free,
+** exit. Microphone mode: start, run until SIGINT or SIGTERM (taken with sigtimedwait on the main
+** thread; no work in a signal handler), stop, wait until idle, exit. A second signal while waiting
+** for the last results gives up on them.
 **
-** With --json it prints one JSON object per line. This format is STABLE (new keys may be
-** added, none removed or renamed):
-**   {"type":"segment", ...}   exactly as spc_segment_json() renders a segment update
-**   {"type":"start","context_id":"..."}
-**   {"type":"stop","context_id":"..."}
+** Without --json: a live line of tentative text ("... words", rewritten in place with \r on a
+** terminal, one plain line per change otherwise) and one line per final segment on stdout;
+** errors on stderr.
+**
+** With --json: one JSON object per line on stdout, flushed after each line. This format is
+** STABLE: the keys and values below keep their names and meaning; new keys may be added to an
+** object and new "type" values may appear, so readers should ignore what they do not know.
+**
+**   {"type":"segment",...}   a segment update, exactly as spc_segment_json() renders it:
+**       {"type":"segment","context_id":"...","segment_id":0,"final":true,"transcript":"...",
+**        "words":[{"text":"...","index":0,"start_ms":0,"end_ms":0,"final":true}],
+**        "intent":{"intent":"...","final":true} or null,
+**        "entities":[{"type":"...","value":"...","start":0,"end":1,"final":true}]}
+**   {"type":"start","context_id":"..."}   the server opened the context
+**   {"type":"stop","context_id":"..."}    the context is closed ("" if it never opened)
 **   {"type":"error","code":"<spc_status_str>","status":N,"grpc_status":N,"message":"..."}
+**       code: spc_status_str() of the status ("network error", "audio error", ...);
+**       status: the spc_status number; grpc_status: the server's gRPC status or -1;
+**       message: what failed, naming the file, device or host. Printed for error events and for
+**       a failed spc_client_new() (for example a missing WAV file), which then ends the run.
+** Strings are JSON-escaped (quote, backslash and control characters); text is UTF-8.
+** Usage errors and failed calls other than spc_client_new() go to stderr only.
 **
-** Exit status: 0 on success, 1 when an error ended the run, 2 for a usage error.
+** Exit status: 0 on success; 1 when an error event or a failed call ended the run (also when the
+** results did not arrive within --timeout-ms); 2 for a usage error (unknown option, missing or
+** malformed value, no source or two sources, an option value the library rejects).
+**
+** --verbose passes the library's log lines (debug level) to stderr.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <speechclient.h>
@@ -45,7 +68,7 @@ static void print_json_string(const char *s) {
         case '\r': fputs("\\r", stdout); break;
         case '\t': fputs("\\t", stdout); break;
         default:
-            if (*p < 0x20) printf("\\u%04x", *p);
+            if (*p < 0x20 || *p == 0x7f) printf("\\u%04x", *p);
             else putchar(*p);
         }
     }
@@ -89,11 +112,8 @@ static void on_segment(spc_client *client, const spc_segment *segment, void *use
     pthread_mutex_unlock(&d->out);
 }
 
-static void on_error(spc_client *client, const spc_error *error, void *user_data) {
-    struct demo *d = user_data;
-    (void)client;
-    pthread_mutex_lock(&d->out);
-    d->failed = 1;
+/* One error, as a JSON line (--json) or on stderr. Called with d->out held. */
+static void print_error(struct demo *d, const spc_error *error) {
     if (d->json) {
         printf("{\"type\":\"error\",\"code\":");
         print_json_string(spc_status_str(spc_error_code(error)));
@@ -104,9 +124,18 @@ static void on_error(spc_client *client, const spc_error *error, void *user_data
         fflush(stdout);
     } else {
         clear_live_line(d);
+        fflush(stdout);
         fprintf(stderr, "speechclient-demo: %s: %s\n", spc_status_str(spc_error_code(error)),
                 spc_error_message(error));
     }
+}
+
+static void on_error(spc_client *client, const spc_error *error, void *user_data) {
+    struct demo *d = user_data;
+    (void)client;
+    pthread_mutex_lock(&d->out);
+    d->failed = 1;
+    print_error(d, error);
     pthread_mutex_unlock(&d->out);
 }
 
@@ -158,112 +187,184 @@ static void usage(FILE *to) {
         "  --version, --help\n");
 }
 
-/* Reports a failed setter or call and returns 1. */
+/* Reports a failed call and returns 1 (the exit status for it). */
 static int failed(const char *what, spc_status status) {
     fprintf(stderr, "speechclient-demo: %s: %s\n", what, spc_status_str(status));
     return 1;
 }
 
+/* Parses a whole decimal number in [min, max] into *out; 0 when it is not one. */
+static int parse_number(const char *text, long min, long max, long *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > max) return 0;
+    *out = v;
+    return 1;
+}
+
+static int usage_error(const char *message, const char *value) {
+    fprintf(stderr, "speechclient-demo: %s%s%s\n", message, value ? " " : "", value ? value : "");
+    usage(stderr);
+    return 2;
+}
+
+/* Applies the options; 0 on success, otherwise the exit status (2: a value the library rejects,
+** which is a usage error; 1: an unexpected failure). */
+struct settings {
+    const char *url, *app_id, *project_id, *language, *file, *mic, *ca_file, *cache_dir;
+    int insecure, verbose;
+    long chunk_ms;
+};
+
+static int configure(spc_options *o, const struct settings *a, struct demo *d) {
+    struct { spc_status status; const char *what; const char *value; } checks[] = {
+        {spc_options_set_server_url(o, a->url), "bad --url", a->url},
+        {spc_options_set_app_id(o, a->app_id), "bad --app-id", a->app_id},
+        {a->project_id ? spc_options_set_project_id(o, a->project_id) : SPC_OK, "bad --project-id", a->project_id},
+        {a->language ? spc_options_set_language(o, a->language) : SPC_OK, "bad --language", a->language},
+        {a->ca_file ? spc_options_set_ca_file(o, a->ca_file) : SPC_OK, "bad --ca-file", a->ca_file},
+        {a->cache_dir ? spc_options_set_cache_dir(o, a->cache_dir) : SPC_OK, "bad --cache-dir", a->cache_dir},
+        {a->chunk_ms ? spc_options_set_chunk_ms(o, (uint32_t)a->chunk_ms) : SPC_OK, "bad --chunk-ms (20-1000)", NULL},
+        {a->file ? spc_options_set_audio_file(o, a->file) : spc_options_set_audio_microphone(o, a->mic),
+         a->file ? "bad --file" : "bad --mic device", a->file ? a->file : a->mic},
+    };
+    /* Every setter above has run (in no particular order); the first rejected one is reported. */
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
+        if (checks[i].status != SPC_OK) return usage_error(checks[i].what, checks[i].value);
+    spc_status s = SPC_OK;
+    if (a->insecure && (s = spc_options_set_insecure_tls(o, 1)) != SPC_OK) return failed("spc_options_set_insecure_tls", s);
+    if (a->verbose) {
+        if ((s = spc_options_set_log_level(o, SPC_LOG_DEBUG)) != SPC_OK) return failed("spc_options_set_log_level", s);
+        if ((s = spc_options_set_log_cb(o, on_log, d)) != SPC_OK) return failed("spc_options_set_log_cb", s);
+    }
+    if ((s = spc_options_set_segment_cb(o, on_segment, d)) != SPC_OK) return failed("spc_options_set_segment_cb", s);
+    if ((s = spc_options_set_error_cb(o, on_error, d)) != SPC_OK) return failed("spc_options_set_error_cb", s);
+    if ((s = spc_options_set_start_cb(o, on_start, d)) != SPC_OK) return failed("spc_options_set_start_cb", s);
+    if ((s = spc_options_set_stop_cb(o, on_stop, d)) != SPC_OK) return failed("spc_options_set_stop_cb", s);
+    return 0;
+}
+
+/* Microphone mode: until SIGINT/SIGTERM or until the context ends by itself (an error stopped
+** it), then stop and wait for the last results. Returns the exit status of this part. */
+static int run_microphone(spc_client *client, const sigset_t *signals, long timeout_ms) {
+    struct timespec tick = {0, 100 * 1000 * 1000};
+    spc_state state = SPC_STATE_STARTING;
+    spc_status s;
+    for (;;) {
+        if (sigtimedwait(signals, NULL, &tick) >= 0) break;          /* a signal: stop */
+        if (errno != EAGAIN && errno != EINTR) return failed("sigtimedwait", SPC_ERROR_INTERNAL);
+        if ((s = spc_client_get_state(client, &state)) != SPC_OK) return failed("spc_client_get_state", s);
+        if (state == SPC_STATE_IDLE) return 0;                        /* ended by itself */
+    }
+    s = spc_client_stop(client);
+    /* INVALID_STATE: the context ended on its own meanwhile (or is already stopping). */
+    if (s != SPC_OK && s != SPC_ERROR_INVALID_STATE) return failed("spc_client_stop", s);
+    /* Wait for the last results in slices, so that a second signal can cut the wait short. */
+    long waited = 0;
+    for (;;) {
+        s = spc_client_wait_idle(client, 100);
+        if (s == SPC_OK) return 0;
+        if (s != SPC_ERROR_TIMEOUT) return failed("spc_client_wait_idle", s);
+        waited += 100;
+        if (timeout_ms >= 0 && waited >= timeout_ms) return failed("waiting for the last results", s);
+        struct timespec none = {0, 0};
+        if (sigtimedwait(signals, NULL, &none) >= 0) {
+            fprintf(stderr, "speechclient-demo: interrupted again: not waiting for the last results\n");
+            return 1;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
-    const char *url = getenv("SPEECHCLIENT_URL");
-    const char *app_id = "speechclient-demo", *project_id = NULL, *language = NULL;
-    const char *file = NULL, *mic = NULL, *ca_file = NULL, *cache_dir = NULL;
-    int insecure = 0, verbose = 0;
-    long chunk_ms = 0, timeout_ms = 120000;
+    struct settings a;
+    memset(&a, 0, sizeof a);
+    a.url = getenv("SPEECHCLIENT_URL");
+    if (!a.url || !a.url[0]) a.url = "grpc://127.0.0.1:50051";
+    a.app_id = "speechclient-demo";
+    long timeout_ms = 120000;
     struct demo d;
     memset(&d, 0, sizeof d);
-    pthread_mutex_init(&d.out, NULL);
-    if (!url || !url[0]) url = "grpc://127.0.0.1:50051";
 
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *arg = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VALUE() do { if (!next) { fprintf(stderr, "speechclient-demo: %s needs a value\n", a); usage(stderr); return 2; } i++; } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--version")) { printf("speechclient-demo %s (library %s)\n", SPC_VERSION_STRING, spc_version()); return 0; }
-        else if (!strcmp(a, "--url")) { NEED_VALUE(); url = next; }
-        else if (!strcmp(a, "--app-id")) { NEED_VALUE(); app_id = next; }
-        else if (!strcmp(a, "--project-id")) { NEED_VALUE(); project_id = next; }
-        else if (!strcmp(a, "--language")) { NEED_VALUE(); language = next; }
-        else if (!strcmp(a, "--file")) { NEED_VALUE(); file = next; }
-        else if (!strcmp(a, "--mic")) { if (next && next[0] != '-') { mic = next; i++; } else mic = "default"; }
-        else if (!strcmp(a, "--ca-file")) { NEED_VALUE(); ca_file = next; }
-        else if (!strcmp(a, "--insecure")) insecure = 1;
-        else if (!strcmp(a, "--cache-dir")) { NEED_VALUE(); cache_dir = next; }
-        else if (!strcmp(a, "--chunk-ms")) { NEED_VALUE(); chunk_ms = strtol(next, NULL, 10); }
-        else if (!strcmp(a, "--timeout-ms")) { NEED_VALUE(); timeout_ms = strtol(next, NULL, 10); }
-        else if (!strcmp(a, "--json")) d.json = 1;
-        else if (!strcmp(a, "--verbose")) verbose = 1;
-        else { fprintf(stderr, "speechclient-demo: unknown option %s\n", a); usage(stderr); return 2; }
-#undef NEED_VALUE
+#define VALUE() do { if (!next) return usage_error("a value is needed after", arg); i++; } while (0)
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) { usage(stdout); return 0; }
+        else if (!strcmp(arg, "--version")) {
+            printf("speechclient-demo %s (library %s)\n", SPC_VERSION_STRING, spc_version());
+            return 0;
+        }
+        else if (!strcmp(arg, "--url")) { VALUE(); a.url = next; }
+        else if (!strcmp(arg, "--app-id")) { VALUE(); a.app_id = next; }
+        else if (!strcmp(arg, "--project-id")) { VALUE(); a.project_id = next; }
+        else if (!strcmp(arg, "--language")) { VALUE(); a.language = next; }
+        else if (!strcmp(arg, "--file")) { VALUE(); if (a.file) return usage_error("--file given twice", NULL); a.file = next; }
+        else if (!strcmp(arg, "--mic")) {
+            if (a.mic) return usage_error("--mic given twice", NULL);
+            if (next && next[0] != '-') { a.mic = next; i++; } else a.mic = "default";
+        }
+        else if (!strcmp(arg, "--ca-file")) { VALUE(); a.ca_file = next; }
+        else if (!strcmp(arg, "--insecure")) a.insecure = 1;
+        else if (!strcmp(arg, "--cache-dir")) { VALUE(); a.cache_dir = next; }
+        else if (!strcmp(arg, "--chunk-ms")) {
+            VALUE();
+            if (!parse_number(next, 20, 1000, &a.chunk_ms)) return usage_error("--chunk-ms needs a number from 20 to 1000, not", next);
+        }
+        else if (!strcmp(arg, "--timeout-ms")) {
+            VALUE();
+            if (!parse_number(next, -1, INT32_MAX, &timeout_ms)) return usage_error("--timeout-ms needs a number of milliseconds (-1: no limit), not", next);
+        }
+        else if (!strcmp(arg, "--json")) d.json = 1;
+        else if (!strcmp(arg, "--verbose")) a.verbose = 1;
+        else return usage_error("unknown option", arg);
+#undef VALUE
     }
-    if ((file == NULL) == (mic == NULL)) {
-        fprintf(stderr, "speechclient-demo: give exactly one of --file WAV or --mic [DEVICE]\n");
-        usage(stderr);
-        return 2;
-    }
+    if ((a.file == NULL) == (a.mic == NULL)) return usage_error("give exactly one of --file WAV or --mic [DEVICE]", NULL);
     d.tty = !d.json && isatty(STDOUT_FILENO);
+    if (pthread_mutex_init(&d.out, NULL) != 0) return failed("pthread_mutex_init", SPC_ERROR_NO_MEMORY);
 
-    /* Signals are taken by sigwait on the main thread, so block them before any library thread
-    ** starts (threads inherit the mask). */
+    /* SIGINT and SIGTERM are taken with sigtimedwait() on this thread: block them before any
+    ** library thread starts (threads inherit the mask), so no thread is interrupted by them. */
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
-    if (mic) pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    if (a.mic && pthread_sigmask(SIG_BLOCK, &signals, NULL) != 0) return failed("pthread_sigmask", SPC_ERROR_INTERNAL);
 
     spc_options *o = spc_options_new();
     if (!o) return failed("spc_options_new", SPC_ERROR_NO_MEMORY);
-    spc_status s;
-    if ((s = spc_options_set_server_url(o, url)) != SPC_OK) { fprintf(stderr, "speechclient-demo: bad --url '%s'\n", url); spc_options_free(o); return 2; }
-    if ((s = spc_options_set_app_id(o, app_id)) != SPC_OK) { spc_options_free(o); return failed("--app-id", s) + 1; }
-    if (project_id && (s = spc_options_set_project_id(o, project_id)) != SPC_OK) { spc_options_free(o); return failed("--project-id", s) + 1; }
-    if (language && (s = spc_options_set_language(o, language)) != SPC_OK) { spc_options_free(o); return failed("--language", s) + 1; }
-    if (ca_file && (s = spc_options_set_ca_file(o, ca_file)) != SPC_OK) { spc_options_free(o); return failed("--ca-file", s) + 1; }
-    if (cache_dir && (s = spc_options_set_cache_dir(o, cache_dir)) != SPC_OK) { spc_options_free(o); return failed("--cache-dir", s) + 1; }
-    if (insecure && (s = spc_options_set_insecure_tls(o, 1)) != SPC_OK) { spc_options_free(o); return failed("--insecure", s); }
-    if (chunk_ms && (s = spc_options_set_chunk_ms(o, (uint32_t)chunk_ms)) != SPC_OK) { spc_options_free(o); return failed("--chunk-ms (20-1000)", s) + 1; }
-    s = file ? spc_options_set_audio_file(o, file) : spc_options_set_audio_microphone(o, mic);
-    if (s != SPC_OK) { spc_options_free(o); return failed("audio source", s); }
-    if (verbose) {
-        spc_options_set_log_level(o, SPC_LOG_DEBUG);
-        spc_options_set_log_cb(o, on_log, &d);
+    int status = configure(o, &a, &d);
+    if (status != 0) {
+        spc_options_free(o);
+        return status;
     }
-    spc_options_set_segment_cb(o, on_segment, &d);
-    spc_options_set_error_cb(o, on_error, &d);
-    spc_options_set_start_cb(o, on_start, &d);
-    spc_options_set_stop_cb(o, on_stop, &d);
-
     spc_client *client = NULL;
     spc_error *error = NULL;
-    s = spc_client_new(o, &client, &error);
+    spc_status s = spc_client_new(o, &client, &error);
     spc_options_free(o);
     if (s != SPC_OK) {
-        fprintf(stderr, "speechclient-demo: %s: %s\n", spc_status_str(s), spc_error_message(error));
+        pthread_mutex_lock(&d.out);
+        if (error) print_error(&d, error);
+        else failed("spc_client_new", s);
+        if (d.json) fprintf(stderr, "speechclient-demo: %s: %s\n", spc_status_str(s), spc_error_message(error));
+        pthread_mutex_unlock(&d.out);
         spc_error_free(error);
         return 1;
     }
 
-    int status = 0;
     if ((s = spc_client_start(client)) != SPC_OK) {
         status = failed("spc_client_start", s);
-    } else if (file) {
+    } else if (a.file) {
         s = spc_client_wait_idle(client, (int32_t)timeout_ms);
         if (s != SPC_OK) status = failed("waiting for the results", s);
     } else {
-        /* Until Ctrl-C, or until the context ends by itself (an error stopped it). */
-        struct timespec tick = {0, 200 * 1000 * 1000};
-        spc_state state = SPC_STATE_STARTING;
-        while (sigtimedwait(&signals, NULL, &tick) < 0 && (errno == EAGAIN || errno == EINTR)) {
-            if (spc_client_get_state(client, &state) != SPC_OK || state == SPC_STATE_IDLE) break;
-        }
-        if (state != SPC_STATE_IDLE) spc_client_stop(client);
-        s = spc_client_wait_idle(client, (int32_t)timeout_ms);
-        if (s != SPC_OK) status = failed("waiting for the last results", s);
+        status = run_microphone(client, &signals, timeout_ms);
     }
-    spc_client_free(client);
+    if ((s = spc_client_free(client)) != SPC_OK) status = failed("spc_client_free", s);
     pthread_mutex_lock(&d.out);
     clear_live_line(&d);
+    fflush(stdout);
     if (d.failed) status = 1;
     pthread_mutex_unlock(&d.out);
     pthread_mutex_destroy(&d.out);
