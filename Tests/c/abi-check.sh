@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ABI check: the functions the header declares are exactly the functions the .so exports, and
-# the version macros agree with each other and with the library.
+# ABI check: the functions the header declares are exactly the functions the .so exports (each a
+# versioned function), the version macros agree with each other and with the library, and the
+# .so has SONAME libspeechclient.so.0, no RPATH/RUNPATH and no Swift runtime in NEEDED.
 # Usage: Tests/c/abi-check.sh build/libspeechclient.so.0.1.0
 set -euo pipefail
 lib=${1:?usage: abi-check.sh LIB}
@@ -9,10 +10,19 @@ header=$top/include/speechclient.h
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# Declarations: every "SPC_API ... name(" (they may span lines; join them first).
-tr '\n' ' ' < "$header" | grep -oE 'SPC_API[^;]*\(' | grep -oE 'spc_[a-z0-9_]+ *\($' \
-  | tr -d ' (' | sort -u > "$tmp/header"
-# Exports: global, defined, dynamic symbols, minus the version node.
+# Declarations: comments and preprocessor lines removed, the text cut into statements at ';'
+# (so a declaration may span lines); each statement that starts with SPC_API declares the
+# function named before its first '('. A statement that declares an spc_ function without
+# SPC_API is an error of its own (it would not be exported).
+perl -0777 -ne '
+  s{/\*.*?\*/}{ }gs; s{//[^\n]*}{}g; s{^[ \t]*#[^\n]*(\\\n[^\n]*)*}{}mg;
+  for my $st (split /;/) {
+    $st =~ s/^.*[{}]//s; $st =~ s/\s+/ /g; $st =~ s/^ //;
+    next if $st =~ /^typedef / || $st !~ /\(/;
+    my ($name) = $st =~ /\b(spc_\w+)\s*\(/ or next;
+    if ($st =~ /^SPC_API /) { print "$name\n" } else { print STDERR "NOAPI $name\n" }
+  }' "$header" 2> "$tmp/noapi" | sort -u > "$tmp/header"
+# Exports: global, defined, dynamic symbols (upper-case nm types), minus the version node.
 nm -D --defined-only "$lib" | awk '$2 ~ /^[A-Z]$/ {print $3}' | sed 's/@.*//' \
   | grep -v '^SPEECHCLIENT_0$' | sort -u > "$tmp/exports"
 
@@ -23,6 +33,13 @@ if ! diff -u "$tmp/header" "$tmp/exports" > "$tmp/diff"; then
   status=1
 fi
 echo "abi-check: $(wc -l < "$tmp/header") functions declared, $(wc -l < "$tmp/exports") exported"
+if [ ! -s "$tmp/header" ]; then echo "abi-check: no SPC_API declaration found in $header"; status=1; fi
+if [ -s "$tmp/noapi" ]; then
+  echo "abi-check: declared without SPC_API (not exported): $(sed 's/^NOAPI //' "$tmp/noapi" | tr '\n' ' ')"
+  status=1
+fi
+# Every export is a function (nm type T), versioned with the node SPEECHCLIENT_0.
+nm -D --defined-only "$lib" | awk '$3 ~ /^spc_/ && ($2 != "T" || $3 !~ /@@?SPEECHCLIENT_0$/) {print "abi-check: not a versioned function: " $2 " " $3; bad=1} END {exit bad}' || status=1
 
 major=$(sed -n 's/^#define SPC_VERSION_MAJOR \([0-9]*\)$/\1/p' "$header")
 minor=$(sed -n 's/^#define SPC_VERSION_MINOR \([0-9]*\)$/\1/p' "$header")
@@ -52,8 +69,12 @@ int main(void) {
     return 0;
 }
 C
-cc -std=c11 -Wall -Wextra -Werror -pedantic -I"$top/include" "$tmp/v.c" "$lib" -o "$tmp/v"
-if ! LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/v"; then echo "abi-check: spc_version_number() does not match SPC_VERSION_NUMBER"; status=1; fi
+# Linked through a private libspeechclient.so.0 link, so LIB may live anywhere.
+mkdir "$tmp/lib"
+ln -s "$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")" "$tmp/lib/libspeechclient.so.0"
+ln -s libspeechclient.so.0 "$tmp/lib/libspeechclient.so"
+cc -std=c11 -Wall -Wextra -Werror -pedantic -I"$top/include" "$tmp/v.c" -L"$tmp/lib" -lspeechclient -o "$tmp/v"
+if ! LD_LIBRARY_PATH="$tmp/lib" "$tmp/v"; then echo "abi-check: spc_version_number() does not match SPC_VERSION_NUMBER"; status=1; fi
 
 readelf -d "$lib" | grep -q 'SONAME.*\[libspeechclient.so.0\]' || { echo "abi-check: SONAME is not libspeechclient.so.0"; status=1; }
 if readelf -d "$lib" | grep -qE 'RPATH|RUNPATH'; then echo "abi-check: the library has an RPATH/RUNPATH"; status=1; fi

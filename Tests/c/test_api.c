@@ -2,17 +2,27 @@
 ** The strict C suite: every function of speechclient.h, with misuse (NULL handles, bad values,
 ** wrong states), against the installed library. Compiled as C11 and as C++17 with
 ** -Wall -Wextra -Werror -pedantic. No server is needed: the client is pointed at a closed port,
-** which gives the documented network error, and at a missing or malformed WAV file.
+** which gives the documented network error, at a missing or malformed WAV file, and at a "silent
+** server" (a socket that listens but never accepts) that keeps a context STARTING for as long as a
+** test needs it, so that the state rules are checked without races.
+**
+** Each CHECK counts; a failure prints file:line and the condition. Callbacks only record what
+** they saw; the main thread checks it.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <speechclient.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 static int failures = 0;
 static int checks = 0;
@@ -45,11 +55,27 @@ struct record {
     spc_status error_code;
     int error_grpc;
     char error_message[256];
+    spc_client *client;        /* the handle callbacks must receive (NULL: not checked) */
+    int wrong_client;          /* a callback got another client pointer */
+    pthread_t callback_thread; /* the first callback's thread */
+    int thread_seen;
+    int threads_differ;        /* two callbacks of one client ran on different threads */
+    int copy_mismatch;         /* spc_error_copy() gave NULL or a different error */
+    int stop_in_error;         /* 1: call stop from the error callback */
+    spc_status stop_from_cb;   /* what that stop returned */
+    int suspend_in_stop;       /* 1: suspend then resume from the last stop callback */
+    spc_status suspend_from_cb, resume_from_cb;
 };
 
 static void add_event(struct record *r, const char *what) {
     pthread_mutex_lock(&r->lock);
     if (pthread_equal(pthread_self(), r->main_thread)) r->on_main_thread = 1;
+    if (!r->thread_seen) {
+        r->thread_seen = 1;
+        r->callback_thread = pthread_self();
+    } else if (!pthread_equal(pthread_self(), r->callback_thread)) {
+        r->threads_differ = 1;
+    }
     if (r->count < 16) {
         strncpy(r->events[r->count], what, sizeof r->events[0] - 1);
         r->events[r->count][sizeof r->events[0] - 1] = '\0';
@@ -60,21 +86,25 @@ static void add_event(struct record *r, const char *what) {
 
 static void on_error(spc_client *c, const spc_error *e, void *ud) {
     struct record *r = (struct record *)ud;
-    (void)c;
+    if (r->client && c != r->client) r->wrong_client = 1;
     r->error_code = spc_error_code(e);
     r->error_grpc = spc_error_grpc_status(e);
     strncpy(r->error_message, spc_error_message(e), sizeof r->error_message - 1);
     /* A copy outlives the callback. */
     spc_error *copy = spc_error_copy(e);
     if (copy == NULL || spc_error_code(copy) != spc_error_code(e) ||
-        strcmp(spc_error_message(copy), spc_error_message(e)) != 0) failures++;
+        spc_error_grpc_status(copy) != spc_error_grpc_status(e) ||
+        strcmp(spc_error_message(copy), spc_error_message(e)) != 0) r->copy_mismatch = 1;
     spc_error_free(copy);
+    /* A stop from inside a callback must not deadlock; the context may already be over. */
+    if (r->stop_in_error) r->stop_from_cb = spc_client_stop(c);
     add_event(r, "error");
 }
 
 static void on_stop(spc_client *c, const char *context_id, void *ud) {
     struct record *r = (struct record *)ud;
     char line[32];
+    if (r->client && c != r->client) r->wrong_client = 1;
     snprintf(line, sizeof line, "stop:%s", context_id);
     add_event(r, line);
     r->free_from_cb = spc_client_free(c);
@@ -82,26 +112,88 @@ static void on_stop(spc_client *c, const char *context_id, void *ud) {
     if (r->restart) {
         r->restart = 0;
         r->start_from_cb = spc_client_start(c);
+    } else if (r->suspend_in_stop) {
+        r->suspend_in_stop = 0;
+        r->suspend_from_cb = spc_client_suspend(c);
+        r->resume_from_cb = spc_client_resume(c);
     }
 }
 
 static void on_start(spc_client *c, const char *context_id, void *ud) {
-    (void)c;
+    struct record *r = (struct record *)ud;
+    if (r->client && c != r->client) r->wrong_client = 1;
     (void)context_id;
-    add_event((struct record *)ud, "start");
+    add_event(r, "start");
 }
 
 static void on_segment(spc_client *c, const spc_segment *s, void *ud) {
-    (void)c;
+    struct record *r = (struct record *)ud;
+    if (r->client && c != r->client) r->wrong_client = 1;
     (void)s;
-    add_event((struct record *)ud, "segment");
+    add_event(r, "segment");
 }
 
+/* Log lines are not events: they only count, and must come from the same callback thread. */
 static void on_log(spc_client *c, spc_log_level level, const char *message, void *ud) {
-    (void)c;
+    struct record *r = (struct record *)ud;
     (void)level;
-    (void)message;
-    (void)ud;
+    pthread_mutex_lock(&r->lock);
+    if (r->client && c != r->client) r->wrong_client = 1;
+    if (message == NULL) r->wrong_client = 1;
+    if (pthread_equal(pthread_self(), r->main_thread)) r->on_main_thread = 1;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int event_count(struct record *r) {
+    pthread_mutex_lock(&r->lock);
+    int n = r->count;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+/* A "silent server": a loopback socket that listens and never accepts. The kernel completes the
+** TCP handshake, so the client connects and then waits for an answer that never comes: its
+** context stays STARTING (until the library's own login deadline, about 10 s). Closing the socket
+** resets the connection, which ends the context with an error at once. */
+struct silent {
+    int fd;
+    char url[64];
+};
+
+static int silent_open(struct silent *s) {
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    s->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (s->fd < 0) return -1;
+    if (bind(s->fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(s->fd, 16) != 0 ||
+        getsockname(s->fd, (struct sockaddr *)&a, &len) != 0) {
+        close(s->fd);
+        return -1;
+    }
+    snprintf(s->url, sizeof s->url, "grpc://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    return 0;
+}
+
+static void silent_close(struct silent *s) {
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
 }
 
 static void record_init(struct record *r) {
@@ -147,7 +239,11 @@ static void test_version_and_status(void) {
         CHECK(table[i].s == (spc_status)i);  /* values are written out and never renumbered */
         CHECK(strcmp(spc_status_str(table[i].s), table[i].text) == 0);
     }
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        for (size_t j = i + 1; j < sizeof table / sizeof table[0]; j++)
+            CHECK(strcmp(spc_status_str(table[i].s), spc_status_str(table[j].s)) != 0);
     CHECK(strcmp(spc_status_str((spc_status)999), "unknown status") == 0);
+    CHECK(strcmp(spc_status_str((spc_status)12), "unknown status") == 0);
     CHECK(strcmp(spc_status_str((spc_status)-1), "unknown status") == 0);
 }
 
@@ -225,8 +321,29 @@ static void test_null_handles(void) {
 static void test_option_values(void) {
     spc_options *o = spc_options_new();
     CHECK(o != NULL);
-    static const char *bad_urls[] = {"", "ftp://host", "grpc://", "grpc://host:0", "grpc://host:70000",
-                                     "grpc://host/path", "grpc://user@host", "host:50051", "grpc://[::1"};
+    static const char *bad_urls[] = {
+        "",                        /* empty */
+        "ftp://host",              /* schemes */
+        "ws://host:80",
+        "grpc:/host",
+        "host:50051",
+        "grpc://",                 /* no host */
+        "grpc://:50051",
+        "grpc+tls://",
+        "grpc://host:0",           /* ports */
+        "grpc://host:65536",
+        "grpc://host:70000",
+        "grpc://host:-1",
+        "grpc://host:abc",
+        "grpc://host/path",        /* paths, users, queries, fragments */
+        "grpc://host:50051/path",
+        "grpc://user@host",
+        "grpc://user:pw@host:1",
+        "grpc://host?query=1",
+        "grpc://host#fragment",
+        "grpc://[::1",             /* IPv6 without its closing bracket */
+        "grpc://ho st",            /* a space in the host */
+    };
     for (size_t i = 0; i < sizeof bad_urls / sizeof bad_urls[0]; i++)
         CHECK_STATUS(spc_options_set_server_url(o, bad_urls[i]), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_server_url(o, NULL), SPC_ERROR_INVALID_ARGUMENT);
@@ -246,7 +363,13 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_language(o, "x"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_language(o, "fi-FI"), SPC_OK);
     CHECK_STATUS(spc_options_set_device_id(o, "not-a-uuid"), SPC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(spc_options_set_device_id(o, "12345678-1234-4234-8234-12345678"), SPC_ERROR_INVALID_ARGUMENT);
+    static const char *bad_device_ids[] = {
+        "", "not-a-uuid", "12345678-1234-4234-8234-12345678", "12345678-1234-4234-8234-123456789abcd",
+        "g2345678-1234-4234-8234-123456789abc", "123456781234423482341234567890ab",
+        "12345678_1234_4234_8234_123456789abc", "{12345678-1234-4234-8234-123456789abc}",
+    };
+    for (size_t i = 0; i < sizeof bad_device_ids / sizeof bad_device_ids[0]; i++)
+        CHECK_STATUS(spc_options_set_device_id(o, bad_device_ids[i]), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_device_id(o, "12345678-1234-4234-8234-123456789ABC"), SPC_OK);
     CHECK_STATUS(spc_options_set_device_id(o, NULL), SPC_OK);
     CHECK_STATUS(spc_options_set_cache_dir(o, ""), SPC_ERROR_INVALID_ARGUMENT);
@@ -290,6 +413,9 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_context_limit_ms(o, 3600001), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_context_limit_ms(o, 270000), SPC_OK);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)99), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)5), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)-1), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_log_level(o, SPC_LOG_DEBUG), SPC_OK);
     CHECK_STATUS(spc_options_set_log_level(o, SPC_LOG_NONE), SPC_OK);
     CHECK_STATUS(spc_options_set_segment_cb(o, NULL, NULL), SPC_OK);
     CHECK_STATUS(spc_options_set_error_cb(o, NULL, NULL), SPC_OK);
@@ -309,18 +435,40 @@ static void test_client_new_failures(void) {
 
     spc_options *o = spc_options_new();
     CHECK_STATUS(spc_client_new(o, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
+    e = NULL;
+    CHECK_STATUS(spc_client_new(o, NULL, &e), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(e != NULL && spc_error_code(e) == SPC_ERROR_INVALID_ARGUMENT);
+    spc_error_free(e);
     /* No server URL. */
+    c = (spc_client *)&c;
     CHECK_STATUS(spc_client_new(o, &c, &e), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(c == NULL);
     CHECK(e != NULL && strstr(spc_error_message(e), "server URL") != NULL);
+    CHECK(spc_error_grpc_status(e) == -1);
     spc_error_free(e);
     /* No app id or project id; out_error may be NULL. */
     CHECK_STATUS(spc_options_set_server_url(o, UNREACHABLE), SPC_OK);
+    c = (spc_client *)&c;
     CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK(c == NULL);
+    /* An app id cleared again (NULL) is missing too. */
+    CHECK_STATUS(spc_options_set_app_id(o, "c-suite"), SPC_OK);
+    CHECK_STATUS(spc_options_set_app_id(o, NULL), SPC_OK);
+    CHECK_STATUS(spc_client_new(o, &c, &e), SPC_ERROR_INVALID_ARGUMENT);
+    spc_error_free(e);
+    /* A project id alone is enough. */
+    CHECK_STATUS(spc_options_set_project_id(o, "c-suite-project"), SPC_OK);
+    CHECK_STATUS(spc_options_set_audio_push(o, 16000, 1), SPC_OK);
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
+    CHECK(c != NULL);
+    CHECK_STATUS(spc_client_free(c), SPC_OK);
+    CHECK_STATUS(spc_options_set_project_id(o, NULL), SPC_OK);
     CHECK_STATUS(spc_options_set_app_id(o, "c-suite"), SPC_OK);
     /* A missing WAV file names its path. */
     CHECK_STATUS(spc_options_set_audio_file(o, "/nonexistent/speech.wav"), SPC_OK);
+    c = (spc_client *)&c;
     CHECK_STATUS(spc_client_new(o, &c, &e), SPC_ERROR_AUDIO);
+    CHECK(c == NULL);
     CHECK(e != NULL && strstr(spc_error_message(e), "/nonexistent/speech.wav") != NULL);
     CHECK(spc_error_grpc_status(e) == -1);
     spc_error_free(e);
@@ -331,16 +479,48 @@ static void test_client_new_failures(void) {
     CHECK(write(fd, "this is not a wave file at all", 30) == 30);
     close(fd);
     CHECK_STATUS(spc_options_set_audio_file(o, path), SPC_OK);
+    c = (spc_client *)&c;
     CHECK_STATUS(spc_client_new(o, &c, &e), SPC_ERROR_AUDIO);
+    CHECK(c == NULL);
     CHECK(e != NULL && strstr(spc_error_message(e), "not a RIFF file") != NULL);
+    CHECK(e != NULL && strstr(spc_error_message(e), path) != NULL); /* names the file */
     spc_error_free(e);
+    /* Without out_error, the same failure. */
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_ERROR_AUDIO);
+    CHECK(c == NULL);
+    /* An empty file and a directory are not WAV either. */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_ERROR_AUDIO);
     unlink(path);
+    CHECK_STATUS(spc_options_set_audio_file(o, "/tmp"), SPC_OK);
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_ERROR_AUDIO);
+    CHECK(c == NULL);
     /* Prepare-on-init against a closed port fails in the constructor with a network error. */
     CHECK_STATUS(spc_options_set_audio_push(o, 16000, 1), SPC_OK);
     CHECK_STATUS(spc_options_set_prepare_on_init(o, 1), SPC_OK);
     CHECK_STATUS(spc_client_new(o, &c, &e), SPC_ERROR_NETWORK);
     CHECK(c == NULL);
+    CHECK(e != NULL && strstr(spc_error_message(e), "127.0.0.1") != NULL);
     spc_error_free(e);
+    /* When the constructor fails, the callbacks it was given are never called. */
+    struct record r;
+    record_init(&r);
+    CHECK_STATUS(spc_options_set_error_cb(o, on_error, &r), SPC_OK);
+    CHECK_STATUS(spc_options_set_stop_cb(o, on_stop, &r), SPC_OK);
+    CHECK_STATUS(spc_options_set_start_cb(o, on_start, &r), SPC_OK);
+    CHECK_STATUS(spc_options_set_log_cb(o, on_log, &r), SPC_OK);
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_ERROR_NETWORK);
+    sleep_ms(100);
+    CHECK(event_count(&r) == 0);
+    /* On success *out_error is set to NULL. */
+    CHECK_STATUS(spc_options_set_prepare_on_init(o, 0), SPC_OK);
+    e = (spc_error *)&e;
+    CHECK_STATUS(spc_client_new(o, &c, &e), SPC_OK);
+    CHECK(e == NULL);
+    CHECK_STATUS(spc_client_free(c), SPC_OK);
+    CHECK(event_count(&r) == 0);
     spc_options_free(o);
 }
 
@@ -385,6 +565,9 @@ static void test_unreachable_server_flow(void) {
     struct record r;
     record_init(&r);
     r.restart = 1;
+    r.stop_in_error = 1;
+    r.suspend_in_stop = 1;
+    r.stop_from_cb = SPC_ERROR_INTERNAL;
     spc_options *o = push_options(&r);
     CHECK_STATUS(spc_options_set_log_level(o, SPC_LOG_DEBUG), SPC_OK);
     spc_client *c = NULL;
@@ -392,15 +575,16 @@ static void test_unreachable_server_flow(void) {
     CHECK_STATUS(spc_client_new(o, &c, &e), SPC_OK);
     CHECK(e == NULL);
     spc_options_free(o);
+    pthread_mutex_lock(&r.lock);
+    r.client = c;
+    pthread_mutex_unlock(&r.lock);
     CHECK_STATUS(spc_client_start(c), SPC_OK);
-    /* The stop callback starts again once (from inside the callback), so two error/stop pairs. */
+    /* The first stop callback starts again (from inside the callback), so two error/stop pairs;
+    ** the second suspends and resumes. wait_idle returns only when every callback for the events
+    ** so far has returned, and the restart is one of them: all four are in by then. */
+    double t0 = now_s();
     CHECK_STATUS(spc_client_wait_idle(c, 20000), SPC_OK);
-    for (int i = 0; i < 200 && r.count < 4; i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        spc_client_wait_idle(c, 1000);
-    }
-    CHECK_STATUS(spc_client_wait_idle(c, 20000), SPC_OK);
+    CHECK(now_s() - t0 < 15.0);
     pthread_mutex_lock(&r.lock);
     CHECK(r.count == 4);
     CHECK(strcmp(r.events[0], "error") == 0);
@@ -414,11 +598,21 @@ static void test_unreachable_server_flow(void) {
     CHECK(r.free_from_cb == SPC_ERROR_INVALID_STATE);
     CHECK(r.wait_from_cb == SPC_ERROR_INVALID_STATE);
     CHECK(r.start_from_cb == SPC_OK);
+    CHECK(r.stop_from_cb == SPC_OK || r.stop_from_cb == SPC_ERROR_INVALID_STATE);
+    CHECK(r.suspend_from_cb == SPC_OK);
+    CHECK(r.resume_from_cb == SPC_OK);
+    CHECK(r.threads_differ == 0);
+    CHECK(r.wrong_client == 0);
+    CHECK(r.copy_mismatch == 0);
     pthread_mutex_unlock(&r.lock);
     spc_state state = SPC_STATE_STARTING;
     CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
     CHECK(state == SPC_STATE_IDLE);
+    CHECK_STATUS(spc_client_wait_idle(c, -1), SPC_OK);
     CHECK_STATUS(spc_client_free(c), SPC_OK);
+    /* Nothing runs after free. */
+    sleep_ms(100);
+    CHECK(event_count(&r) == 4);
 }
 
 static void test_wait_timeout_and_free_while_starting(void) {
@@ -435,6 +629,166 @@ static void test_wait_timeout_and_free_while_starting(void) {
     CHECK_STATUS(spc_client_free(c), SPC_OK);
 }
 
+/* The state rules, on a client whose context stays STARTING (the silent server). */
+static void test_states_on_a_silent_server(void) {
+    struct silent srv;
+    CHECK(silent_open(&srv) == 0);
+    struct record r;
+    record_init(&r);
+    spc_options *o = push_options(&r);
+    CHECK_STATUS(spc_options_set_server_url(o, srv.url), SPC_OK);
+    spc_client *c = NULL;
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
+    spc_options_free(o);
+    spc_state state = SPC_STATE_IDLE;
+    int16_t pcm[320];
+    memset(pcm, 0, sizeof pcm);
+
+    CHECK_STATUS(spc_client_start(c), SPC_OK);
+    CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
+    CHECK(state == SPC_STATE_STARTING);
+    CHECK_STATUS(spc_client_start(c), SPC_ERROR_INVALID_STATE);   /* double start */
+    CHECK_STATUS(spc_client_resume(c), SPC_ERROR_INVALID_STATE);  /* not suspended */
+    CHECK_STATUS(spc_client_push_audio(c, pcm, 320), SPC_OK);
+    CHECK_STATUS(spc_client_push_audio(c, pcm, 0), SPC_OK);
+    CHECK_STATUS(spc_client_push_audio(c, NULL, 0), SPC_OK);
+    CHECK_STATUS(spc_client_push_audio(c, NULL, 1), SPC_ERROR_INVALID_ARGUMENT);
+    sleep_ms(100); /* the worker is now waiting for the login answer */
+    CHECK_STATUS(spc_client_stop(c), SPC_OK);
+    CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
+    CHECK(state == SPC_STATE_STOPPING);
+    CHECK_STATUS(spc_client_stop(c), SPC_ERROR_INVALID_STATE);    /* nothing left to stop */
+    CHECK_STATUS(spc_client_start(c), SPC_OK);                    /* queued behind the stop */
+    CHECK_STATUS(spc_client_start(c), SPC_ERROR_INVALID_STATE);   /* one queued start only */
+    CHECK_STATUS(spc_client_stop(c), SPC_OK);                     /* cancels the queued start */
+    CHECK_STATUS(spc_client_stop(c), SPC_ERROR_INVALID_STATE);
+    CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
+    CHECK(state == SPC_STATE_STOPPING);
+    CHECK_STATUS(spc_client_wait_idle(c, 0), SPC_ERROR_TIMEOUT);
+    double t0 = now_s();
+    CHECK_STATUS(spc_client_wait_idle(c, 300), SPC_ERROR_TIMEOUT);
+    CHECK(now_s() - t0 >= 0.25 && now_s() - t0 < 5.0);
+    CHECK(event_count(&r) == 0);
+    /* The server goes away: the connection is reset, the context ends with an error and a stop,
+    ** and the cancelled start does not happen. */
+    silent_close(&srv);
+    CHECK_STATUS(spc_client_wait_idle(c, 20000), SPC_OK);
+    pthread_mutex_lock(&r.lock);
+    CHECK(r.count == 2);
+    CHECK(strcmp(r.events[0], "error") == 0);
+    CHECK(strcmp(r.events[1], "stop:") == 0);
+    CHECK(r.on_main_thread == 0);
+    pthread_mutex_unlock(&r.lock);
+    CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
+    CHECK(state == SPC_STATE_IDLE);
+    CHECK_STATUS(spc_client_free(c), SPC_OK);
+
+    /* Suspend while STARTING; start while suspended; suspend twice; resume. */
+    CHECK(silent_open(&srv) == 0);
+    record_init(&r);
+    o = push_options(&r);
+    CHECK_STATUS(spc_options_set_server_url(o, srv.url), SPC_OK);
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
+    spc_options_free(o);
+    CHECK_STATUS(spc_client_start(c), SPC_OK);
+    sleep_ms(100);
+    CHECK_STATUS(spc_client_suspend(c), SPC_OK);
+    CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
+    CHECK(state == SPC_STATE_SUSPENDED);
+    CHECK_STATUS(spc_client_start(c), SPC_ERROR_INVALID_STATE);   /* start while suspended */
+    CHECK_STATUS(spc_client_suspend(c), SPC_ERROR_INVALID_STATE);
+    CHECK_STATUS(spc_client_push_end(c), SPC_ERROR_INVALID_STATE);
+    silent_close(&srv);
+    CHECK_STATUS(spc_client_wait_idle(c, 20000), SPC_OK);
+    CHECK_STATUS(spc_client_resume(c), SPC_OK);
+    CHECK_STATUS(spc_client_resume(c), SPC_ERROR_INVALID_STATE);
+    CHECK_STATUS(spc_client_wait_idle(c, 20000), SPC_OK);
+    CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
+    CHECK(state == SPC_STATE_IDLE);
+    CHECK_STATUS(spc_client_free(c), SPC_OK);
+}
+
+/* "In STOPPING: the start is queued and happens after the pending stop completes." Here the
+** pending stop completes because the connection broke (an error): the queued start must still
+** happen, and with the server gone it fails too: error, stop, error, stop. */
+static void test_queued_start_after_a_failed_context(void) {
+    struct silent srv;
+    CHECK(silent_open(&srv) == 0);
+    struct record r;
+    record_init(&r);
+    spc_options *o = push_options(&r);
+    CHECK_STATUS(spc_options_set_server_url(o, srv.url), SPC_OK);
+    spc_client *c = NULL;
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
+    spc_options_free(o);
+    CHECK_STATUS(spc_client_start(c), SPC_OK);
+    sleep_ms(100);
+    CHECK_STATUS(spc_client_stop(c), SPC_OK);
+    CHECK_STATUS(spc_client_start(c), SPC_OK);
+    silent_close(&srv);
+    CHECK_STATUS(spc_client_wait_idle(c, 20000), SPC_OK);
+    CHECK(event_count(&r) == 4);
+    CHECK_STATUS(spc_client_free(c), SPC_OK);
+}
+
+/* spc_client_free() with a context open: it is abandoned (no stop callback), and nothing runs
+** after free returns. */
+static void test_free_with_an_open_context(void) {
+#ifdef __cplusplus
+    /* About 10 s with the current library (see the NOTE below): the C build runs it. */
+    return;
+#endif
+    struct silent srv;
+    CHECK(silent_open(&srv) == 0);
+    struct record r;
+    record_init(&r);
+    spc_options *o = push_options(&r);
+    CHECK_STATUS(spc_options_set_server_url(o, srv.url), SPC_OK);
+    spc_client *c = NULL;
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
+    spc_options_free(o);
+    CHECK_STATUS(spc_client_start(c), SPC_OK);
+    sleep_ms(100);
+    double t0 = now_s();
+    CHECK_STATUS(spc_client_free(c), SPC_OK);
+    double took = now_s() - t0;
+    CHECK(took < 15.0);
+    if (took > 2.0)
+        fprintf(stderr, "test_api: NOTE: spc_client_free() took %.1f s with a login in flight\n", took);
+    sleep_ms(100);
+    CHECK(event_count(&r) == 0);
+    silent_close(&srv);
+}
+
+/* Many clients at once, created and freed from several threads: no crash, no deadlock. */
+static void *client_thread(void *arg) {
+    int *bad = (int *)arg;
+    for (int i = 0; i < 5; i++) {
+        /* No CHECK here: the counters belong to the main thread. */
+        spc_options *o = spc_options_new();
+        spc_client *c = NULL;
+        if (spc_options_set_server_url(o, UNREACHABLE) != SPC_OK) (*bad)++;
+        if (spc_options_set_app_id(o, "c-suite") != SPC_OK) (*bad)++;
+        if (spc_options_set_audio_push(o, 8000 + 1000 * (uint32_t)i, 2) != SPC_OK) (*bad)++;
+        if (spc_client_new(o, &c, NULL) != SPC_OK) (*bad)++;
+        spc_options_free(o);
+        if (spc_client_start(c) != SPC_OK) (*bad)++;
+        if (i % 2 == 0 && spc_client_wait_idle(c, 20000) != SPC_OK) (*bad)++;
+        if (spc_client_free(c) != SPC_OK) (*bad)++;
+    }
+    return NULL;
+}
+
+static void test_clients_on_many_threads(void) {
+    pthread_t threads[4];
+    int bad[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4; i++) CHECK(pthread_create(&threads[i], NULL, client_thread, &bad[i]) == 0);
+    for (int i = 0; i < 4; i++) {
+        CHECK(pthread_join(threads[i], NULL) == 0);
+        CHECK(bad[i] == 0);
+    }
+}
+
 int main(void) {
     test_version_and_status();
     test_null_handles();
@@ -442,6 +796,10 @@ int main(void) {
     test_client_new_failures();
     test_wrong_states();
     test_unreachable_server_flow();
+    test_states_on_a_silent_server();
+    test_queued_start_after_a_failed_context();
+    test_free_with_an_open_context();
+    test_clients_on_many_threads();
     test_wait_timeout_and_free_while_starting();
     if (failures) {
         fprintf(stderr, "test_api: %d of %d checks FAILED\n", failures, checks);
