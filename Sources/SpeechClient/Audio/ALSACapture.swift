@@ -220,7 +220,9 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         let now = Clock.monotonicNanos()
         if startNanos == 0 { startNanos = now }
         framesDelivered += frames
-        let due = startNanos + UInt64(framesDelivered) * 1_000_000_000 / UInt64(max(rate, 1))
+        // Whole seconds and the rest apart, so days of frames cannot overflow the nanoseconds.
+        let perSecond = UInt64(max(rate, 1)), f = UInt64(framesDelivered)
+        let due = startNanos &+ (f / perSecond) &* 1_000_000_000 &+ (f % perSecond) * 1_000_000_000 / perSecond
         guard due > now + 1_000_000, let wake = fds.last else { return true }
         var pfd = [wake]
         pfd[0].revents = 0

@@ -1,5 +1,8 @@
 /// Turns a source's interleaved frames into what the server takes: mono (channels averaged),
-/// 16 kHz (through `Resampler`), signed 16-bit (rounded and clipped).
+/// 16 kHz (through `Resampler`, skipped when the rates are equal), signed 16-bit (rounded half
+/// away from zero, clipped, NaN as 0). The output is always mono: `output.channels` is not used.
+/// A trailing partial frame of a block is dropped, so give whole frames. `flush()` ends the
+/// stream (the resampler's last samples) and leaves the converter ready for a new one.
 public final class AudioConverter {
     public let input: AudioFormat
     public let output: AudioFormat
