@@ -1,35 +1,50 @@
-"""libspeechclient for Python: streaming speech recognition through the C library.
+"""libspeechclient for Python: streaming speech recognition through the C library (ctypes).
 
     import speechclient
-    with speechclient.Client("grpc://127.0.0.1:50051", app_id="demo",
+
+    with speechclient.Client(url="grpc://127.0.0.1:50051", app_id="demo",
                              audio=speechclient.WavFile("speech.wav")) as client:
         client.start()
         for update in client.updates():
             if isinstance(update, speechclient.Segment) and update.final:
                 print(update.transcript)
+
+The library is found through $SPEECHCLIENT_LIBRARY (a path), then
+ctypes.util.find_library("speechclient"), then "libspeechclient.so.0". `speechclient._native`
+is the raw layer: the C header in ctypes.
 """
-from ._native import LogLevel, State, Status
-from .client import Client
-from .errors import (APIError, AudioError, AuthError, InternalError, InvalidArgumentError, InvalidStateError,
-                     NetworkError, NoMemoryError, ParseError, SpeechClientError, SpeechTimeoutError, TLSError,
-                     error_for)
-from .types import (Entity, ErrorEvent, Intent, Microphone, PushAudio, Segment, StartEvent, StopEvent, Update,
-                    WavFile, Word)
 from . import _native
+from ._native import ConnectionState, Delivery, LogLevel, State, Status
+from .client import Client, copy_segment
+from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError, InvalidArgumentError,
+                     InvalidStateError, NetworkError, NoMemoryError, ParseError, SpeechClientError,
+                     SpeechTimeoutError, TLSError, error_for)
+from .types import (AudioSource, Entity, ErrorEvent, Intent, Microphone, PushAudio, Segment, StartEvent, StateEvent,
+                    StopEvent, Update, WavFile, Word)
+
+__version__ = "0.1.0"
 
 
 def version() -> str:
-    """The loaded library's version."""
+    """The loaded library's version, "MAJOR.MINOR.PATCH"."""
     return _native.spc_version().decode()
 
 
+def version_number() -> int:
+    """The loaded library's version as MAJOR * 1000000 + MINOR * 1000 + PATCH."""
+    return int(_native.spc_version_number())
+
+
 def status_text(status: int) -> str:
-    return _native.spc_status_str(status).decode()
+    """The library's English text for a status ("ok", "invalid argument", ...)."""
+    return _native.spc_status_str(int(status)).decode()
 
 
 __all__ = [
-    "Client", "LogLevel", "State", "Status", "Segment", "Word", "Intent", "Entity", "StartEvent", "StopEvent",
-    "ErrorEvent", "Update", "Microphone", "WavFile", "PushAudio", "SpeechClientError", "InvalidArgumentError",
-    "InvalidStateError", "NoMemoryError", "NetworkError", "TLSError", "SpeechTimeoutError", "AuthError", "APIError",
-    "ParseError", "AudioError", "InternalError", "error_for", "version", "status_text",
+    "Client", "copy_segment", "Status", "LogLevel", "State", "ConnectionState", "Delivery",
+    "Segment", "Word", "Intent", "Entity", "StartEvent", "StopEvent", "ErrorEvent", "StateEvent", "Update",
+    "Microphone", "WavFile", "PushAudio", "AudioSource",
+    "SpeechClientError", "InvalidArgumentError", "InvalidStateError", "NoMemoryError", "NetworkError", "TLSError",
+    "SpeechTimeoutError", "AuthError", "APIError", "ParseError", "AudioError", "InternalError", "EXCEPTIONS",
+    "error_for", "version", "version_number", "status_text",
 ]

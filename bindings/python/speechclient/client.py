@@ -1,28 +1,125 @@
-"""The Pythonic layer: Client owns one spc_client."""
+"""The Pythonic layer: a Client owns one spc_client.
+
+Threads. By default the library calls back on its own thread (one per client). The callbacks
+given to Client (on_segment, on_error, on_start, on_stop, on_log, on_state) run there, in order,
+one at a time; updates() and aupdates() receive the same events through a queue. With
+delivery="application" no library thread enters Python: callbacks run inside dispatch(),
+updates(), aupdates() (through the event fd and loop.add_reader), wait_idle() and close(), on
+the calling thread.
+
+Exceptions in callbacks. An exception raised by one of your callbacks never reaches C (that
+would abort the callback thread). The first one is kept and re-raised, once, by the next call on
+the client (start, stop, push, state, wait_idle after it waited, close after it freed, ...) or by
+updates()/aupdates(); later ones, until it was re-raised, are dropped.
+
+Lifetime. close() (or leaving the `with` block) stops everything and returns after the last
+callback; it is idempotent. From inside one of the client's own callbacks it raises
+InvalidStateError, as the library does. A client that is garbage-collected unclosed is closed;
+clients still open when the interpreter exits are closed by an atexit hook.
+"""
 from __future__ import annotations
 
-import array
 import asyncio
+import atexit
+import collections
 import ctypes
+import itertools
+import operator
 import os
-import queue
+import select
 import threading
-from typing import AsyncIterator, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+import time
+import weakref
+from typing import (Any, AsyncIterator, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional,
+                    Tuple, Union)
 
 from . import _native as n
-from .errors import InvalidArgumentError, SpeechClientError, error_for
+from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, SpeechTimeoutError, error_for
 from .types import (AudioSource, Entity, ErrorEvent, Intent, Microphone, PushAudio, Segment, StartEvent,
-                    StopEvent, Update, WavFile, Word)
+                    StateEvent, StopEvent, Update, WavFile, Word)
 
-#: Updates kept for updates()/aupdates() before the oldest are dropped (a client nobody reads).
+__all__ = ["Client", "MAX_BUFFERED_UPDATES", "copy_segment"]
+
+#: Updates kept for updates()/aupdates() while nobody reads them; beyond that the oldest are
+#: dropped (a client used only through its callbacks does not grow without bound).
 MAX_BUFFERED_UPDATES = 10_000
 
+# The longest single wait inside the library, so that Ctrl-C and close() from another thread
+# are noticed.
+_WAIT_SLICE_S = 0.25
+# How often an iterator that has seen a stop checks whether the client became idle.
+_IDLE_POLL_S = 0.02
+
+_Buffer = Any  # bytes, bytearray, memoryview, array.array('h'), numpy int16 arrays: any buffer
+
+
+# ---------------------------------------------------------------------------------------------
+# Text in and out
 
 def _text(b: Optional[bytes]) -> str:
     return b.decode("utf-8", "replace") if b else ""
 
 
-def copy_segment(s: int) -> Segment:
+def _status_text(status: int) -> str:
+    return _text(n.spc_status_str(status))
+
+
+def _c_string(option: str, value: Optional[str]) -> Optional[bytes]:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                   f"{option}={value!r}: must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"{option}={value!r}: contains a NUL character")
+    return value.encode("utf-8")
+
+
+def _c_path(option: str, value: Any) -> Optional[bytes]:
+    if value is None:
+        return None
+    try:
+        path = os.fsencode(value)
+    except TypeError:
+        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                   f"{option}={value!r}: must be a path, not {type(value).__name__}") from None
+    if b"\0" in path:
+        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"{option}={value!r}: contains a NUL character")
+    return path
+
+
+def _u32(option: str, value: Any) -> int:
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                   f"{option}={value!r}: must be an int, not {type(value).__name__}") from None
+    if not 0 <= v <= 0xFFFFFFFF:
+        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"{option}={value!r}: out of range")
+    return v
+
+
+def _check_option(status: int, option: str, value: Any, hint: str = "", shown: Optional[str] = None) -> None:
+    """A setter's status as an exception naming the option and the value (setters give no
+    message of their own)."""
+    if status != n.Status.OK:
+        text = repr(value) if shown is None else shown
+        raise error_for(status, f"{option}={text}: {_status_text(status)}" + (f" ({hint})" if hint else ""))
+
+
+def _error_event(error: Any) -> ErrorEvent:
+    grpc = n.spc_error_grpc_status(error)
+    code = n.spc_error_code(error)
+    try:
+        status = n.Status(code)
+    except ValueError:
+        status = n.Status.INTERNAL
+    return ErrorEvent(status, _text(n.spc_error_message(error)), grpc if grpc >= 0 else None)
+
+
+def copy_segment(s: Any) -> Segment:
+    """A Segment holding copies of everything in the spc_segment *s (valid only during its
+    callback)."""
     words = tuple(
         Word(_text(n.spc_segment_word_text(s, i)), n.spc_segment_word_index(s, i),
              n.spc_segment_word_start_ms(s, i), n.spc_segment_word_end_ms(s, i),
@@ -39,300 +136,774 @@ def copy_segment(s: int) -> Segment:
                    _text(n.spc_segment_transcript(s)), words, intent, entities, _text(n.spc_segment_json(s)))
 
 
-def _check(status: int, what: str) -> None:
-    if status != n.Status.OK:
-        raise error_for(status, f"{what}: {_text(n.spc_status_str(status))}")
+# ---------------------------------------------------------------------------------------------
+# Trampolines: one set for the process, created once and never freed, so that no C thread can
+# ever call a freed ctypes thunk. user_data is an integer key; the client behind it is held
+# weakly, and a callback for a client that is gone is ignored.
 
+_clients: Dict[int, "weakref.ref[Client]"] = {}
+_clients_lock = threading.Lock()
+_keys = itertools.count(1)
+_local = threading.local()
+
+
+def _active_keys() -> List[int]:
+    """Keys of the clients whose callback is running on this thread (innermost last)."""
+    keys = getattr(_local, "keys", None)
+    if keys is None:
+        keys = _local.keys = []
+    return keys
+
+
+def _run_callback(key: Optional[int], body: Callable[["Client"], None]) -> None:
+    try:
+        ref = _clients.get(key or 0)
+        client = ref() if ref is not None else None
+        if client is None:
+            return
+        keys = _active_keys()
+        keys.append(key)  # type: ignore[arg-type]
+        try:
+            body(client)
+        except BaseException as e:  # never into C
+            client._remember(e)
+        finally:
+            keys.pop()
+    except BaseException:  # pragma: no cover - last line of defence (interpreter shutting down)
+        pass
+
+
+def _t_segment(_client, segment, key):
+    _run_callback(key, lambda c: c._emit(copy_segment(segment), "segment"))
+
+
+def _t_error(_client, error, key):
+    _run_callback(key, lambda c: c._emit(_error_event(error), "error"))
+
+
+def _t_start(_client, context_id, key):
+    _run_callback(key, lambda c: c._emit(StartEvent(_text(context_id)), "start"))
+
+
+def _t_stop(_client, context_id, key):
+    _run_callback(key, lambda c: c._emit(StopEvent(_text(context_id)), "stop"))
+
+
+def _t_log(_client, level, message, key):
+    _run_callback(key, lambda c: c._log(level, _text(message)))
+
+
+def _t_state(_client, state, attempt, delay_ms, reason, key):
+    def body(c: "Client") -> None:
+        try:
+            cs = n.ConnectionState(state)
+        except ValueError:
+            cs = state
+        c._emit(StateEvent(cs, attempt, delay_ms, _error_event(reason) if reason else None), "state")
+    _run_callback(key, body)
+
+
+_TRAMPOLINES = (n.SEGMENT_CB(_t_segment), n.ERROR_CB(_t_error), n.START_CB(_t_start), n.STOP_CB(_t_stop),
+                n.LOG_CB(_t_log), n.STATE_CB(_t_state))
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    # Library threads must not call into an interpreter that is finalizing.
+    with _clients_lock:
+        live = [r() for r in _clients.values()]
+    for c in live:
+        if c is not None:
+            try:
+                c.close()
+            except BaseException:
+                pass
+
+
+def _defer_free(handle: Any) -> None:
+    """Frees a handle from a fresh thread: for a client collected on its own callback thread,
+    where the library refuses spc_client_free()."""
+    threading.Thread(target=n.spc_client_free, args=(handle,), name="speechclient-free", daemon=True).start()
+
+
+_QueueItem = Union[Update, object]
+_WAKE = object()  # put into asyncio queues to make aupdates() look at the client again
+# An aupdates() iterator: its loop, its queue, and the thread running the loop.
+_Sink = Tuple[asyncio.AbstractEventLoop, "asyncio.Queue[_QueueItem]", int]
+
+
+# ---------------------------------------------------------------------------------------------
 
 class Client:
-    """A recognition client. Use it as a context manager, or call close().
+    """A streaming recognition client: an audio source, a connection to a server speaking the
+    Speechly SLU protocol, and the updates that report what was heard.
 
-    Callbacks (on_segment, on_error, on_start, on_stop, on_log) run on the library's callback
-    thread, in order. An exception raised by one is not propagated into C: the first is kept
-    and re-raised by the next call on the client (or by updates()/aupdates()).
+        with Client(url="grpc://127.0.0.1:50051", app_id="demo", audio=WavFile("speech.wav")) as c:
+            c.start()
+            for update in c.updates():
+                if isinstance(update, Segment) and update.final:
+                    print(update.transcript)
+
+    Options are those of the C header (include/speechclient.h); a rejected option raises
+    InvalidArgumentError naming it and its value. `audio` is Microphone(device="default"),
+    WavFile(path) or PushAudio(sample_rate, channels). `context_options` maps a key to a value
+    or to several. `reconnect` is (max_attempts, initial_delay_ms, max_delay_ms). `delivery` is
+    "thread" (the library's callback thread) or "application" (see the module documentation).
+
+    Callbacks: on_segment(Segment), on_error(ErrorEvent), on_start(StartEvent),
+    on_stop(StopEvent), on_state(StateEvent), on_log(LogLevel, str). See the module
+    documentation for their thread and for exceptions they raise.
     """
 
     def __init__(self, url: str, app_id: Optional[str] = None, *, project_id: Optional[str] = None,
-                 language: Optional[str] = None, device_id: Optional[str] = None, cache_dir: Optional[str] = None,
-                 ca_file: Optional[str] = None, insecure_tls: bool = False, audio: AudioSource = Microphone(),
-                 chunk_ms: Optional[int] = None, prepare_on_init: bool = False,
-                 context_options: Optional[Dict[str, Union[str, Iterable[str]]]] = None,
-                 log_level: n.LogLevel = n.LogLevel.WARNING,
+                 language: str = "en-US", device_id: Optional[str] = None,
+                 cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 ca_file: Optional[Union[str, "os.PathLike[str]"]] = None, insecure_tls: bool = False,
+                 audio: AudioSource = Microphone(device="default"), chunk_ms: int = 100,
+                 prepare_on_init: bool = False,
+                 context_options: Optional[Mapping[str, Union[str, Iterable[str]]]] = None,
+                 log_level: n.LogLevel = n.LogLevel.WARNING, identity_url: Optional[str] = None,
                  reconnect: Optional[Tuple[int, int, int]] = None, replay_buffer_ms: Optional[int] = None,
-                 context_limit_ms: Optional[int] = None,
-                 on_segment: Optional[Callable[[Segment], None]] = None,
-                 on_error: Optional[Callable[[ErrorEvent], None]] = None,
-                 on_start: Optional[Callable[[StartEvent], None]] = None,
-                 on_stop: Optional[Callable[[StopEvent], None]] = None,
-                 on_log: Optional[Callable[[n.LogLevel, str], None]] = None):
-        self._handle: Optional[int] = None
+                 context_limit_ms: Optional[int] = None, delivery: Union[str, n.Delivery] = "thread",
+                 on_segment: Optional[Callable[[Segment], Any]] = None,
+                 on_error: Optional[Callable[[ErrorEvent], Any]] = None,
+                 on_start: Optional[Callable[[StartEvent], Any]] = None,
+                 on_stop: Optional[Callable[[StopEvent], Any]] = None,
+                 on_log: Optional[Callable[[n.LogLevel, str], Any]] = None,
+                 on_state: Optional[Callable[[StateEvent], Any]] = None):
+        # Everything close() and __del__ touch exists before anything can fail.
+        self._handle: Optional[Any] = None
+        self._key = next(_keys)
+        self._cond = threading.Condition(threading.Lock())
+        self._busy = 0
+        self._closing = False
         self._callback_error: Optional[BaseException] = None
-        self._updates: "queue.Queue[Update]" = queue.Queue()
-        self._async_queues: List = []
-        self._lock = threading.Lock()
-        self._user = {"segment": on_segment, "error": on_error, "start": on_start, "stop": on_stop, "log": on_log}
-        self.audio = audio
+        self._queue: Deque[Update] = collections.deque(maxlen=MAX_BUFFERED_UPDATES)
+        self._async_sinks: List[_Sink] = []
+        self._readers: List[Tuple[asyncio.AbstractEventLoop, int, int]] = []
+        self._callbacks: Dict[str, Optional[Callable[..., Any]]] = {
+            "segment": on_segment, "error": on_error, "start": on_start, "stop": on_stop, "state": on_state,
+            "log": on_log}
+        # The process-wide trampolines, referenced here too: the client relies on them.
+        self._trampolines = _TRAMPOLINES
+
+        if isinstance(delivery, str):
+            if delivery not in ("thread", "application"):
+                raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                           f"delivery={delivery!r}: must be 'thread' or 'application'")
+            delivery = n.Delivery.APPLICATION if delivery == "application" else n.Delivery.THREAD
+        self.delivery: n.Delivery = n.Delivery(delivery)
+        if not isinstance(audio, (Microphone, WavFile, PushAudio)):
+            raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                       f"audio={audio!r}: must be Microphone(), WavFile(path) or PushAudio(rate, channels)")
+        self.audio: AudioSource = audio
+        self._channels = 1
+        self.url = url
+
         opts = n.spc_options_new()
         if not opts:
-            raise error_for(n.Status.NO_MEMORY, "spc_options_new failed")
+            raise error_for(n.Status.NO_MEMORY, "spc_options_new: out of memory")
         try:
-            def setter(fn, what, *args):
-                status = fn(opts, *args)
-                if status != n.Status.OK:
-                    shown = ", ".join(repr(a.decode() if isinstance(a, bytes) else a) for a in args)
-                    raise error_for(status, f"{what} {shown}: {_text(n.spc_status_str(status))}")
-
-            def enc(s: Optional[str]) -> Optional[bytes]:
-                return None if s is None else os.fsencode(s) if isinstance(s, os.PathLike) else str(s).encode()
-
-            setter(n.spc_options_set_server_url, "url", enc(url))
+            _check_option(n.spc_options_set_server_url(opts, _c_string("url", url)), "url", url,
+                          "grpc://host[:port] or grpc+tls://host[:port]")
+            if identity_url is not None:
+                _check_option(n.spc_options_set_identity_url(opts, _c_string("identity_url", identity_url)),
+                              "identity_url", identity_url)
             if app_id is not None:
-                setter(n.spc_options_set_app_id, "app_id", enc(app_id))
+                _check_option(n.spc_options_set_app_id(opts, _c_string("app_id", app_id)), "app_id", app_id)
             if project_id is not None:
-                setter(n.spc_options_set_project_id, "project_id", enc(project_id))
-            if language is not None:
-                setter(n.spc_options_set_language, "language", enc(language))
+                _check_option(n.spc_options_set_project_id(opts, _c_string("project_id", project_id)),
+                              "project_id", project_id)
+            _check_option(n.spc_options_set_language(opts, _c_string("language", language)), "language", language,
+                          "a BCP-47 tag such as en-US")
             if device_id is not None:
-                setter(n.spc_options_set_device_id, "device_id", enc(device_id))
+                _check_option(n.spc_options_set_device_id(opts, _c_string("device_id", device_id)), "device_id",
+                              device_id, "a UUID")
             if cache_dir is not None:
-                setter(n.spc_options_set_cache_dir, "cache_dir", enc(os.fspath(cache_dir)))
+                _check_option(n.spc_options_set_cache_dir(opts, _c_path("cache_dir", cache_dir)), "cache_dir",
+                              os.fspath(cache_dir))
             if ca_file is not None:
-                setter(n.spc_options_set_ca_file, "ca_file", enc(os.fspath(ca_file)))
-            if insecure_tls:
-                setter(n.spc_options_set_insecure_tls, "insecure_tls", 1)
+                _check_option(n.spc_options_set_ca_file(opts, _c_path("ca_file", ca_file)), "ca_file",
+                              os.fspath(ca_file))
+            _check_option(n.spc_options_set_insecure_tls(opts, 1 if insecure_tls else 0), "insecure_tls",
+                          insecure_tls)
             if isinstance(audio, Microphone):
-                setter(n.spc_options_set_audio_microphone, "microphone", enc(audio.device))
+                _check_option(n.spc_options_set_audio_microphone(opts, _c_string("audio.device", audio.device)),
+                              "audio", None, shown=f"Microphone(device={audio.device!r})")
             elif isinstance(audio, WavFile):
-                setter(n.spc_options_set_audio_file, "WAV file", enc(os.fspath(audio.path)))
-            elif isinstance(audio, PushAudio):
-                setter(n.spc_options_set_audio_push, "push audio (rate, channels)", audio.sample_rate, audio.channels)
+                _check_option(n.spc_options_set_audio_file(opts, _c_path("audio.path", audio.path)), "audio", None,
+                              shown=f"WavFile({os.fspath(audio.path)!r})")
             else:
-                raise InvalidArgumentError(f"audio must be Microphone, WavFile or PushAudio, not {audio!r}")
-            if chunk_ms is not None:
-                setter(n.spc_options_set_chunk_ms, "chunk_ms", chunk_ms)
-            if prepare_on_init:
-                setter(n.spc_options_set_prepare_on_init, "prepare_on_init", 1)
+                rate = _u32("audio.sample_rate", audio.sample_rate)
+                channels = _u32("audio.channels", audio.channels)
+                _check_option(n.spc_options_set_audio_push(opts, rate, channels), "audio", None,
+                              "push format: 8000-192000 Hz, 1-8 channels",
+                              shown=f"PushAudio(sample_rate={rate}, channels={channels})")
+                self._channels = channels
+            _check_option(n.spc_options_set_chunk_ms(opts, _u32("chunk_ms", chunk_ms)), "chunk_ms", chunk_ms,
+                          "20-1000 ms")
+            _check_option(n.spc_options_set_prepare_on_init(opts, 1 if prepare_on_init else 0), "prepare_on_init",
+                          prepare_on_init)
             for key, values in (context_options or {}).items():
-                for v in ([values] if isinstance(values, str) else values):
-                    setter(n.spc_options_add_context_option, "context option", enc(key), enc(v))
-            setter(n.spc_options_set_log_level, "log_level", int(log_level))
+                for value in ([values] if isinstance(values, str) else list(values)):
+                    _check_option(n.spc_options_add_context_option(opts, _c_string("context_options key", key),
+                                                                   _c_string(f"context_options[{key!r}]", value)),
+                                  f"context_options[{key!r}]", value)
+            try:
+                level = n.LogLevel(log_level)
+            except ValueError:
+                raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"log_level={log_level!r}: not a LogLevel"
+                                           ) from None
+            _check_option(n.spc_options_set_log_level(opts, level), "log_level", level)
             if reconnect is not None:
-                setter(n.spc_options_set_reconnect, "reconnect (attempts, initial ms, max ms)", *reconnect)
+                attempts, initial, maximum = reconnect
+                _check_option(n.spc_options_set_reconnect(opts, _u32("reconnect", attempts), _u32("reconnect", initial),
+                                                          _u32("reconnect", maximum)),
+                              "reconnect", (attempts, initial, maximum),
+                              "max_attempts 0-100, initial_delay_ms 1-60000, max_delay_ms initial-600000")
             if replay_buffer_ms is not None:
-                setter(n.spc_options_set_replay_buffer_ms, "replay_buffer_ms", replay_buffer_ms)
+                _check_option(n.spc_options_set_replay_buffer_ms(opts, _u32("replay_buffer_ms", replay_buffer_ms)),
+                              "replay_buffer_ms", replay_buffer_ms, "1000-600000 ms")
             if context_limit_ms is not None:
-                setter(n.spc_options_set_context_limit_ms, "context_limit_ms", context_limit_ms)
-            # One set of trampolines, kept alive on the client for as long as C may call them.
-            self._trampolines = (n.SEGMENT_CB(self._on_segment), n.ERROR_CB(self._on_error),
-                                 n.START_CB(self._on_start), n.STOP_CB(self._on_stop), n.LOG_CB(self._on_log))
-            n.spc_options_set_segment_cb(opts, self._trampolines[0], None)
-            n.spc_options_set_error_cb(opts, self._trampolines[1], None)
-            n.spc_options_set_start_cb(opts, self._trampolines[2], None)
-            n.spc_options_set_stop_cb(opts, self._trampolines[3], None)
-            if on_log is not None:
-                n.spc_options_set_log_cb(opts, self._trampolines[4], None)
+                _check_option(n.spc_options_set_context_limit_ms(opts, _u32("context_limit_ms", context_limit_ms)),
+                              "context_limit_ms", context_limit_ms, "1000-3600000 ms")
+            if n.spc_options_set_delivery is not None:
+                _check_option(n.spc_options_set_delivery(opts, int(self.delivery)), "delivery",
+                              self.delivery.name.lower())
+            elif self.delivery != n.Delivery.THREAD:
+                raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"delivery='application': {n.LIBRARY_PATH} "
+                                                                      f"does not have spc_options_set_delivery")
+
+            segment_cb, error_cb, start_cb, stop_cb, log_cb, state_cb = _TRAMPOLINES
+            ud = ctypes.c_void_p(self._key)
+            for setter, cb, name in ((n.spc_options_set_segment_cb, segment_cb, "segment"),
+                                     (n.spc_options_set_error_cb, error_cb, "error"),
+                                     (n.spc_options_set_start_cb, start_cb, "start"),
+                                     (n.spc_options_set_stop_cb, stop_cb, "stop"),
+                                     (n.spc_options_set_state_cb, state_cb, "state")):
+                if setter is not None:  # the state callback needs a library that has it
+                    _check_option(setter(opts, cb, ud), f"{name} callback", name)
+            if on_log is not None:  # log lines cost a trip into Python only when wanted
+                _check_option(n.spc_options_set_log_cb(opts, log_cb, ud), "log callback", "log")
+
+            with _clients_lock:
+                _clients[self._key] = weakref.ref(self)
             handle = n.client_p()
             err = n.error_p()
             status = n.spc_client_new(opts, ctypes.byref(handle), ctypes.byref(err))
             if status != n.Status.OK:
-                message = _text(n.spc_error_message(err))
-                grpc = n.spc_error_grpc_status(err)
+                with _clients_lock:
+                    _clients.pop(self._key, None)
+                event = _error_event(err) if err else None
                 n.spc_error_free(err)
-                raise error_for(status, message, grpc if grpc >= 0 else None)
-            self._handle = handle.value
+                raise error_for(status, event.message if event and event.message else _status_text(status),
+                                event.grpc_status if event else None)
+            self._handle = handle
         finally:
             n.spc_options_free(opts)
 
-    # -- lifecycle
+    # -- lifecycle ----------------------------------------------------------------------------
 
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            # Already failing: free, but do not hide that exception behind a callback's.
+            self._close(quiet=False)
 
     def __del__(self) -> None:
         try:
-            self.close()
-        except Exception:
+            self._close(quiet=True)
+        except BaseException:
             pass
 
-    def close(self) -> None:
-        """Stops and frees the client; returns after its last callback. Idempotent. From inside
-        one of its own callbacks: InvalidStateError."""
-        with self._lock:
-            handle = self._handle
-            if handle is None:
-                return
-            status = n.spc_client_free(handle)
-            if status == n.Status.OK:
-                self._handle = None
-        _check(status, "close")
-        self._wake_async()
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return f"<speechclient.Client {self.url!r} closed>"
+        return f"<speechclient.Client {self.url!r} audio={self.audio!r}>"
 
     @property
     def closed(self) -> bool:
         return self._handle is None
 
-    def _h(self) -> int:
-        err, self._callback_error = self._callback_error, None
-        if err is not None:
-            raise err
-        if self._handle is None:
-            raise error_for(n.Status.INVALID_STATE, "the client is closed")
-        return self._handle
+    def close(self) -> None:
+        """Stops everything and frees the client; returns after its last callback has returned.
+        Idempotent. Raises InvalidStateError from inside one of the client's own callbacks (the
+        client stays open), and, after freeing, an exception a callback raised that was not
+        re-raised yet."""
+        self._close(quiet=False)
+        self._raise_callback_error()
 
-    # -- requests
+    def _close(self, quiet: bool) -> None:
+        handle = self._handle
+        if handle is None:
+            return
+        if self._in_own_callback():
+            # The handle stays valid here: a free on another thread waits for this callback.
+            status = n.spc_client_free(handle)
+            if status == n.Status.OK:  # pragma: no cover - the library promises to refuse
+                self._forget_handle()
+            elif quiet:  # collected on its own callback thread: free from another thread
+                _defer_free(handle)
+                self._forget_handle()
+            else:
+                raise error_for(status, f"close() from inside one of the client's own callbacks: "
+                                        f"{_status_text(status)}")
+            return
+        with self._cond:
+            if self._closing:  # another thread is closing it: wait until it is done
+                while self._handle is not None and self._closing:
+                    self._cond.wait()
+                return
+            if self._handle is None:
+                return
+            self._closing = True
+            try:
+                while self._busy:  # calls from other threads return first
+                    self._cond.wait()
+            except BaseException:
+                self._closing = False
+                self._cond.notify_all()
+                raise
+        self._remove_readers()
+        status = n.spc_client_free(handle)
+        if status == n.Status.OK:
+            self._forget_handle()
+            return
+        with self._cond:
+            self._closing = False
+            self._cond.notify_all()
+        if quiet:
+            _defer_free(handle)
+            self._forget_handle()
+        else:
+            raise error_for(status, f"close(): {_status_text(status)}")
+
+    def _forget_handle(self) -> None:
+        with self._cond:
+            self._handle = None
+            self._closing = False
+            self._cond.notify_all()
+            sinks = list(self._async_sinks)
+        with _clients_lock:
+            _clients.pop(self._key, None)
+        for sink in sinks:
+            _put_async(sink, _WAKE)
+
+    def _remove_readers(self) -> None:
+        with self._cond:
+            readers, self._readers = self._readers, []
+        for loop, fd, thread in readers:
+            try:
+                if loop.is_closed():
+                    continue
+                if thread == threading.get_ident():
+                    loop.remove_reader(fd)
+                else:
+                    loop.call_soon_threadsafe(loop.remove_reader, fd)
+            except Exception:
+                pass
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def _in_own_callback(self) -> bool:
+        return self._key in _active_keys()
+
+    def _enter(self) -> Any:
+        """The handle, counted busy until _leave(), so close() waits for the call to return."""
+        self._raise_callback_error()
+        with self._cond:
+            if self._handle is None or (self._closing and not self._in_own_callback()):
+                raise InvalidStateError(n.Status.INVALID_STATE, "the client is closed")
+            self._busy += 1
+            return self._handle
+
+    def _leave(self) -> None:
+        with self._cond:
+            self._busy -= 1
+            if self._busy == 0:
+                self._cond.notify_all()
+
+    def _call(self, what: str, fn: Callable[..., int], *args: Any) -> None:
+        handle = self._enter()
+        try:
+            status = fn(handle, *args)
+            if status != n.Status.OK:
+                message = f"{what}: {_status_text(status)}"
+                if status == n.Status.INVALID_STATE:
+                    state = n.c_state()
+                    if n.spc_client_get_state(handle, ctypes.byref(state)) == n.Status.OK:
+                        message += f" (the client is {_state_name(state.value)})"
+                raise error_for(status, message)
+        finally:
+            self._leave()
 
     def start(self) -> None:
-        _check(n.spc_client_start(self._h()), "start")
+        """Requests a new audio context (see spc_client_start): the start event follows, or an
+        error event and a stop event. InvalidStateError unless IDLE (or STOPPING: then queued)."""
+        self._call("start()", n.spc_client_start)
 
     def stop(self) -> None:
-        _check(n.spc_client_stop(self._h()), "stop")
+        """Requests the end of the current context; the stop event follows its last result."""
+        self._call("stop()", n.spc_client_stop)
 
     def suspend(self) -> None:
-        _check(n.spc_client_suspend(self._h()), "suspend")
+        """Closes the microphone and the connections, keeping the login."""
+        self._call("suspend()", n.spc_client_suspend)
 
     def resume(self) -> None:
-        _check(n.spc_client_resume(self._h()), "resume")
+        """Leaves SUSPENDED."""
+        self._call("resume()", n.spc_client_resume)
 
     @property
     def state(self) -> n.State:
-        out = ctypes.c_int()
-        _check(n.spc_client_get_state(self._h(), ctypes.byref(out)), "state")
-        return n.State(out.value)
+        """The client's State (IDLE, STARTING, LISTENING, STOPPING, SUSPENDED)."""
+        out = n.c_state()
+        self._call("state", n.spc_client_get_state, ctypes.byref(out))
+        try:
+            return n.State(out.value)
+        except ValueError:  # pragma: no cover - a state newer than this binding
+            return out.value  # type: ignore[return-value]
 
-    def push(self, samples) -> None:
-        """Pushes interleaved signed 16-bit samples (bytes, bytearray, memoryview, array('h'),
-        or a numpy int16 array). Writable buffers are passed without a copy."""
-        handle = self._h()
-        mv = memoryview(samples)
-        if mv.format != "h":
-            if mv.nbytes % 2:
-                raise InvalidArgumentError(f"push: {mv.nbytes} bytes is not a whole number of 16-bit samples")
-            mv = mv.cast("B").cast("h")
-        count = mv.nbytes // 2
+    def push(self, samples: _Buffer) -> None:
+        """Pushes interleaved signed 16-bit samples to a PushAudio client: bytes, bytearray or
+        memoryview (native byte order), array.array('h'), a numpy int16 array, or any buffer of
+        format 'h'. The sample count must be a whole number of frames. bytes and writable
+        contiguous buffers reach the library without a copy; others are copied once (the library
+        copies what it is given before returning). Samples pushed outside a context are dropped.
+        InvalidStateError for a client whose audio is not PushAudio."""
+        try:
+            mv = memoryview(samples)
+        except TypeError:
+            raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                       f"push(): samples must be a buffer of 16-bit samples, "
+                                       f"not {type(samples).__name__}") from None
+        fmt = mv.format
+        if not ((fmt in ("h", "<h", "=h", "@h") and mv.itemsize == 2) or
+                (fmt in ("B", "b", "c") and mv.itemsize == 1)):
+            raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                       f"push(): samples must be signed 16-bit (buffer format 'h') or raw bytes, "
+                                       f"not format {fmt!r}")
+        nbytes = mv.nbytes
+        if nbytes % 2:
+            raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                       f"push(): {nbytes} bytes is not a whole number of 16-bit samples")
+        count = nbytes // 2
+        if count % self._channels:
+            raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                       f"push(): {count} samples is not a whole number of "
+                                       f"{self._channels}-channel frames")
+        frames = count // self._channels
         if count == 0:
-            _check(n.spc_client_push_audio(handle, None, 0), "push")
-            return
-        if mv.readonly:
-            buf = (ctypes.c_int16 * count).from_buffer_copy(mv)
+            status = self._push_status(None, 0)
+        elif isinstance(samples, bytes) or not mv.c_contiguous:
+            # Immutable bytes are read in place; a strided buffer is made contiguous (one copy).
+            data = samples if isinstance(samples, bytes) else mv.tobytes()
+            status = self._push_status(ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_int16)), frames)
+        elif mv.readonly:
+            status = self._push_status((ctypes.c_int16 * count).from_buffer_copy(mv), frames)  # one copy
         else:
-            buf = (ctypes.c_int16 * count).from_buffer(mv)
-        channels = self.audio.channels if isinstance(self.audio, PushAudio) else 1
-        frames = count // channels
-        _check(n.spc_client_push_audio(handle, ctypes.cast(buf, ctypes.POINTER(ctypes.c_int16)), frames), "push")
+            status = self._push_status((ctypes.c_int16 * count).from_buffer(mv), frames)  # no copy
+        mv.release()  # fails if the library's view were still exported; it is not
+        if status != n.Status.OK:
+            raise error_for(status, f"push(): {_status_text(status)}" + (
+                f" (the client's audio is {type(self.audio).__name__}, not PushAudio)"
+                if status == n.Status.INVALID_STATE and not isinstance(self.audio, PushAudio) else ""))
+
+    def _push_status(self, data: Any, frames: int) -> int:
+        handle = self._enter()
+        try:
+            return n.spc_client_push_audio(handle, data, frames)
+        finally:
+            self._leave()
 
     def push_end(self) -> None:
-        _check(n.spc_client_push_end(self._h()), "push_end")
+        """Marks the end of the pushed audio: the context stops by itself, as a WAV file's does."""
+        self._call("push_end()", n.spc_client_push_end)
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:
-        """True once the client is idle and every callback so far has run; False on timeout."""
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        status = n.spc_client_wait_idle(self._h(), ms)
+        """Waits until the client is IDLE or SUSPENDED with no start queued and every callback for
+        the events so far has returned: True; or until `timeout` seconds passed: False. Then
+        re-raises an exception a callback raised. InvalidStateError from inside a callback. With
+        delivery="application" it runs the pending callbacks itself while it waits."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        app = self.delivery == n.Delivery.APPLICATION
+        while True:
+            left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
+            if app:
+                idle = self._dispatch_all() == 0 and self._wait_idle_once(0) and self._dispatch_all() == 0
+            else:
+                idle = self._wait_idle_once(max(0, int(left * 1000)))
+            if idle:
+                self._raise_callback_error()
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                self._raise_callback_error()
+                return False
+            if app:
+                self._wait_event_fd(max(0.0, min(left, _IDLE_POLL_S)))
+
+    def _wait_idle_once(self, ms: int) -> bool:
+        handle = self._enter()
+        try:
+            status = n.spc_client_wait_idle(handle, ms)
+        finally:
+            self._leave()
         if status == n.Status.TIMEOUT:
             return False
-        _check(status, "wait_idle")
+        if status != n.Status.OK:
+            where = " from inside one of the client's own callbacks" if self._in_own_callback() else ""
+            raise error_for(status, f"wait_idle(){where}: {_status_text(status)}")
         return True
 
-    # -- updates as iterators
+    # -- application delivery -----------------------------------------------------------------
+
+    @property
+    def event_fd(self) -> int:
+        """With delivery="application": a descriptor readable while events are pending (owned by
+        the client: do not read, write or close it); -1 otherwise."""
+        handle = self._enter()
+        try:
+            return n.spc_client_event_fd(handle) if n.spc_client_event_fd is not None else -1
+        finally:
+            self._leave()
+
+    def dispatch(self, max_events: int = 0) -> int:
+        """With delivery="application": runs up to max_events pending callbacks (0: all) on this
+        thread and returns how many ran. InvalidStateError with thread delivery."""
+        if n.spc_client_dispatch is None:
+            self._enter()
+            self._leave()
+            raise InvalidStateError(n.Status.INVALID_STATE, "dispatch(): the library delivers on its own thread only")
+        ran = ctypes.c_uint32(0)
+        self._call("dispatch()", n.spc_client_dispatch, _u32("max_events", max_events), ctypes.byref(ran))
+        return ran.value
+
+    def _dispatch_all(self) -> int:
+        return self.dispatch(0) if self.delivery == n.Delivery.APPLICATION else 0
+
+    def _dispatch_quietly(self) -> None:  # loop.add_reader callback
+        try:
+            self._dispatch_all()
+        except SpeechClientError:
+            pass
+
+    def _wait_event_fd(self, seconds: float) -> None:
+        """Waits (at most 0.1 s at a time, so close() is not held up) for the event fd. The client
+        counts as busy meanwhile, so the descriptor cannot be closed under the select."""
+        try:
+            handle = self._enter()
+        except InvalidStateError:
+            return
+        try:
+            fd = n.spc_client_event_fd(handle) if n.spc_client_event_fd is not None else -1
+            if fd >= 0:
+                select.select([fd], [], [], min(seconds, 0.1))
+        finally:
+            self._leave()
+
+    # -- updates as iterators -----------------------------------------------------------------
 
     def updates(self, timeout: Optional[float] = None) -> Iterator[Update]:
-        """Yields segments and start/stop/error events in order, until the client is idle
-        again after a stop (or closed). `timeout` bounds the wait for each next update."""
-        while True:
-            try:
-                update = self._updates.get(timeout=0.05)
-            except queue.Empty:
-                if self._callback_error is not None:
-                    self._h()
-                if self._handle is None:
-                    return
-                if timeout is not None:
-                    timeout -= 0.05
-                    if timeout <= 0:
-                        raise error_for(n.Status.TIMEOUT, "no update arrived in time")
-                continue
-            yield update
-            if isinstance(update, StopEvent) and self._updates.empty() and self._handle is not None \
-                    and self.state in (n.State.IDLE, n.State.SUSPENDED):
-                return
+        """Yields Segment, StartEvent, StopEvent, ErrorEvent and StateEvent updates in the order
+        they happened, until the client is idle after at least one StopEvent (or closed):
 
-    async def aupdates(self) -> AsyncIterator[Update]:
-        """The same stream of updates for asyncio code."""
-        loop = asyncio.get_running_loop()
-        q: "asyncio.Queue[Optional[Update]]" = asyncio.Queue()
-        with self._lock:
-            # Updates that arrived before the iterator started come first.
-            while True:
+            client.start()
+            for update in client.updates():   # ends after the context's stop
+                ...
+
+        Updates that arrived before the call are yielded first. `timeout` bounds the wait for each
+        next update (SpeechTimeoutError). Re-raises an exception a callback raised. Use one
+        consumer at a time (updates() or aupdates())."""
+        seen_stop = False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._raise_callback_error()
+            update = self._pop()
+            if update is not None:
+                seen_stop = seen_stop or isinstance(update, StopEvent)
+                yield update
+                deadline = None if timeout is None else time.monotonic() + timeout
+                continue
+            if self._handle is None:
+                return
+            if seen_stop and self._idle_now():
+                if not self._queue:
+                    self._raise_callback_error()
+                    return
+                continue
+            wait: Optional[float] = _IDLE_POLL_S if seen_stop else _WAIT_SLICE_S * 4
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SpeechTimeoutError(n.Status.TIMEOUT, f"updates(): no update within {timeout} s")
+                wait = min(wait, left)
+            if self.delivery == n.Delivery.APPLICATION:
+                self._wait_event_fd(wait)
                 try:
-                    q.put_nowait(self._updates.get_nowait())
-                except queue.Empty:
-                    break
-            self._async_queues.append((loop, q))
+                    self._dispatch_all()
+                except InvalidStateError:
+                    if self._handle is not None and not self._closing:
+                        raise
+            else:
+                with self._cond:
+                    if not self._queue and self._handle is not None and self._callback_error is None:
+                        self._cond.wait(wait)
+
+    async def aupdates(self, timeout: Optional[float] = None) -> AsyncIterator[Update]:
+        """updates() for asyncio: the same updates, ending the same way, without blocking the
+        event loop. With thread delivery the callback thread hands each update to the loop
+        (call_soon_threadsafe); with delivery="application" the loop watches the event fd and
+        runs the callbacks itself."""
+        loop = asyncio.get_running_loop()
+        q: "asyncio.Queue[_QueueItem]" = asyncio.Queue()
+        sink = (loop, q, threading.get_ident())
+        with self._cond:
+            while self._queue:  # updates that arrived before come first
+                q.put_nowait(self._queue.popleft())
+            self._async_sinks.append(sink)
+        fd = -1
+        if self.delivery == n.Delivery.APPLICATION and self._handle is not None:
+            fd = self.event_fd
+            loop.add_reader(fd, self._dispatch_quietly)
+            with self._cond:
+                self._readers.append((loop, fd, sink[2]))
+        seen_stop = False
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
-                update = await q.get()
-                if update is None:
-                    return
-                yield update
-                if isinstance(update, StopEvent) and q.empty() and self._handle is not None \
-                        and self.state in (n.State.IDLE, n.State.SUSPENDED):
-                    return
+                self._raise_callback_error()
+                try:
+                    item: _QueueItem = q.get_nowait()
+                except asyncio.QueueEmpty:
+                    item = None
+                if item is None:
+                    if self._handle is None:
+                        return
+                    if seen_stop and self._idle_now():
+                        if q.empty():
+                            self._raise_callback_error()
+                            return
+                        continue
+                    wait: Optional[float] = _IDLE_POLL_S if seen_stop else None
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise SpeechTimeoutError(n.Status.TIMEOUT, f"aupdates(): no update within {timeout} s")
+                        wait = left if wait is None else min(wait, left)
+                    try:
+                        item = await (q.get() if wait is None else asyncio.wait_for(q.get(), wait))
+                    except asyncio.TimeoutError:
+                        continue
+                if item is _WAKE:
+                    continue
+                seen_stop = seen_stop or isinstance(item, StopEvent)
+                yield item  # type: ignore[misc]
+                deadline = None if timeout is None else time.monotonic() + timeout
         finally:
-            with self._lock:
-                self._async_queues = [(l, x) for l, x in self._async_queues if x is not q]
+            if fd >= 0:
+                with self._cond:
+                    mine = (loop, fd, sink[2]) in self._readers
+                    if mine:
+                        self._readers.remove((loop, fd, sink[2]))
+                if mine:
+                    try:
+                        loop.remove_reader(fd)
+                    except Exception:
+                        pass
+            with self._cond:
+                if sink in self._async_sinks:
+                    self._async_sinks.remove(sink)
+                # What arrived for this iterator but was not consumed goes back to the shared queue.
+                leftovers = []
+                while not q.empty():
+                    x = q.get_nowait()
+                    if x is not _WAKE:
+                        leftovers.append(x)
+                self._queue.extendleft(reversed(leftovers))
 
-    # -- trampolines (library callback thread)
+    def _pop(self) -> Optional[Update]:
+        with self._cond:
+            return self._queue.popleft() if self._queue else None
 
-    def _publish(self, update: Update, user: Optional[Callable]) -> None:
+    def _idle_now(self) -> bool:
+        """Idle, no start queued, and every callback so far has run (its update is queued).
+        While another thread closes the client: not yet (close() delivers what is pending, then
+        the iterators end on the closed handle)."""
+        if self._handle is None:
+            return True
+        try:
+            if self.delivery == n.Delivery.APPLICATION:
+                return self._dispatch_all() == 0 and self._wait_idle_once(0) and self._dispatch_all() == 0
+            return self._wait_idle_once(0)
+        except InvalidStateError:
+            if self._handle is None:
+                return True
+            if self._closing:
+                return False
+            raise
+
+    # -- from the callback thread -------------------------------------------------------------
+
+    def _remember(self, e: BaseException) -> None:
+        with self._cond:
+            if self._callback_error is None:
+                self._callback_error = e
+            self._cond.notify_all()
+            sinks = list(self._async_sinks)
+        for sink in sinks:
+            _put_async(sink, _WAKE)
+
+    def _raise_callback_error(self) -> None:
+        if self._callback_error is None:
+            return
+        with self._cond:
+            e, self._callback_error = self._callback_error, None
+        if e is not None:
+            raise e
+
+    def _emit(self, update: Update, kind: str) -> None:
+        user = self._callbacks.get(kind)
         if user is not None:
             try:
                 user(update)
-            except BaseException as e:  # never into C
-                if self._callback_error is None:
-                    self._callback_error = e
-        with self._lock:
-            targets = list(self._async_queues)
-        if targets:
-            for loop, q in targets:
-                loop.call_soon_threadsafe(q.put_nowait, update)
-            return
-        if self._updates.qsize() >= MAX_BUFFERED_UPDATES:
-            try:
-                self._updates.get_nowait()
-            except queue.Empty:
-                pass
-        self._updates.put_nowait(update)
+            except BaseException as e:
+                self._remember(e)
+        with self._cond:
+            sinks = list(self._async_sinks)
+            if not sinks:
+                self._queue.append(update)
+                self._cond.notify_all()
+                return
+        for sink in sinks:
+            _put_async(sink, update)
 
-    def _wake_async(self) -> None:
-        with self._lock:
-            targets = list(self._async_queues)
-        for loop, q in targets:
-            try:
-                loop.call_soon_threadsafe(q.put_nowait, None)
-            except RuntimeError:
-                pass  # the loop is closed
-
-    def _on_segment(self, client, segment, user_data) -> None:
-        self._publish(copy_segment(segment), self._user["segment"])
-
-    def _on_error(self, client, error, user_data) -> None:
-        grpc = n.spc_error_grpc_status(error)
-        self._publish(ErrorEvent(n.spc_error_code(error), _text(n.spc_error_message(error)),
-                                 grpc if grpc >= 0 else None), self._user["error"])
-
-    def _on_start(self, client, context_id, user_data) -> None:
-        self._publish(StartEvent(_text(context_id)), self._user["start"])
-
-    def _on_stop(self, client, context_id, user_data) -> None:
-        self._publish(StopEvent(_text(context_id)), self._user["stop"])
-
-    def _on_log(self, client, level, message, user_data) -> None:
-        user = self._user["log"]
+    def _log(self, level: int, message: str) -> None:
+        user = self._callbacks.get("log")
         if user is not None:
             try:
-                user(n.LogLevel(level), _text(message))
-            except BaseException as e:
-                if self._callback_error is None:
-                    self._callback_error = e
+                lvl: Any = n.LogLevel(level)
+            except ValueError:
+                lvl = level
+            user(lvl, message)
+
+
+def _state_name(value: int) -> str:
+    try:
+        return n.State(value).name
+    except ValueError:
+        return str(value)
+
+
+def _put_async(sink: "_Sink", item: _QueueItem) -> None:
+    loop, q, thread = sink
+    try:
+        if thread == threading.get_ident():
+            q.put_nowait(item)  # inside dispatch() on the loop's own thread
+        else:
+            loop.call_soon_threadsafe(q.put_nowait, item)
+    except RuntimeError:
+        pass  # the loop is closed: nobody is listening any more

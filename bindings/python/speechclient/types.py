@@ -1,12 +1,18 @@
-"""Plain values copied out of the library's callbacks, so they outlive them."""
+"""Plain values copied out of the library's callbacks, so they outlive them, and the audio
+source descriptions."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional, Tuple, Union
+
+from ._native import ConnectionState, Status
 
 
 @dataclasses.dataclass(frozen=True)
 class Word:
+    """One word: its text, position in the segment, times in ms from the start of the context's
+    audio, and whether it is final."""
     text: str
     index: int
     start_ms: int
@@ -22,6 +28,7 @@ class Intent:
 
 @dataclasses.dataclass(frozen=True)
 class Entity:
+    """An entity over the words [start, end) of its segment."""
     type: str
     value: str
     start: int
@@ -31,6 +38,9 @@ class Entity:
 
 @dataclasses.dataclass(frozen=True)
 class Segment:
+    """A snapshot of one segment of speech, as known at one update. `intent` is None while no
+    intent is known. `json` is the library's rendering (spc_segment_json), the demo's stable
+    JSON line; it is not part of equality."""
     context_id: str
     segment_id: int
     final: bool
@@ -38,41 +48,63 @@ class Segment:
     words: Tuple[Word, ...]
     intent: Optional[Intent]
     entities: Tuple[Entity, ...]
-    json: str
+    json: str = dataclasses.field(default="", compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class StartEvent:
+    """The server opened the audio context."""
     context_id: str
 
 
 @dataclasses.dataclass(frozen=True)
 class StopEvent:
+    """The audio context is closed; context_id is "" when the server never opened it."""
     context_id: str
 
 
 @dataclasses.dataclass(frozen=True)
 class ErrorEvent:
-    code: int
+    """Something failed on a library thread. grpc_status is None when the failure was not a
+    gRPC status."""
+    code: Status
     message: str
     grpc_status: Optional[int]
+
+    def exception(self):
+        """The matching SpeechClientError subclass instance, e.g. to raise it."""
+        from .errors import error_for
+        return error_for(self.code, self.message, self.grpc_status)
+
+
+@dataclasses.dataclass(frozen=True)
+class StateEvent:
+    """The connection state changed (CONNECTING, READY, RECONNECTING, UNAVAILABLE, SUSPENDED).
+    For RECONNECTING, attempt (from 1) and delay_ms; for UNAVAILABLE, the reason."""
+    state: ConnectionState
+    attempt: int
+    delay_ms: int
+    reason: Optional[ErrorEvent]
 
 
 @dataclasses.dataclass(frozen=True)
 class Microphone:
+    """An ALSA capture device by name."""
     device: str = "default"
 
 
 @dataclasses.dataclass(frozen=True)
 class WavFile:
-    path: str
+    """A WAV file; each start() streams it whole, then the context stops by itself."""
+    path: Union[str, "os.PathLike[str]"]
 
 
 @dataclasses.dataclass(frozen=True)
 class PushAudio:
+    """Interleaved signed 16-bit PCM given to Client.push()."""
     sample_rate: int = 16000
     channels: int = 1
 
 
-Update = Union[Segment, StartEvent, StopEvent, ErrorEvent]
+Update = Union[Segment, StartEvent, StopEvent, ErrorEvent, StateEvent]
 AudioSource = Union[Microphone, WavFile, PushAudio]
