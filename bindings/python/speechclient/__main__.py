@@ -1,66 +1,183 @@
-"""python -m speechclient [transcribe] FILE --url URL [--app-id ID] [--json]
+"""python -m speechclient: transcribe a WAV file or a microphone, like bindings/c's speechclient-demo.
 
-Transcribes a WAV file through libspeechclient, printing words as they arrive (or, with
---json, the same JSON lines as the C demo). Exit status 1 when an error ended the run."""
+    python -m speechclient --url URL --app-id ID --file F.wav [--json]
+    python -m speechclient --url URL --app-id ID --mic [DEVICE] [--json]     (until Ctrl-C)
+
+Without --json: a line per final segment ("transcript  [intent: X]  [type: value]"), and the
+tentative text as a live line on a terminal (a "... text" line otherwise). With --json: the
+C demo's stable JSON lines, one object a line:
+
+    {"type":"segment", ...}   exactly as spc_segment_json() renders a segment update
+    {"type":"start","context_id":"..."}
+    {"type":"stop","context_id":"..."}
+    {"type":"error","code":"<spc_status_str>","status":N,"grpc_status":N,"message":"..."}
+
+Exit status: 0 on success, 1 when an error ended the run, 2 for a usage error.
+"""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+from typing import List, Optional, TextIO
 
-from . import Client, ErrorEvent, Segment, StartEvent, StopEvent, WavFile, SpeechClientError, status_text
+from . import (Client, ErrorEvent, LogLevel, Microphone, Segment, SpeechClientError, StartEvent, StopEvent, WavFile,
+               status_text, version)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m speechclient", description=__doc__.splitlines()[0])
-    p.add_argument("command", nargs="?", choices=["transcribe"], default="transcribe")
-    p.add_argument("file", nargs="?", help="WAV file")
-    p.add_argument("--file", dest="file_opt", help="WAV file (same as the positional argument)")
-    p.add_argument("--url", default=os.environ.get("SPEECHCLIENT_URL", "grpc://127.0.0.1:50051"))
-    p.add_argument("--app-id", default="speechclient-python")
-    p.add_argument("--cache-dir")
-    p.add_argument("--ca-file")
-    p.add_argument("--json", action="store_true")
+def json_string(s: str) -> str:
+    """A JSON string escaped exactly as the C demo escapes it (UTF-8 kept as is)."""
+    out = ['"']
+    for ch in s:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def event_json(update) -> Optional[str]:
+    """The JSON line for an update, or None for updates the demo does not print (states)."""
+    if isinstance(update, Segment):
+        return update.json
+    if isinstance(update, (StartEvent, StopEvent)):
+        kind = "start" if isinstance(update, StartEvent) else "stop"
+        return f'{{"type":"{kind}","context_id":{json_string(update.context_id)}}}'
+    if isinstance(update, ErrorEvent):
+        grpc = -1 if update.grpc_status is None else update.grpc_status
+        return (f'{{"type":"error","code":{json_string(status_text(update.code))},"status":{int(update.code)},'
+                f'"grpc_status":{grpc},"message":{json_string(update.message)}}}')
+    return None
+
+
+class _TextOutput:
+    """The demo's human output: final lines, and tentative text as a live line (tty) or as
+    "... text" lines, printed only when the words change."""
+
+    def __init__(self, out: TextIO):
+        self.out = out
+        self.tty = out.isatty()
+        self.live_len = 0
+        self.last = ""
+
+    def clear_live(self) -> None:
+        if self.tty and self.live_len:
+            self.out.write("\r" + " " * self.live_len + "\r")
+            self.live_len = 0
+
+    def segment(self, s: Segment) -> None:
+        if s.final:
+            self.clear_live()
+            self.last = ""
+            line = s.transcript
+            if s.intent is not None and s.intent.intent:
+                line += f"  [intent: {s.intent.intent}]"
+            line += "".join(f"  [{e.type}: {e.value}]" for e in s.entities)
+            self.out.write(line + "\n")
+        elif s.transcript != self.last:
+            self.last = s.transcript
+            if self.tty:
+                self.clear_live()
+                self.out.write("... " + s.transcript)
+                self.live_len = len(s.transcript) + 4
+            else:
+                self.out.write("... " + s.transcript + "\n")
+        self.out.flush()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m speechclient",
+                                description="Transcribe a WAV file or a microphone with libspeechclient.")
+    p.add_argument("command", nargs="?", choices=["transcribe"], help=argparse.SUPPRESS)
+    p.add_argument("wav", nargs="?", help=argparse.SUPPRESS)  # `transcribe FILE`, kept for older scripts
+    p.add_argument("--url", default=os.environ.get("SPEECHCLIENT_URL") or "grpc://127.0.0.1:50051",
+                   help="server: grpc://host:port or grpc+tls://host:port (default $SPEECHCLIENT_URL, else %(default)s)")
+    p.add_argument("--app-id", default="speechclient-python", help="application id (default %(default)s)")
+    p.add_argument("--project-id", help="project id")
+    p.add_argument("--language", default="en-US", help="BCP-47 language (default %(default)s)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--file", metavar="WAV", help="transcribe a WAV file, then exit")
+    src.add_argument("--mic", metavar="DEVICE", nargs="?", const="default",
+                     help="transcribe an ALSA device (default 'default') until Ctrl-C")
+    p.add_argument("--ca-file", help="PEM CA certificates to trust (grpc+tls)")
+    p.add_argument("--insecure", action="store_true", help="do not verify the server's certificate (development)")
+    p.add_argument("--cache-dir", help="token and device-id cache directory")
+    p.add_argument("--chunk-ms", type=int, default=100, help="audio message duration, 20-1000 ms (default 100)")
+    p.add_argument("--timeout-ms", type=int, default=120000,
+                   help="give up when no update arrives for this long (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line (the C demo's stable format)")
+    p.add_argument("--verbose", action="store_true", help="the library's debug log on stderr")
+    p.add_argument("--version", action="version", version=f"speechclient (Python) with libspeechclient {version()}")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
-    path = args.file or args.file_opt
-    if not path:
-        p.error("a WAV file is required")
+    path = args.file or args.wav
+    if args.wav and args.file:
+        p.error("give the WAV file once")
+    if (path is None) == (args.mic is None):
+        p.error("give exactly one of --file WAV or --mic [DEVICE]")
+    prog = "python -m speechclient"
+    out = sys.stdout
+    text = _TextOutput(out)
     failed = False
+
+    def on_log(level: LogLevel, message: str) -> None:
+        print(f"speechclient [{level.name.lower()}] {message}", file=sys.stderr, flush=True)
+
     try:
-        with Client(args.url, app_id=args.app_id, audio=WavFile(path), cache_dir=args.cache_dir,
-                    ca_file=args.ca_file) as client:
+        with Client(url=args.url, app_id=args.app_id, project_id=args.project_id, language=args.language,
+                    cache_dir=args.cache_dir, ca_file=args.ca_file, insecure_tls=args.insecure,
+                    audio=WavFile(path) if path is not None else Microphone(device=args.mic),
+                    chunk_ms=args.chunk_ms, log_level=LogLevel.DEBUG if args.verbose else LogLevel.WARNING,
+                    on_log=on_log if args.verbose else None) as client:
             client.start()
-            live = ""
-            for u in client.updates():
-                if args.json:
-                    if isinstance(u, Segment):
-                        line = u.json
-                    elif isinstance(u, ErrorEvent):
-                        line = json.dumps({"type": "error", "code": status_text(u.code), "status": u.code,
-                                           "grpc_status": -1 if u.grpc_status is None else u.grpc_status,
-                                           "message": u.message}, separators=(",", ":"))
-                    else:
-                        line = json.dumps({"type": "start" if isinstance(u, StartEvent) else "stop",
-                                           "context_id": u.context_id}, separators=(",", ":"))
-                    print(line, flush=True)
-                elif isinstance(u, Segment):
-                    if u.final:
-                        print(("\r" + " " * len(live) + "\r") if live and sys.stdout.isatty() else "", end="")
-                        extra = f"  [intent: {u.intent.intent}]" if u.intent else ""
-                        extra += "".join(f"  [{e.type}: {e.value}]" for e in u.entities)
-                        print(u.transcript + extra, flush=True)
-                        live = ""
-                    elif sys.stdout.isatty():
-                        live = "... " + u.transcript
-                        print("\r" + live, end="", flush=True)
-                if isinstance(u, ErrorEvent):
+            updates = client.updates(timeout=args.timeout_ms / 1000)
+            while True:
+                try:
+                    update = next(updates)
+                except StopIteration:
+                    break
+                except KeyboardInterrupt:
+                    # Ctrl-C: stop the context and print its last results.
+                    try:
+                        client.stop()
+                    except SpeechClientError:
+                        pass
+                    continue
+                if isinstance(update, ErrorEvent):
                     failed = True
-                    if not args.json:
-                        print(f"error: {status_text(u.code)}: {u.message}", file=sys.stderr)
+                if args.json:
+                    line = event_json(update)
+                    if line is not None:
+                        out.write(line + "\n")
+                        out.flush()
+                elif isinstance(update, Segment):
+                    text.segment(update)
+                elif isinstance(update, ErrorEvent):
+                    text.clear_live()
+                    print(f"{prog}: {status_text(update.code)}: {update.message}", file=sys.stderr, flush=True)
     except SpeechClientError as e:
-        print(f"python -m speechclient: {e}", file=sys.stderr)
+        text.clear_live()
+        print(f"{prog}: {status_text(e.code)}: {e.message}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
+    text.clear_live()
+    out.flush()
     return 1 if failed else 0
 
 
