@@ -1,5 +1,11 @@
-"""pytest setup for the Python binding: the built library (SPEECHCLIENT_LIBRARY, set by
-`make test-python`) and the binding from the source tree when it is not installed."""
+"""pytest setup for the Python binding.
+
+- The library: $SPEECHCLIENT_LIBRARY (set by `make test-python`), else build/libspeechclient.so.0.
+- The binding: bindings/python from the source tree, so the tests run without `pip install`.
+- Tests marked `e2e` need the reference server; they are skipped only when the package
+  `speechclient_server` is not importable (pip install ./server). They use the `server` fixture.
+"""
+import importlib.util
 import os
 import pathlib
 import struct
@@ -11,17 +17,122 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bindings" / "python"))
 os.environ.setdefault("SPEECHCLIENT_LIBRARY", str(ROOT / "build" / "libspeechclient.so.0"))
-sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
+E2E_TOOLS = ROOT / "Tests" / "e2e"  # speechtools: the server on loopback, synthesized speech
 
+#: A closed port on loopback: connecting gives the documented network error at once.
 UNREACHABLE = "grpc://127.0.0.1:1"
+#: A fixed device id, so that tests neither generate nor persist one.
+DEVICE_ID = "12345678-1234-4234-8234-123456789abc"
+
+SERVER_IMPORTABLE = importlib.util.find_spec("speechclient_server") is not None
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "e2e: end-to-end against the reference server; skipped when speechclient_server is not importable")
+
+
+def pytest_collection_modifyitems(config, items):
+    if SERVER_IMPORTABLE:
+        return
+    skip = pytest.mark.skip(reason="the reference server is not installed (pip install ./server)")
+    for item in items:
+        if "e2e" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def server():
+    """The reference server on a free loopback port, for the session."""
+    if str(E2E_TOOLS) not in sys.path:
+        sys.path.insert(0, str(E2E_TOOLS))
+    from speechtools import Server
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def synthesize(tmp_path):
+    """speak(text) -> a 16 kHz mono WAV of espeak-ng saying it."""
+    if str(E2E_TOOLS) not in sys.path:
+        sys.path.insert(0, str(E2E_TOOLS))
+    from speechtools import synthesize as synth
+    counter = iter(range(1_000_000))
+    return lambda text, **kw: synth(text, tmp_path / f"speech{next(counter)}.wav", **kw)
+
+
+def write_wav(path, samples, rate=16000, channels=1):
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(struct.pack(f"<{len(samples)}h", *samples))
+    return path
 
 
 @pytest.fixture
 def silent_wav(tmp_path):
-    path = tmp_path / "silence.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(struct.pack("<1600h", *([0] * 1600)))
-    return path
+    return write_wav(tmp_path / "silence.wav", [0] * 1600)
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    d = tmp_path / "cache"
+    d.mkdir()
+    return str(d)
+
+
+class SilentServer:
+    """A TCP listener on loopback that accepts connections and never answers: a client stays
+    STARTING (logging in) until close_all() resets the connections."""
+
+    def __init__(self):
+        import socket
+        import threading
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.url = f"grpc://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._conns = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._conns.append(conn)
+
+    def wait_for_connection(self, timeout=10.0):
+        import time
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._conns:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def close_all(self):
+        import socket
+        import struct
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST
+            c.close()
+
+    def stop(self):
+        self._sock.close()
+        self.close_all()
+
+
+@pytest.fixture
+def silent_server():
+    s = SilentServer()
+    yield s
+    s.stop()

@@ -1,82 +1,311 @@
-"""The Python binding against the real library (no server needed: a closed port gives the
-documented network error)."""
+"""The Python binding against the real library, without a server: a closed port on loopback gives
+the documented network error (error event NETWORK, then a stop event with context id "")."""
 import array
 import asyncio
+import ctypes
 import gc
+import os
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
 import speechclient as sc
 from speechclient import _native
-UNREACHABLE = "grpc://127.0.0.1:1"  # a closed port: the documented network error
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+UNREACHABLE = "grpc://127.0.0.1:1"  # a closed port on loopback: the network error at once
+DEVICE_ID = "12345678-1234-4234-8234-123456789abc"  # fixed, so no id is generated or persisted
 
 
-def push_client(**kw):
-    return sc.Client(UNREACHABLE, app_id="py", audio=sc.PushAudio(16000, 1),
-                     device_id="12345678-1234-4234-8234-123456789abc", **kw)
+def push_client(rate=16000, channels=1, **kw):
+    return sc.Client(UNREACHABLE, app_id="py", audio=sc.PushAudio(rate, channels), device_id=DEVICE_ID, **kw)
 
 
-def test_version_matches_the_header():
-    assert sc.version().count(".") == 2
-    assert _native.spc_version_number() // 1_000_000 == _native.SUPPORTED_MAJOR
+def file_client(wav, cache_dir, **kw):
+    return sc.Client(UNREACHABLE, app_id="py", audio=sc.WavFile(str(wav)), cache_dir=cache_dir, **kw)
 
 
-@pytest.mark.parametrize("status", list(sc.Status)[1:])
-def test_every_status_has_its_exception(status):
-    e = sc.error_for(status, "m")
-    assert e.code == status and isinstance(e, sc.SpeechClientError)
-    assert type(e).__name__.lower().startswith(status.name.lower().replace("_", "")[:4]) or status in (
-        sc.Status.TIMEOUT, sc.Status.API)
-    assert sc.status_text(status) != "unknown status"
+needs_state_and_delivery = pytest.mark.skipif(
+    not _native.HAS_STATE_AND_DELIVERY, reason="the library has no state callback or application delivery yet")
 
+
+def without_states(updates):
+    return [u for u in updates if not isinstance(u, sc.StateEvent)]
+
+
+def assert_unreachable_run(updates):
+    """What one start against the closed port gives: NETWORK naming the address, then the stop."""
+    updates = without_states(updates)
+    assert [type(u) for u in updates] == [sc.ErrorEvent, sc.StopEvent], updates
+    assert updates[0].code == sc.Status.NETWORK
+    assert "127.0.0.1:1" in updates[0].message
+    assert updates[0].grpc_status is None
+    assert isinstance(updates[0].exception(), sc.NetworkError)
+    assert updates[1] == sc.StopEvent("")
+
+
+# -- version and statuses ----------------------------------------------------------------------
+
+def test_version_of_the_loaded_library():
+    number = sc.version_number()
+    assert number == _native.spc_version_number()
+    assert number // 1_000_000 == _native.SPC_VERSION_MAJOR
+    assert sc.version() == f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+    assert (_native.SPC_VERSION_NUMBER ==
+            _native.SPC_VERSION_MAJOR * 1_000_000 + _native.SPC_VERSION_MINOR * 1000 + _native.SPC_VERSION_PATCH)
+
+
+def test_the_library_is_the_one_named_by_the_environment():
+    assert os.path.realpath(_native.LIBRARY_PATH) == os.path.realpath(os.environ["SPEECHCLIENT_LIBRARY"])
+
+
+def test_a_library_that_does_not_load_is_a_clear_import_error(tmp_path):
+    env = dict(os.environ, SPEECHCLIENT_LIBRARY=str(tmp_path / "nope.so"))
+    r = subprocess.run([sys.executable, "-c", "import speechclient"], capture_output=True, text=True, env=env,
+                       cwd=str(ROOT / "bindings" / "python"), timeout=60)
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "SPEECHCLIENT_LIBRARY" in r.stderr and "nope.so" in r.stderr
+
+
+EXPECTED_CLASSES = {
+    sc.Status.INVALID_ARGUMENT: sc.InvalidArgumentError,
+    sc.Status.INVALID_STATE: sc.InvalidStateError,
+    sc.Status.NO_MEMORY: sc.NoMemoryError,
+    sc.Status.NETWORK: sc.NetworkError,
+    sc.Status.TLS: sc.TLSError,
+    sc.Status.TIMEOUT: sc.SpeechTimeoutError,
+    sc.Status.AUTH: sc.AuthError,
+    sc.Status.API: sc.APIError,
+    sc.Status.PARSE: sc.ParseError,
+    sc.Status.AUDIO: sc.AudioError,
+    sc.Status.INTERNAL: sc.InternalError,
+}
+
+
+def test_status_values_are_the_headers():
+    assert {s.name: int(s) for s in sc.Status} == {
+        "OK": 0, "INVALID_ARGUMENT": 1, "INVALID_STATE": 2, "NO_MEMORY": 3, "NETWORK": 4, "TLS": 5, "TIMEOUT": 6,
+        "AUTH": 7, "API": 8, "PARSE": 9, "AUDIO": 10, "INTERNAL": 11}
+    assert [int(x) for x in sc.LogLevel] == [0, 1, 2, 3, 4]
+    assert [int(x) for x in sc.State] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("status", list(EXPECTED_CLASSES))
+def test_every_status_maps_to_its_exception_class(status):
+    e = sc.error_for(status, "what went wrong", 14)
+    assert type(e) is EXPECTED_CLASSES[status]
+    assert sc.EXCEPTIONS[status] is EXPECTED_CLASSES[status]
+    assert isinstance(e, sc.SpeechClientError)
+    assert (e.code, e.message, e.grpc_status) == (status, "what went wrong", 14)
+    assert str(e) == "what went wrong"
+    assert sc.status_text(status) not in ("", "unknown status")
+
+
+def test_exceptions_fit_pythons_own_hierarchy():
+    assert issubclass(sc.InvalidArgumentError, ValueError)
+    assert issubclass(sc.NetworkError, ConnectionError)
+    assert issubclass(sc.SpeechTimeoutError, TimeoutError)
+    assert issubclass(sc.NoMemoryError, MemoryError)
+    e = sc.SpeechClientError(sc.Status.API, "server said no", -1)
+    assert e.grpc_status is None  # -1 in C: not a gRPC status
+    unknown = sc.error_for(99, "m")
+    assert isinstance(unknown, sc.InternalError) and "99" in unknown.message
+    assert sc.status_text(99) == "unknown status"
+
+
+# -- options -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, text", [
-    (dict(url="ftp://x"), "url"),
-    (dict(url="grpc://host/path"), "url"),
-    (dict(url=UNREACHABLE, app_id="a", chunk_ms=5), "chunk_ms"),
-    (dict(url=UNREACHABLE, app_id="a", audio=sc.PushAudio(1000, 1)), "push audio"),
-    (dict(url=UNREACHABLE, app_id="a", audio=sc.PushAudio(16000, 9)), "push audio"),
-    (dict(url=UNREACHABLE, app_id="a", device_id="nope"), "device_id"),
-    (dict(url=UNREACHABLE, app_id="a", language="x"), "language"),
-    (dict(url=UNREACHABLE), "neither an app id nor a project id"),
+    (dict(url="ftp://example.com"), "url='ftp://example.com'"),
+    (dict(url="grpc://host/path"), "url='grpc://host/path'"),
+    (dict(url=""), "url=''"),
+    (dict(chunk_ms=5), "chunk_ms=5"),
+    (dict(chunk_ms=1001), "chunk_ms=1001"),
+    (dict(chunk_ms=-1), "chunk_ms=-1"),
+    (dict(chunk_ms="100"), "chunk_ms='100'"),
+    (dict(audio=sc.PushAudio(1000, 1)), "PushAudio(sample_rate=1000, channels=1)"),
+    (dict(audio=sc.PushAudio(16000, 9)), "PushAudio(sample_rate=16000, channels=9)"),
+    (dict(audio=sc.PushAudio(16000, 0)), "PushAudio(sample_rate=16000, channels=0)"),
+    (dict(device_id="not-a-uuid"), "device_id='not-a-uuid'"),
+    (dict(app_id="a\0b"), "NUL"),
+    (dict(audio="mic"), "audio='mic'"),
+    (dict(delivery="sometimes"), "delivery='sometimes'"),
+    (dict(reconnect=(101, 200, 5000)), "reconnect=(101, 200, 5000)"),
 ])
-def test_option_errors_name_the_option(kwargs, text):
+def test_a_rejected_option_raises_invalid_argument_naming_it_and_its_value(kwargs, text):
+    args = dict(url=UNREACHABLE, app_id="a")
+    args.update(kwargs)
     with pytest.raises(sc.InvalidArgumentError) as info:
-        sc.Client(**kwargs)
+        sc.Client(**args)
     assert text in str(info.value)
+    assert info.value.code == sc.Status.INVALID_ARGUMENT
+
+
+def _raw_client_new_message(**setters):
+    """The message spc_client_new itself gives for options filled by the raw layer."""
+    o = _native.spc_options_new()
+    try:
+        for name, value in setters.items():
+            getattr(_native, f"spc_options_set_{name}")(o, value)
+        handle, err = _native.client_p(), _native.error_p()
+        status = _native.spc_client_new(o, ctypes.byref(handle), ctypes.byref(err))
+        assert status != 0
+        message = _native.spc_error_message(err).decode()
+        _native.spc_error_free(err)
+        return status, message
+    finally:
+        _native.spc_options_free(o)
+
+
+def test_client_new_failures_carry_the_librarys_own_message():
+    status, message = _raw_client_new_message(server_url=UNREACHABLE.encode())
+    with pytest.raises(sc.InvalidArgumentError) as info:
+        sc.Client(UNREACHABLE)  # neither app id nor project id
+    assert status == sc.Status.INVALID_ARGUMENT
+    assert info.value.message == message and message
 
 
 def test_missing_wav_is_an_audio_error_naming_the_path(tmp_path):
     missing = tmp_path / "missing.wav"
+    status, message = _raw_client_new_message(server_url=UNREACHABLE.encode(), app_id=b"a",
+                                              audio_file=str(missing).encode())
     with pytest.raises(sc.AudioError) as info:
-        sc.Client(UNREACHABLE, app_id="a", audio=sc.WavFile(str(missing)))
+        sc.Client(UNREACHABLE, app_id="a", audio=sc.WavFile(missing))  # a PathLike works too
     assert str(missing) in str(info.value)
+    assert info.value.message == message
 
 
-def test_unreachable_server_gives_network_error_then_stop(silent_wav, tmp_path):
-    with sc.Client(UNREACHABLE, app_id="a", audio=sc.WavFile(str(silent_wav)), cache_dir=str(tmp_path)) as c:
-        c.start()
-        updates = list(c.updates(timeout=20))
-        assert [type(u) for u in updates] == [sc.ErrorEvent, sc.StopEvent]
-        assert updates[0].code == sc.Status.NETWORK and "127.0.0.1" in updates[0].message
-        assert updates[0].grpc_status is None
-        assert updates[1].context_id == ""
-        assert c.wait_idle(5)
+def test_a_file_that_is_not_wav_is_an_audio_error_naming_it(tmp_path):
+    bogus = tmp_path / "bogus.wav"
+    bogus.write_bytes(b"this is not a RIFF file at all" * 10)
+    with pytest.raises(sc.AudioError) as info:
+        sc.Client(UNREACHABLE, app_id="a", audio=sc.WavFile(str(bogus)))
+    assert str(bogus) in str(info.value)
+
+
+def test_prepare_on_init_raises_the_network_error(cache_dir):
+    with pytest.raises(sc.NetworkError) as info:
+        sc.Client(UNREACHABLE, app_id="a", audio=sc.PushAudio(), prepare_on_init=True, cache_dir=cache_dir,
+                   device_id=DEVICE_ID)
+    assert "127.0.0.1:1" in info.value.message
+
+
+def test_every_option_is_accepted(tmp_path, cache_dir):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")
+    with sc.Client(url="grpc+tls://example.invalid:443", app_id="a", project_id="p", language="fi-FI",
+                   device_id=DEVICE_ID.upper(), cache_dir=cache_dir, ca_file=ca, insecure_tls=True,
+                   audio=sc.PushAudio(48000, 2), chunk_ms=20, context_options={"timezone": "UTC",
+                                                                                "vocabulary": ["a", "b"]},
+                   log_level=sc.LogLevel.DEBUG, identity_url="https://login.example.invalid",
+                   reconnect=(0, 1, 1), replay_buffer_ms=1000, context_limit_ms=1000) as c:
         assert c.state == sc.State.IDLE
 
 
-def test_async_updates(silent_wav, tmp_path):
+# -- lifecycle against the unreachable server --------------------------------------------------
+
+def test_unreachable_server_network_error_then_stop_through_updates(silent_wav, cache_dir):
+    seen = []
+    with file_client(silent_wav, cache_dir, on_error=seen.append, on_stop=seen.append,
+                     on_start=seen.append) as c:
+        assert c.state == sc.State.IDLE
+        c.start()
+        updates = list(c.updates(timeout=20))
+        assert_unreachable_run(updates)
+        assert seen == without_states(updates)  # the callbacks saw the same, in the same order
+        assert c.wait_idle(5) is True
+        assert c.state == sc.State.IDLE
+        # The client can start again, and the iterator ends again.
+        c.start()
+        assert_unreachable_run(c.updates(timeout=20))
+
+
+def test_unreachable_server_through_aupdates(silent_wav, cache_dir):
     async def run():
-        with sc.Client(UNREACHABLE, app_id="a", audio=sc.WavFile(str(silent_wav)), cache_dir=str(tmp_path)) as c:
+        with file_client(silent_wav, cache_dir) as c:
             c.start()
-            return [u async for u in c.aupdates()]
-    updates = asyncio.run(asyncio.wait_for(run(), 20))
-    assert [type(u) for u in updates] == [sc.ErrorEvent, sc.StopEvent]
+            updates = [u async for u in c.aupdates(timeout=20)]
+            assert c.wait_idle(5)
+            return updates, c.state
+    updates, state = asyncio.run(asyncio.wait_for(run(), 30))
+    assert_unreachable_run(updates)
+    assert state == sc.State.IDLE
 
 
-def test_wrong_states_raise_invalid_state():
+@needs_state_and_delivery
+def test_the_connection_state_events(silent_wav, cache_dir):
+    states = []
+    with file_client(silent_wav, cache_dir, on_state=states.append) as c:
+        c.start()
+        assert c.wait_idle(20)
+    assert [s.state for s in states] == [sc.ConnectionState.CONNECTING, sc.ConnectionState.UNAVAILABLE]
+    assert states[1].reason is not None and states[1].reason.code == sc.Status.NETWORK
+
+
+def test_log_lines_reach_on_log(cache_dir):
+    lines = []
+    with sc.Client("grpc+tls://127.0.0.1:1", app_id="a", audio=sc.PushAudio(), insecure_tls=True,
+                   device_id=DEVICE_ID, cache_dir=cache_dir, log_level=sc.LogLevel.DEBUG,
+                   on_log=lambda level, text: lines.append((level, text))) as c:
+        c.start()
+        assert c.wait_idle(20)
+    assert (sc.LogLevel.WARNING, "TLS certificate verification is OFF (insecure_tls)") in lines
+    assert all(isinstance(level, sc.LogLevel) and isinstance(text, str) for level, text in lines)
+
+
+def test_wait_idle_times_out_and_updates_times_out():
     with push_client() as c:
+        assert c.wait_idle(0) is True
+        with pytest.raises(sc.SpeechTimeoutError):
+            next(iter(c.updates(timeout=0.2)))  # idle, nothing happens: no update in time
+
+
+@needs_state_and_delivery
+def test_application_delivery_runs_callbacks_on_the_callers_thread(silent_wav, cache_dir):
+    threads = set()
+    with file_client(silent_wav, cache_dir, delivery="application",
+                     on_error=lambda e: threads.add(threading.get_ident())) as c:
+        assert c.event_fd >= 0
+        c.start()
+        assert_unreachable_run(c.updates(timeout=20))
+        assert c.dispatch() == 0
+        c.start()
+        assert c.wait_idle(20)  # runs the callbacks itself
+        assert_unreachable_run(list(c.updates(timeout=1)))
+    assert threads == {threading.get_ident()}
+    with push_client() as t:
+        assert t.event_fd == -1
         with pytest.raises(sc.InvalidStateError):
+            t.dispatch()
+
+
+@needs_state_and_delivery
+def test_application_delivery_with_asyncio(silent_wav, cache_dir):
+    threads = set()
+
+    async def run():
+        with file_client(silent_wav, cache_dir, delivery="application",
+                         on_stop=lambda e: threads.add(threading.get_ident()),
+                         on_state=lambda e: threads.add(threading.get_ident())) as c:
+            c.start()
+            return [u async for u in c.aupdates(timeout=20)]
+
+    updates = asyncio.run(asyncio.wait_for(run(), 30))
+    assert threads == {threading.get_ident()}
+    assert_unreachable_run(updates)
+    assert [s.state for s in updates if isinstance(s, sc.StateEvent)] == [
+        sc.ConnectionState.CONNECTING, sc.ConnectionState.UNAVAILABLE]
+
+
+# -- states ------------------------------------------------------------------------------------
+
+def test_calls_in_the_wrong_state_raise_invalid_state():
+    with push_client() as c:
+        with pytest.raises(sc.InvalidStateError, match="IDLE"):
             c.stop()
         with pytest.raises(sc.InvalidStateError):
             c.resume()
@@ -84,82 +313,307 @@ def test_wrong_states_raise_invalid_state():
             c.push_end()
         c.suspend()
         assert c.state == sc.State.SUSPENDED
-        with pytest.raises(sc.InvalidStateError):
+        with pytest.raises(sc.InvalidStateError, match="SUSPENDED"):
             c.start()
+        with pytest.raises(sc.InvalidStateError):
+            c.suspend()
         c.resume()
-    mic = sc.Client(UNREACHABLE, app_id="a")
-    with pytest.raises(sc.InvalidStateError):
-        mic.push(b"\0\0")
-    mic.close()
+        assert c.state == sc.State.IDLE
 
 
-def test_close_is_idempotent_and_calls_after_close_fail():
+def test_push_to_a_client_that_is_not_push_audio_is_invalid_state(silent_wav, cache_dir):
+    with file_client(silent_wav, cache_dir) as c:
+        with pytest.raises(sc.InvalidStateError, match="WavFile"):
+            c.push(b"\0\0")
+        with pytest.raises(sc.InvalidStateError):
+            c.push_end()
+
+
+def test_close_is_idempotent_and_calls_after_close_raise_invalid_state():
     c = push_client()
     c.close()
     c.close()
     assert c.closed
-    with pytest.raises(sc.InvalidStateError):
-        c.start()
+    for call in (c.start, c.stop, c.suspend, c.resume, c.push_end, lambda: c.push(b""), lambda: c.state,
+                 c.wait_idle, c.dispatch):
+        with pytest.raises(sc.InvalidStateError, match="closed"):
+            call()
+    assert list(c.updates(timeout=1)) == []
 
 
-def test_push_accepts_every_buffer_type():
+def test_context_manager_closes_also_on_an_exception():
     with push_client() as c:
-        c.push(b"\0\0" * 160)
-        c.push(bytearray(320))
-        c.push(memoryview(bytearray(320)))
-        c.push(array.array("h", [0] * 160))
-        c.push(b"")
-        with pytest.raises(sc.InvalidArgumentError, match="16-bit"):
-            c.push(b"\0\0\0")
-        try:
-            import numpy
-        except ImportError:
-            numpy = None
-        if numpy is not None:
-            c.push(numpy.zeros(160, dtype=numpy.int16))
+        assert not c.closed
+    assert c.closed
+    with pytest.raises(KeyError):
+        with push_client() as d:
+            raise KeyError("boom")
+    assert d.closed
 
 
-def test_callback_exceptions_do_not_reach_c_and_are_reraised(silent_wav, tmp_path):
-    import threading
-    raised = threading.Event()
+def test_close_from_another_thread_ends_a_waiting_iterator(silent_wav, cache_dir):
+    c = push_client()
+    c.start()  # fails at once; the iterator then waits (no stop is needed to end it: close is)
+    threading.Timer(0.5, c.close).start()
+    t0 = time.monotonic()
+    updates = []
+    for u in c.updates(timeout=20):
+        updates.append(u)
+        if isinstance(u, sc.StopEvent):
+            break
+    for u in c.updates(timeout=20):  # no stop will come: only close() ends this one
+        updates.append(u)
+    assert c.closed and time.monotonic() - t0 < 10
 
+
+# -- push --------------------------------------------------------------------------------------
+
+def test_push_takes_every_buffer_type():
+    with push_client() as c:
+        c.start()  # pushed during a context, too (dropped once it failed)
+        for samples in (b"\0\1" * 160, bytearray(320), memoryview(bytearray(320)), memoryview(b"\0" * 640)[::2],
+                        memoryview(b"\0" * 320)[2:], array.array("h", range(160)), b"", array.array("h")):
+            c.push(samples)
+        assert c.wait_idle(20)
+        for samples in (b"\0\1" * 160, bytearray(320), array.array("h", [1] * 160)):
+            c.push(samples)  # outside a context: dropped, not an error
+
+
+def test_push_releases_the_callers_buffer():
+    with push_client() as c:
+        b = bytearray(320)
+        c.push(b)
+        b.extend(b"\0\0")  # would raise BufferError if the binding still held an export
+        a = array.array("h", [0] * 10)
+        c.push(a)
+        a.append(1)
+
+
+@pytest.mark.parametrize("samples, text", [
+    (b"\0\0\0", "3 bytes"),
+    (array.array("i", [0, 0]), "format 'i'"),
+    (array.array("f", [0.0]), "format 'f'"),
+    ([0, 0], "list"),
+    ("\0\0", "str"),
+])
+def test_push_rejects_what_is_not_16_bit_samples(samples, text):
+    with push_client() as c:
+        with pytest.raises(sc.InvalidArgumentError, match=text):
+            c.push(samples)
+
+
+def test_push_counts_frames_of_all_channels():
+    with push_client(48000, 2) as c:
+        c.push(array.array("h", [0] * 20))
+        with pytest.raises(sc.InvalidArgumentError, match="2-channel"):
+            c.push(array.array("h", [0] * 21))
+
+
+def test_push_takes_numpy_int16_arrays():
+    np = pytest.importorskip("numpy")
+    with push_client(16000, 2) as c:
+        c.push(np.zeros((160, 2), dtype=np.int16))          # frames x channels, no copy
+        c.push(np.zeros(320, dtype="<i2"))                   # explicit little-endian
+        c.push(np.zeros((320, 2), dtype=np.int16)[::2])      # strided: one copy
+        ro = np.zeros(320, dtype=np.int16)
+        ro.flags.writeable = False
+        c.push(ro)                                           # read-only: one copy
+        with pytest.raises(sc.InvalidArgumentError, match="format"):
+            c.push(np.zeros(320, dtype=np.float32))
+        with pytest.raises(sc.InvalidArgumentError, match="format"):
+            c.push(np.zeros(320, dtype=">i2"))
+
+
+# -- callbacks ---------------------------------------------------------------------------------
+
+def test_a_raising_callback_does_not_crash_and_the_next_call_reraises_it(silent_wav, cache_dir):
     def boom(update):
-        raised.set()
-        raise RuntimeError("from a callback")
-    c = sc.Client(UNREACHABLE, app_id="a", audio=sc.WavFile(str(silent_wav)), on_error=boom, cache_dir=str(tmp_path))
+        raise RuntimeError("from on_error")
+    c = file_client(silent_wav, cache_dir, on_error=boom)
     c.start()
-    assert raised.wait(20)
-    # The process is alive, and the next call on the client raises the callback's exception once.
-    with pytest.raises(RuntimeError, match="from a callback"):
-        c.wait_idle(20)
-    assert c.wait_idle(20)
+    with pytest.raises(RuntimeError, match="from on_error"):
+        c.wait_idle(20)  # it waited for the callback, then re-raised its exception
+    assert c.wait_idle(20) is True  # raised once
+    assert c.state == sc.State.IDLE
+    c.start()
+    with pytest.raises(RuntimeError, match="from on_error"):
+        list(c.updates(timeout=20))
     c.close()
 
 
-def test_api_calls_from_inside_callbacks(tmp_path, silent_wav):
+def test_close_reraises_a_pending_callback_exception_after_freeing(silent_wav, cache_dir):
+    def boom(update):
+        raise ValueError("from on_stop")
+    c = file_client(silent_wav, cache_dir, on_stop=boom)
+    c.start()
+    deadline = time.monotonic() + 20
+    while c._callback_error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(ValueError, match="from on_stop"):
+        c.close()
+    assert c.closed
+
+
+def test_aupdates_reraises_a_callback_exception(silent_wav, cache_dir):
+    def boom(update):
+        raise RuntimeError("from on_stop")
+
+    async def run():
+        with file_client(silent_wav, cache_dir, on_stop=boom) as c:
+            c.start()
+            with pytest.raises(RuntimeError, match="from on_stop"):
+                async for _ in c.aupdates(timeout=20):
+                    pass
+    asyncio.run(asyncio.wait_for(run(), 30))
+
+
+def test_start_and_stop_from_inside_callbacks(silent_wav, cache_dir):
+    calls = []
+
+    def restart_once(event):
+        if not calls:
+            calls.append("start")
+            client.start()  # a second context: it fails the same way
+
+    client = file_client(silent_wav, cache_dir, on_stop=restart_once)
+    client.start()
+    updates = without_states(client.updates(timeout=20))
+    assert [type(u) for u in updates] == [sc.ErrorEvent, sc.StopEvent] * 2
+    assert client.wait_idle(20) and client.state == sc.State.IDLE
+
+    client.close()
+
+
+def test_stop_from_inside_a_callback(silent_server, cache_dir):
+    """The silent server keeps the client STARTING (its TLS handshake never completes), so a stop
+    in the log callback for the connection's insecure-TLS warning is certain to find a context to
+    stop; resetting the connection then ends it (the stop alone would wait for a deadline)."""
+    stopped = []
+
+    def on_log(level, text):
+        if "insecure_tls" in text and not stopped:
+            assert client.state == sc.State.STARTING
+            client.stop()
+            stopped.append(client.state)
+
+    client = sc.Client(silent_server.url.replace("grpc://", "grpc+tls://"), app_id="a", audio=sc.PushAudio(),
+                       insecure_tls=True, device_id=DEVICE_ID, cache_dir=cache_dir, on_log=on_log)
+    client.start()
+    assert silent_server.wait_for_connection()
+    silent_server.close_all()
+    updates = without_states(client.updates(timeout=20))  # re-raises if stop() raised in the callback
+    assert stopped == [sc.State.STOPPING]
+    assert isinstance(updates[-1], sc.StopEvent)
+    assert client.wait_idle(20) and client.state == sc.State.IDLE
+    client.close()
+
+
+def test_close_and_wait_idle_from_inside_a_callback_raise_invalid_state(silent_wav, cache_dir):
     seen = {}
 
     def on_stop(event):
-        try:
-            client.close()
-        except sc.InvalidStateError as e:
-            seen["close"] = e
-        if "restarted" not in seen:
-            seen["restarted"] = True
-            client.start()
+        for name, call in (("close", client.close), ("wait_idle", client.wait_idle)):
+            try:
+                call()
+            except sc.InvalidStateError as e:
+                seen[name] = e
+        seen["state"] = client.state  # an ordinary call still works there
 
-    client = sc.Client(UNREACHABLE, app_id="a", audio=sc.WavFile(str(silent_wav)), on_stop=on_stop,
-                       cache_dir=str(tmp_path))
+    client = file_client(silent_wav, cache_dir, on_stop=on_stop)
     client.start()
-    updates = list(client.updates(timeout=20))
-    assert isinstance(seen.get("close"), sc.InvalidStateError)
+    assert_unreachable_run(client.updates(timeout=20))
     assert client.wait_idle(20)
+    assert set(seen) == {"close", "wait_idle", "state"}
+    assert "inside" in str(seen["close"])
+    assert not client.closed  # the refused close freed nothing
+    client.start()
+    assert_unreachable_run(client.updates(timeout=20))
     client.close()
-    assert sum(isinstance(u, sc.StopEvent) for u in updates) >= 1
+    assert client.closed
 
 
-def test_many_clients_created_and_closed():
-    for _ in range(200):
-        c = push_client()
+def test_updates_are_copies_that_outlive_their_callback():
+    seg = sc.Segment("ctx", 0, True, "hello", (sc.Word("hello", 0, 0, 100, True),), sc.Intent("greet", True),
+                     (sc.Entity("name", "x", 0, 1, True),))
+    assert seg == sc.Segment("ctx", 0, True, "hello", (sc.Word("hello", 0, 0, 100, True),), sc.Intent("greet", True),
+                             (sc.Entity("name", "x", 0, 1, True),), json="{}")  # json is not compared
+    with pytest.raises(AttributeError):
+        seg.transcript = "changed"  # frozen
+
+
+# -- lifetime ----------------------------------------------------------------------------------
+
+def _threads_of_this_process():
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_200_clients_created_and_closed(silent_wav, cache_dir):
+    before = _threads_of_this_process()
+    for i in range(200):
+        if i % 20 == 0:
+            c = file_client(silent_wav, cache_dir)
+            c.start()  # closed in the middle of its context
+        else:
+            c = push_client()
         c.close()
     gc.collect()
+    # The library joins its per-client threads in spc_client_free (a process-wide one may stay).
+    assert _threads_of_this_process() <= before + 2
+
+
+def test_a_client_dropped_without_close_is_closed(silent_wav, cache_dir):
+    c = file_client(silent_wav, cache_dir)
+    c.start()
+    del c
+    gc.collect()
+
+
+def test_a_client_whose_last_reference_dies_in_its_own_callback(silent_wav, cache_dir):
+    """It is collected on the library's callback thread, where spc_client_free is refused: the
+    binding frees it from another thread instead, without a crash or a hang."""
+    holder = []
+    done = threading.Event()
+
+    def on_stop(event):
+        holder.clear()
+        done.set()
+
+    holder.append(file_client(silent_wav, cache_dir, on_stop=on_stop))
+    holder[0].start()
+    assert done.wait(20)
+    deadline = time.monotonic() + 10
+    while any(t.name == "speechclient-free" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(t.name == "speechclient-free" for t in threading.enumerate())
+
+
+# -- command line ------------------------------------------------------------------------------
+
+def _cli(*args, timeout=60):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "bindings" / "python"))
+    return subprocess.run([sys.executable, "-m", "speechclient", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_cli_json_lines_for_an_unreachable_server(silent_wav, cache_dir):
+    r = _cli("--url", UNREACHABLE, "--app-id", "py", "--file", str(silent_wav), "--cache-dir", cache_dir, "--json")
+    assert r.returncode == 1
+    assert r.stdout.splitlines() == [
+        '{"type":"error","code":"network error","status":4,"grpc_status":-1,'
+        '"message":"cannot connect to 127.0.0.1:1: connect failed: Connection refused"}',
+        '{"type":"stop","context_id":""}',
+    ]
+
+
+def test_cli_errors_and_usage(tmp_path):
+    missing = tmp_path / "missing.wav"
+    r = _cli("--url", UNREACHABLE, "--file", str(missing))
+    assert r.returncode == 1 and str(missing) in r.stderr and "audio error" in r.stderr
+    r = _cli("--url", "ftp://x", "--file", str(missing))
+    assert r.returncode == 1 and "url='ftp://x'" in r.stderr
+    assert _cli("--url", UNREACHABLE).returncode == 2  # neither --file nor --mic
+
+
+def test_json_strings_are_escaped_like_the_c_demo():
+    from speechclient.__main__ import json_string
+    assert json_string('a"b\\c\nd\re\tf\x01g\u00e9') == '"a\\"b\\\\c\\nd\\re\\tf\\u0001g\u00e9"'

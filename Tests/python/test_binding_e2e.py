@@ -1,4 +1,11 @@
-"""The binding against the real reference server."""
+"""The binding against the real reference server (marked e2e: skipped only when the package
+speechclient_server is not importable; see conftest.py)."""
+import asyncio
+import os
+import pathlib
+import re
+import subprocess
+import sys
 import time
 import wave
 
@@ -6,57 +13,90 @@ import pytest
 
 import speechclient as sc
 
-pytest.importorskip("speechclient_server", reason="the reference server is not installed (pip install ./server)")
+pytestmark = pytest.mark.e2e
 
-from speechtools import Server, synthesize  # noqa: E402  (Tests/e2e)
-
-
-@pytest.fixture(scope="module")
-def server():
-    s = Server()
-    yield s
-    s.stop()
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DEMO = ROOT / "build" / "speechclient-demo"
 
 
-def test_wav_file_transcribed(server, tmp_path):
-    wav = synthesize("turn on the kitchen lights", tmp_path / "a.wav")
-    with sc.Client(server.url, app_id="py", audio=sc.WavFile(str(wav)), cache_dir=str(tmp_path)) as c:
+def without_states(updates):
+    return [u for u in updates if not isinstance(u, sc.StateEvent)]
+
+
+def test_wav_file_transcribed(server, synthesize, cache_dir):
+    wav = synthesize("turn on the kitchen lights")
+    with sc.Client(url=server.url, app_id="py", audio=sc.WavFile(wav), cache_dir=cache_dir) as c:
         c.start()
-        updates = list(c.updates(timeout=30))
-    finals = [u for u in updates if isinstance(u, sc.Segment) and u.final]
+        updates = without_states(c.updates(timeout=30))
+        assert c.wait_idle(5) and c.state == sc.State.IDLE
     assert isinstance(updates[0], sc.StartEvent) and isinstance(updates[-1], sc.StopEvent)
-    assert finals[-1].transcript == "turn on the kitchen lights"
-    assert finals[-1].intent == sc.Intent("turn_on", True)
-    assert finals[-1].entities == (sc.Entity("room", "kitchen", 3, 4, True),)
+    assert updates[0].context_id and updates[0].context_id == updates[-1].context_id
+    segments = [u for u in updates if isinstance(u, sc.Segment)]
+    assert all(s.context_id == updates[0].context_id for s in segments)
+    final = [s for s in segments if s.final][-1]
+    assert final.transcript == "turn on the kitchen lights"
+    assert final.transcript == " ".join(w.text for w in final.words)
+    assert [w.index for w in final.words] == list(range(len(final.words)))
+    assert all(w.final and 0 <= w.start_ms <= w.end_ms for w in final.words)
+    assert final.intent == sc.Intent("turn_on", True)
+    assert final.entities == (sc.Entity("room", "kitchen", 3, 4, True),)
+    assert final.json.startswith('{"type":"segment"') and '"final":true' in final.json
 
 
-def test_pushed_pcm_at_real_time_pace_two_contexts_on_one_stream(server, tmp_path):
+def test_aupdates_against_the_server(server, synthesize, cache_dir):
+    wav = synthesize("stop the music")
+
+    async def run():
+        with sc.Client(url=server.url, app_id="py", audio=sc.WavFile(wav), cache_dir=cache_dir) as c:
+            c.start()
+            return [u async for u in c.aupdates(timeout=30)]
+    updates = without_states(asyncio.run(asyncio.wait_for(run(), 60)))
+    assert isinstance(updates[0], sc.StartEvent) and isinstance(updates[-1], sc.StopEvent)
+    assert [u.transcript for u in updates if isinstance(u, sc.Segment) and u.final] == ["stop the music"]
+
+
+def test_pushed_pcm_at_real_time_pace_two_contexts_on_one_client(server, synthesize, cache_dir):
     texts = ["stop the music", "play some jazz music"]
-    with sc.Client(server.url, app_id="py", audio=sc.PushAudio(16000, 1), cache_dir=str(tmp_path)) as c:
+    with sc.Client(url=server.url, app_id="py", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir) as c:
         results = []
-        for i, text in enumerate(texts):
-            wav = synthesize(text, tmp_path / f"p{i}.wav")
-            with wave.open(str(wav)) as w:
+        for text in texts:
+            with wave.open(str(synthesize(text))) as w:
                 pcm = w.readframes(w.getnframes())
             c.start()
             chunk = 3200  # 100 ms
             t0 = time.monotonic()
             for k, off in enumerate(range(0, len(pcm), chunk)):
-                c.push(pcm[off:off + chunk])
+                c.push(memoryview(pcm)[off:off + chunk])
                 time.sleep(max(0.0, t0 + (k + 1) * 0.1 - time.monotonic()))
             c.push_end()
-            updates = list(c.updates(timeout=30))
+            updates = without_states(c.updates(timeout=30))
             results.append([u.transcript for u in updates if isinstance(u, sc.Segment) and u.final])
             contexts = {u.context_id for u in updates if isinstance(u, (sc.StartEvent, sc.StopEvent))}
             assert len(contexts) == 1
         assert results == [[texts[0]], [texts[1]]]
 
 
-def test_cli_transcribes(server, tmp_path):
-    import subprocess
-    import sys
-    wav = synthesize("what time is it", tmp_path / "c.wav")
-    out = subprocess.run([sys.executable, "-m", "speechclient", "transcribe", str(wav), "--url", server.url,
-                          "--cache-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert "what time is it" in out.stdout
+def test_cli_json_is_the_c_demos(server, synthesize, cache_dir):
+    if not DEMO.exists():
+        pytest.skip("build/speechclient-demo is not built")
+    wav = synthesize("what time is it")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "bindings" / "python"))
+    args = ["--url", server.url, "--app-id", "py", "--file", str(wav), "--cache-dir", cache_dir, "--json"]
+    py = subprocess.run([sys.executable, "-m", "speechclient", *args], capture_output=True, text=True, env=env,
+                        timeout=60)
+    c = subprocess.run([str(DEMO), *args], capture_output=True, text=True, timeout=60)
+    assert py.returncode == 0 and c.returncode == 0, (py.stderr, c.stderr)
+
+    def shape(out):  # context ids differ between runs; everything else must not
+        return [re.sub(r'"context_id":"[^"]*"', '"context_id":"*"', line) for line in out.splitlines()]
+    assert shape(py.stdout) == shape(c.stdout)
+    assert '"transcript":"what time is it"' in py.stdout
+
+
+def test_cli_text_output(server, synthesize, cache_dir):
+    wav = synthesize("turn on the kitchen lights")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "bindings" / "python"))
+    r = subprocess.run([sys.executable, "-m", "speechclient", "--url", server.url, "--file", str(wav),
+                        "--cache-dir", cache_dir], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "turn on the kitchen lights  [intent: turn_on]  [room: kitchen]"
