@@ -491,7 +491,7 @@ class Client:
         with _clients_lock:
             _clients.pop(self._key, None)
         for sink in sinks:
-            _put_async(sink, _WAKE)
+            self._put_async(sink, _WAKE)
 
     def _remove_readers(self) -> None:
         with self._cond:
@@ -784,6 +784,9 @@ class Client:
                     if self._handle is None:
                         return
                     if seen_stop and self._idle_now():
+                        # Updates the callback thread handed over before it returned may still
+                        # wait in the loop's ready queue: let them land first.
+                        await asyncio.sleep(0)
                         if q.empty():
                             self._raise_callback_error()
                             return
@@ -855,7 +858,7 @@ class Client:
             self._cond.notify_all()
             sinks = list(self._async_sinks)
         for sink in sinks:
-            _put_async(sink, _WAKE)
+            self._put_async(sink, _WAKE)
 
     def _raise_callback_error(self) -> None:
         if self._callback_error is None:
@@ -879,7 +882,28 @@ class Client:
                 self._cond.notify_all()
                 return
         for sink in sinks:
-            _put_async(sink, update)
+            self._put_async(sink, update)
+
+    def _put_async(self, sink: "_Sink", item: _QueueItem) -> None:
+        loop, q, thread = sink
+        if thread == threading.get_ident():
+            self._deliver_async(sink, item)  # inside dispatch() on the loop's own thread
+            return
+        try:
+            loop.call_soon_threadsafe(self._deliver_async, sink, item)
+        except RuntimeError:  # the loop is closed: keep the update for updates()
+            self._deliver_async(sink, item)
+
+    def _deliver_async(self, sink: "_Sink", item: _QueueItem) -> None:
+        """On the loop's thread: into the iterator's queue, or, when that iterator has ended
+        meanwhile, back into the shared queue so that no update is lost."""
+        with self._cond:
+            if sink not in self._async_sinks:
+                if item is not _WAKE:
+                    self._queue.append(item)  # type: ignore[arg-type]
+                    self._cond.notify_all()
+                return
+        sink[1].put_nowait(item)
 
     def _log(self, level: int, message: str) -> None:
         user = self._callbacks.get("log")
@@ -898,12 +922,3 @@ def _state_name(value: int) -> str:
         return str(value)
 
 
-def _put_async(sink: "_Sink", item: _QueueItem) -> None:
-    loop, q, thread = sink
-    try:
-        if thread == threading.get_ident():
-            q.put_nowait(item)  # inside dispatch() on the loop's own thread
-        else:
-            loop.call_soon_threadsafe(q.put_nowait, item)
-    except RuntimeError:
-        pass  # the loop is closed: nobody is listening any more
