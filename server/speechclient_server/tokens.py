@@ -41,11 +41,17 @@ def verify(secret: bytes, token: str) -> Dict[str, Any]:
     if not hmac.compare_digest(expected, parts[2]):
         raise TokenError("bad token signature")
     try:
+        header = json.loads(_unb64(parts[0]))
+    except ValueError as e:
+        raise TokenError(f"malformed token header: {e}") from e
+    if not isinstance(header, dict) or header.get("alg") != "HS256":
+        raise TokenError("token algorithm is not HS256")
+    try:
         claims = json.loads(_unb64(parts[1]))
     except ValueError as e:
         raise TokenError(f"malformed token payload: {e}") from e
     if not isinstance(claims, dict) or not isinstance(claims.get("exp"), int):
         raise TokenError("token has no exp claim")
     if claims["exp"] <= time.time():
-        raise TokenError("token expired", expired=True)
+        raise TokenError(f"token expired at {claims['exp']} (unix seconds): log in again", expired=True)
     return claims
