@@ -76,8 +76,10 @@ class PocketSphinxEngine(Engine):
         self._Decoder = Decoder
         self._grammar_file = grammar_file
         self._pool: "queue.SimpleQueue" = queue.SimpleQueue()
-        self._cmn = cmn or self._warm_up_cmn(narrowband=False)
-        self._narrowband_cmn = self._warm_up_cmn(narrowband=True)
+        self._cmn: Optional[str] = None
+        clip = self._warm_up_clip()
+        self._narrowband_cmn = self._warm_up_cmn(clip, narrowband=True)
+        self._cmn = cmn or self._warm_up_cmn(clip, narrowband=False)
         for _ in range(pool_size):
             self._pool.put(self._new_decoder())
 
@@ -86,19 +88,27 @@ class PocketSphinxEngine(Engine):
         if self._grammar_file:
             kwargs["jsgf"] = self._grammar_file
         d = self._Decoder(**kwargs)
-        if getattr(self, "_cmn", None):
+        if self._cmn:
             d.set_cmn(self._cmn)
         return d
 
-    def _warm_up_cmn(self, narrowband: bool) -> str:
+    @staticmethod
+    def _warm_up_clip() -> Optional[bytes]:
         try:
-            pcm = synthesize(WARM_UP_TEXT)
+            return synthesize(WARM_UP_TEXT)
         except (OSError, subprocess.CalledProcessError) as e:
-            log.warning("no warm-up clip (%s): priming decoders with the built-in CMN", e)
+            log.warning("no warm-up clip (%s): priming decoders with the built-in CMN vectors", e)
+            return None
+
+    def _warm_up_cmn(self, pcm: Optional[bytes], narrowband: bool) -> str:
+        if pcm is None:
             return DEFAULT_NARROWBAND_CMN if narrowband else DEFAULT_CMN
         if narrowband:
-            from .audio import Resampler
-            down, up = Resampler(16000, 8000), Resampler(8000)
+            try:
+                from .audio import Resampler
+                down, up = Resampler(16000, 8000), Resampler(8000)
+            except ImportError:  # numpy missing: no resampling, and no narrowband clients either
+                return DEFAULT_NARROWBAND_CMN
             pcm = up.process(down.process(pcm) + down.flush()) + up.flush()
         # Live mode, in 100 ms chunks, twice: what a stream does. (A batch pass with
         # full_utt=True leaves a CMN that made primed decoders drop final words.)

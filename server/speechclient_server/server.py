@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import datetime
 import logging
 import queue
@@ -168,6 +169,11 @@ class SLU(slu_pb2_grpc.SLUServicer):
         if not MIN_RATE <= config.sample_rate_hertz <= MAX_RATE:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"config.sample_rate_hertz must be {MIN_RATE}..{MAX_RATE}, got {config.sample_rate_hertz}")
+        if config.sample_rate_hertz != RATE:
+            if importlib.util.find_spec("numpy") is None:  # the resampler's only dependency
+                context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                              f"config.sample_rate_hertz {config.sample_rate_hertz}: this server cannot resample "
+                              "without numpy (pip install ./server); send 16000 Hz")
         lang = config.language_code
         if lang and not (lang.lower() == "en" or lang.lower().startswith("en-")):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
