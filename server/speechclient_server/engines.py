@@ -77,11 +77,14 @@ class PocketSphinxEngine(Engine):
         self._grammar_file = grammar_file
         self._pool: "queue.SimpleQueue" = queue.SimpleQueue()
         self._cmn: Optional[str] = None
+        # The pool's first decoder also measures the warm CMN vectors (an LM decoder costs
+        # ~130 MB and seconds to load: no extra decoder just for the warm-up).
+        decoders = [self._new_decoder() for _ in range(max(1, pool_size))]
         clip = self._warm_up_clip()
-        self._narrowband_cmn = self._warm_up_cmn(clip, narrowband=True)
-        self._cmn = cmn or self._warm_up_cmn(clip, narrowband=False)
-        for _ in range(pool_size):
-            self._pool.put(self._new_decoder())
+        self._narrowband_cmn = self._warm_up_cmn(decoders[0], clip, narrowband=True)
+        self._cmn = cmn or self._warm_up_cmn(decoders[0], clip, narrowband=False)
+        for d in decoders:
+            self._pool.put(d)
 
     def _new_decoder(self):
         kwargs = {"loglevel": "FATAL"}
@@ -100,7 +103,7 @@ class PocketSphinxEngine(Engine):
             log.warning("no warm-up clip (%s): priming decoders with the built-in CMN vectors", e)
             return None
 
-    def _warm_up_cmn(self, pcm: Optional[bytes], narrowband: bool) -> str:
+    def _warm_up_cmn(self, d, pcm: Optional[bytes], narrowband: bool) -> str:
         if pcm is None:
             return DEFAULT_NARROWBAND_CMN if narrowband else DEFAULT_CMN
         if narrowband:
@@ -112,7 +115,9 @@ class PocketSphinxEngine(Engine):
             pcm = up.process(down.process(pcm) + down.flush()) + up.flush()
         # Live mode, in 100 ms chunks, twice: what a stream does. (A batch pass with
         # full_utt=True leaves a CMN that made primed decoders drop final words.)
-        d = self._new_decoder()
+        if not hasattr(self, "_initial_cmn"):
+            self._initial_cmn = d.get_cmn(False)  # the model's cmninit
+        d.set_cmn(self._initial_cmn)
         for _ in range(2):
             d.start_utt()
             for i in range(0, len(pcm), 3200):
@@ -201,6 +206,20 @@ class WhisperEngine(Engine):
         return _WhisperRecognizer(self)
 
 
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+         "sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def spell_number(n: int) -> List[str]:
+    """0..999 as words: Whisper writes '5' and '20' where the intent templates say 'five'."""
+    if n < 20:
+        return [_ONES[n]]
+    if n < 100:
+        return [_TENS[n // 10]] + ([_ONES[n % 10]] if n % 10 else [])
+    return [_ONES[n // 100], "hundred"] + (spell_number(n % 100) if n % 100 else [])
+
+
 class _WhisperRecognizer(Recognizer):
     def __init__(self, engine: WhisperEngine):
         self.engine = engine
@@ -218,8 +237,13 @@ class _WhisperRecognizer(Recognizer):
             for seg in segments:
                 for w in seg.words or []:
                     text = "".join(ch for ch in w.word.lower() if ch.isalnum() or ch in "'-")
-                    if text:
-                        out.append((text, int(w.start * 1000), int(w.end * 1000)))
+                    start, end = int(w.start * 1000), int(w.end * 1000)
+                    if text.isdigit() and int(text) < 1000:
+                        spoken = spell_number(int(text))  # the number's span shared by its words
+                        step = (end - start) // len(spoken)
+                        out.extend((x, start + i * step, start + (i + 1) * step) for i, x in enumerate(spoken))
+                    elif text:
+                        out.append((text, start, end))
         return out
 
     def feed(self, pcm: bytes) -> Optional[List[Word]]:

@@ -206,6 +206,8 @@ class SLU(slu_pb2_grpc.SLUServicer):
                 if now >= next_rtt:  # checked before reading, so a flood of audio cannot starve it
                     rtt_id += 1
                     rtt_sent[rtt_id] = now
+                    if len(rtt_sent) > 16:  # clients need not answer: keep only the recent ones
+                        del rtt_sent[min(rtt_sent)]
                     next_rtt = now + self.settings.rtt_interval_s
                     yield slu_pb2.SLUResponse(audio_context=ctx.id if ctx else "",
                                               rtt_request=slu_pb2.RoundTripMeasurementRequest(id=rtt_id))

