@@ -22,9 +22,19 @@ from .intents import DEFAULT_FILE, DEFAULT_GRAMMAR, Intents
 from .server import SLU, Identity, IdentityV1, Settings
 
 
+class _Help(argparse.HelpFormatter):
+    """Shows a default only where there is one and the help text does not already say it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m speechclient_server", description=__doc__.split("\n\n")[1],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=_Help)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     p.add_argument("--port", type=int, default=50051, help="port (0: any free port)")
     p.add_argument("--engine", choices=["pocketsphinx", "whisper", "sink"], default="pocketsphinx",
