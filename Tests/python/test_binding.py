@@ -143,6 +143,7 @@ def test_a_rejected_option_raises_invalid_argument_naming_it_and_its_value(kwarg
         sc.Client(**args)
     assert text in str(info.value)
     assert info.value.code == sc.Status.INVALID_ARGUMENT
+    assert info.value.option == next(iter(kwargs))  # which option it was
 
 
 def _raw_client_new_message(**setters):
@@ -167,6 +168,7 @@ def test_client_new_failures_carry_the_librarys_own_message():
         sc.Client(UNREACHABLE)  # neither app id nor project id
     assert status == sc.Status.INVALID_ARGUMENT
     assert info.value.message == message and message
+    assert info.value.option is None  # not a setter's rejection
 
 
 def test_missing_wav_is_an_audio_error_naming_the_path(tmp_path):
@@ -467,7 +469,7 @@ def test_aupdates_reraises_a_callback_exception(silent_wav, cache_dir):
     asyncio.run(asyncio.wait_for(run(), 30))
 
 
-def test_start_and_stop_from_inside_callbacks(silent_wav, cache_dir):
+def test_start_from_a_stop_callback_runs_a_second_context(silent_wav, cache_dir):
     calls = []
 
     def restart_once(event):
@@ -484,27 +486,32 @@ def test_start_and_stop_from_inside_callbacks(silent_wav, cache_dir):
     client.close()
 
 
-def test_stop_from_inside_a_callback(silent_server, cache_dir):
-    """The silent server keeps the client STARTING (its TLS handshake never completes), so a stop
-    in the log callback for the connection's insecure-TLS warning is certain to find a context to
-    stop; resetting the connection then ends it (the stop alone would wait for a deadline)."""
-    stopped = []
+def test_start_and_stop_from_inside_a_callback(silent_server, cache_dir):
+    """A server that accepts connections and never answers keeps a started client STARTING, so
+    the stop right after the start in the stop callback is certain to have a context to stop
+    (or, if the stop callback runs while STOPPING, a queued start to cancel): both must succeed.
+    Resetting the connections ends each context."""
+    calls = []
 
-    def on_log(level, text):
-        if "insecure_tls" in text and not stopped:
-            assert client.state == sc.State.STARTING
+    def on_stop(event):
+        if not calls:
+            client.start()
+            calls.append(client.state)
             client.stop()
-            stopped.append(client.state)
+            calls.append(client.state)
 
-    client = sc.Client(silent_server.url.replace("grpc://", "grpc+tls://"), app_id="a", audio=sc.PushAudio(),
-                       insecure_tls=True, device_id=DEVICE_ID, cache_dir=cache_dir, on_log=on_log)
+    client = sc.Client(silent_server.url, app_id="a", audio=sc.PushAudio(), device_id=DEVICE_ID,
+                       cache_dir=cache_dir, on_stop=on_stop)
     client.start()
     assert silent_server.wait_for_connection()
-    silent_server.close_all()
-    updates = without_states(client.updates(timeout=20))  # re-raises if stop() raised in the callback
-    assert stopped == [sc.State.STOPPING]
-    assert isinstance(updates[-1], sc.StopEvent)
-    assert client.wait_idle(20) and client.state == sc.State.IDLE
+    for _ in range(100):
+        silent_server.close_all()
+        if client.wait_idle(0.2):  # re-raises here if start() or stop() raised in the callback
+            break
+    assert len(calls) == 2, calls
+    assert calls[0] in (sc.State.STARTING, sc.State.STOPPING)
+    assert calls[1] in (sc.State.STOPPING, sc.State.IDLE)
+    assert client.state == sc.State.IDLE
     client.close()
 
 
@@ -608,12 +615,20 @@ def test_cli_json_lines_for_an_unreachable_server(silent_wav, cache_dir):
 def test_cli_errors_and_usage(tmp_path):
     missing = tmp_path / "missing.wav"
     r = _cli("--url", UNREACHABLE, "--file", str(missing))
-    assert r.returncode == 1 and str(missing) in r.stderr and "audio error" in r.stderr
+    assert r.returncode == 1 and str(missing) in r.stderr and "audio error" in r.stderr and r.stdout == ""
+    # With --json a client that cannot be made is one error line, as in the C demo.
+    r = _cli("--url", UNREACHABLE, "--file", str(missing), "--json")
+    assert r.returncode == 1
+    line, = r.stdout.splitlines()
+    assert line.startswith('{"type":"error","code":"audio error","status":10,"grpc_status":-1,"message":"WAV file')
+    # Values the library rejects are usage errors (2), as are missing or duplicate sources.
     r = _cli("--url", "ftp://x", "--file", str(missing))
-    assert r.returncode == 1 and "url='ftp://x'" in r.stderr
-    assert _cli("--url", UNREACHABLE).returncode == 2  # neither --file nor --mic
+    assert r.returncode == 2 and "url='ftp://x'" in r.stderr
+    assert _cli("--url", UNREACHABLE, "--file", str(missing), "--chunk-ms", "5").returncode == 2
+    assert _cli("--url", UNREACHABLE).returncode == 2
+    assert _cli("--url", UNREACHABLE, "--file", "a.wav", "--mic").returncode == 2
 
 
 def test_json_strings_are_escaped_like_the_c_demo():
     from speechclient.__main__ import json_string
-    assert json_string('a"b\\c\nd\re\tf\x01g\u00e9') == '"a\\"b\\\\c\\nd\\re\\tf\\u0001g\u00e9"'
+    assert json_string('a"b\\c\nd\re\tf\x01g\u00e9\x7f') == '"a\\"b\\\\c\\nd\\re\\tf\\u0001g\u00e9\\u007f"'

@@ -12,17 +12,23 @@ C demo's stable JSON lines, one object a line:
     {"type":"stop","context_id":"..."}
     {"type":"error","code":"<spc_status_str>","status":N,"grpc_status":N,"message":"..."}
 
-Exit status: 0 on success, 1 when an error ended the run, 2 for a usage error.
+The error line is printed for error events and for a client that could not be created (for
+example a missing WAV file), which then ends the run.
+
+Exit status: 0 on success; 1 when an error event or a failed call ended the run (also when the
+results did not arrive within --timeout-ms); 2 for a usage error (including an option value
+the library rejects).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import time
 from typing import List, Optional, TextIO
 
-from . import (Client, ErrorEvent, LogLevel, Microphone, Segment, SpeechClientError, StartEvent, StopEvent, WavFile,
-               status_text, version)
+from . import (Client, ErrorEvent, LogLevel, Microphone, Segment, SpeechClientError, SpeechTimeoutError, StartEvent,
+               Status, StopEvent, WavFile, status_text, version)
 
 
 def json_string(s: str) -> str:
@@ -39,7 +45,7 @@ def json_string(s: str) -> str:
             out.append("\\r")
         elif ch == "\t":
             out.append("\\t")
-        elif ord(ch) < 0x20:
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
@@ -54,7 +60,7 @@ def event_json(update) -> Optional[str]:
     if isinstance(update, (StartEvent, StopEvent)):
         kind = "start" if isinstance(update, StartEvent) else "stop"
         return f'{{"type":"{kind}","context_id":{json_string(update.context_id)}}}'
-    if isinstance(update, ErrorEvent):
+    if isinstance(update, (ErrorEvent, SpeechClientError)):
         grpc = -1 if update.grpc_status is None else update.grpc_status
         return (f'{{"type":"error","code":{json_string(status_text(update.code))},"status":{int(update.code)},'
                 f'"grpc_status":{grpc},"message":{json_string(update.message)}}}')
@@ -96,6 +102,18 @@ class _TextOutput:
         self.out.flush()
 
 
+def _number(low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"needs a number from {low} to {high}, not {text!r}")
+        return value
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m speechclient",
                                 description="Transcribe a WAV file or a microphone with libspeechclient.")
@@ -113,9 +131,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ca-file", help="PEM CA certificates to trust (grpc+tls)")
     p.add_argument("--insecure", action="store_true", help="do not verify the server's certificate (development)")
     p.add_argument("--cache-dir", help="token and device-id cache directory")
-    p.add_argument("--chunk-ms", type=int, default=100, help="audio message duration, 20-1000 ms (default 100)")
-    p.add_argument("--timeout-ms", type=int, default=120000,
-                   help="give up when no update arrives for this long (default %(default)s)")
+    p.add_argument("--chunk-ms", type=_number(20, 1000), default=100,
+                   help="audio message duration, 20-1000 ms (default 100)")
+    p.add_argument("--timeout-ms", type=_number(-1, 2**31 - 1), default=120000,
+                   help="give up when the results take longer (-1: no limit; default %(default)s)")
     p.add_argument("--json", action="store_true", help="one JSON object per line (the C demo's stable format)")
     p.add_argument("--verbose", action="store_true", help="the library's debug log on stderr")
     p.add_argument("--version", action="version", version=f"speechclient (Python) with libspeechclient {version()}")
@@ -134,29 +153,48 @@ def main(argv: Optional[List[str]] = None) -> int:
     out = sys.stdout
     text = _TextOutput(out)
     failed = False
+    timeout = None if args.timeout_ms < 0 else args.timeout_ms / 1000
 
     def on_log(level: LogLevel, message: str) -> None:
         print(f"speechclient [{level.name.lower()}] {message}", file=sys.stderr, flush=True)
 
     try:
-        with Client(url=args.url, app_id=args.app_id, project_id=args.project_id, language=args.language,
-                    cache_dir=args.cache_dir, ca_file=args.ca_file, insecure_tls=args.insecure,
-                    audio=WavFile(path) if path is not None else Microphone(device=args.mic),
-                    chunk_ms=args.chunk_ms, log_level=LogLevel.DEBUG if args.verbose else LogLevel.WARNING,
-                    on_log=on_log if args.verbose else None) as client:
+        client = Client(url=args.url, app_id=args.app_id, project_id=args.project_id, language=args.language,
+                        cache_dir=args.cache_dir, ca_file=args.ca_file, insecure_tls=args.insecure,
+                        audio=WavFile(path) if path is not None else Microphone(device=args.mic),
+                        chunk_ms=args.chunk_ms, log_level=LogLevel.DEBUG if args.verbose else LogLevel.WARNING,
+                        on_log=on_log if args.verbose else None)
+    except SpeechClientError as e:
+        if e.option is not None:  # a value the library rejects: a usage error, as in the C demo
+            p.print_usage(sys.stderr)
+            print(f"{prog}: {e.message}", file=sys.stderr)
+            return 2
+        if args.json:
+            out.write(f"{event_json(e)}\n")
+            out.flush()
+        print(f"{prog}: {status_text(e.code)}: {e.message}", file=sys.stderr)
+        return 1
+    try:
+        with client:
             client.start()
-            updates = client.updates(timeout=args.timeout_ms / 1000)
+            started = time.monotonic()
+            updates = client.updates(timeout=timeout)
+            interrupted = False
             while True:
                 try:
                     update = next(updates)
                 except StopIteration:
                     break
                 except KeyboardInterrupt:
-                    # Ctrl-C: stop the context and print its last results.
+                    if interrupted:
+                        text.clear_live()
+                        print(f"{prog}: interrupted again: not waiting for the last results", file=sys.stderr)
+                        return 1
+                    interrupted = True  # Ctrl-C: stop the context and print its last results
                     try:
                         client.stop()
                     except SpeechClientError:
-                        pass
+                        pass  # it ended by itself meanwhile
                     continue
                 if isinstance(update, ErrorEvent):
                     failed = True
@@ -169,7 +207,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     text.segment(update)
                 elif isinstance(update, ErrorEvent):
                     text.clear_live()
+                    out.flush()
                     print(f"{prog}: {status_text(update.code)}: {update.message}", file=sys.stderr, flush=True)
+                if timeout is not None and time.monotonic() - started > timeout:
+                    raise SpeechTimeoutError(Status.TIMEOUT, f"waiting for the results: more than {args.timeout_ms} ms")
     except SpeechClientError as e:
         text.clear_live()
         print(f"{prog}: {status_text(e.code)}: {e.message}", file=sys.stderr)
@@ -179,7 +220,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     text.clear_live()
     out.flush()
     return 1 if failed else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

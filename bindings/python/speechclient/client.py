@@ -64,14 +64,19 @@ def _status_text(status: int) -> str:
     return _text(n.spc_status_str(status))
 
 
+def _option_error(option: str, message: str) -> InvalidArgumentError:
+    error = InvalidArgumentError(n.Status.INVALID_ARGUMENT, message)
+    error.option = option.split(".")[0].split("[")[0].split(" ")[0]
+    return error
+
+
 def _c_string(option: str, value: Optional[str]) -> Optional[bytes]:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
-                                   f"{option}={value!r}: must be a str, not {type(value).__name__}")
+        raise _option_error(option, f"{option}={value!r}: must be a str, not {type(value).__name__}")
     if "\0" in value:
-        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"{option}={value!r}: contains a NUL character")
+        raise _option_error(option, f"{option}={value!r}: contains a NUL character")
     return value.encode("utf-8")
 
 
@@ -81,10 +86,9 @@ def _c_path(option: str, value: Any) -> Optional[bytes]:
     try:
         path = os.fsencode(value)
     except TypeError:
-        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
-                                   f"{option}={value!r}: must be a path, not {type(value).__name__}") from None
+        raise _option_error(option, f"{option}={value!r}: must be a path, not {type(value).__name__}") from None
     if b"\0" in path:
-        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"{option}={value!r}: contains a NUL character")
+        raise _option_error(option, f"{option}={value!r}: contains a NUL character")
     return path
 
 
@@ -92,10 +96,9 @@ def _u32(option: str, value: Any) -> int:
     try:
         v = operator.index(value)
     except TypeError:
-        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
-                                   f"{option}={value!r}: must be an int, not {type(value).__name__}") from None
+        raise _option_error(option, f"{option}={value!r}: must be an int, not {type(value).__name__}") from None
     if not 0 <= v <= 0xFFFFFFFF:
-        raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"{option}={value!r}: out of range")
+        raise _option_error(option, f"{option}={value!r}: out of range")
     return v
 
 
@@ -104,7 +107,9 @@ def _check_option(status: int, option: str, value: Any, hint: str = "", shown: O
     message of their own)."""
     if status != n.Status.OK:
         text = repr(value) if shown is None else shown
-        raise error_for(status, f"{option}={text}: {_status_text(status)}" + (f" ({hint})" if hint else ""))
+        error = error_for(status, f"{option}={text}: {_status_text(status)}" + (f" ({hint})" if hint else ""))
+        error.option = option
+        raise error
 
 
 def _error_event(error: Any) -> ErrorEvent:
@@ -289,13 +294,11 @@ class Client:
 
         if isinstance(delivery, str):
             if delivery not in ("thread", "application"):
-                raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
-                                           f"delivery={delivery!r}: must be 'thread' or 'application'")
+                raise _option_error("delivery", f"delivery={delivery!r}: must be 'thread' or 'application'")
             delivery = n.Delivery.APPLICATION if delivery == "application" else n.Delivery.THREAD
         self.delivery: n.Delivery = n.Delivery(delivery)
         if not isinstance(audio, (Microphone, WavFile, PushAudio)):
-            raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
-                                       f"audio={audio!r}: must be Microphone(), WavFile(path) or PushAudio(rate, channels)")
+            raise _option_error("audio", f"audio={audio!r}: must be Microphone(), WavFile(path) or PushAudio(rate, channels)")
         self.audio: AudioSource = audio
         self._channels = 1
         self.url = url
@@ -352,8 +355,7 @@ class Client:
             try:
                 level = n.LogLevel(log_level)
             except ValueError:
-                raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"log_level={log_level!r}: not a LogLevel"
-                                           ) from None
+                raise _option_error("log_level", f"log_level={log_level!r}: not a LogLevel") from None
             _check_option(n.spc_options_set_log_level(opts, level), "log_level", level)
             if reconnect is not None:
                 attempts, initial, maximum = reconnect
@@ -371,8 +373,8 @@ class Client:
                 _check_option(n.spc_options_set_delivery(opts, int(self.delivery)), "delivery",
                               self.delivery.name.lower())
             elif self.delivery != n.Delivery.THREAD:
-                raise InvalidArgumentError(n.Status.INVALID_ARGUMENT, f"delivery='application': {n.LIBRARY_PATH} "
-                                                                      f"does not have spc_options_set_delivery")
+                raise _option_error("delivery", f"delivery='application': {n.LIBRARY_PATH} does not have "
+                                                f"spc_options_set_delivery")
 
             segment_cb, error_cb, start_cb, stop_cb, log_cb, state_cb = _TRAMPOLINES
             ud = ctypes.c_void_p(self._key)
@@ -715,8 +717,10 @@ class Client:
             for update in client.updates():   # ends after the context's stop
                 ...
 
-        Updates that arrived before the call are yielded first. `timeout` bounds the wait for each
-        next update (SpeechTimeoutError). Re-raises an exception a callback raised. Use one
+        Updates that arrived before the call are yielded first. On an idle client it waits for a
+        start (from another thread or a callback) and that context's stop: it never ends before a
+        StopEvent unless the client is closed. `timeout` bounds the wait for each next update
+        (SpeechTimeoutError). Re-raises an exception a callback raised. Use one
         consumer at a time (updates() or aupdates())."""
         seen_stop = False
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -735,7 +739,7 @@ class Client:
                     self._raise_callback_error()
                     return
                 continue
-            wait: Optional[float] = _IDLE_POLL_S if seen_stop else _WAIT_SLICE_S * 4
+            wait: float = _IDLE_POLL_S if seen_stop else _WAIT_SLICE_S * 4
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -821,11 +825,11 @@ class Client:
                 if sink in self._async_sinks:
                     self._async_sinks.remove(sink)
                 # What arrived for this iterator but was not consumed goes back to the shared queue.
-                leftovers = []
+                leftovers: List[Update] = []
                 while not q.empty():
                     x = q.get_nowait()
                     if x is not _WAKE:
-                        leftovers.append(x)
+                        leftovers.append(x)  # type: ignore[arg-type]
                 self._queue.extendleft(reversed(leftovers))
 
     def _pop(self) -> Optional[Update]:

@@ -16,6 +16,9 @@ class SpeechClientError(Exception):
 
     #: The status a subclass stands for.
     status: Status = Status.INTERNAL
+    #: For an option the library rejected when the Client was made: the option's name ("url",
+    #: "chunk_ms", "audio", ...); None otherwise.
+    option: Optional[str] = None
 
     def __init__(self, code: int, message: str = "", grpc_status: Optional[int] = None):
         try:
