@@ -53,8 +53,9 @@
 **   - spc_options is not thread-safe: fill it from one thread, then hand it to spc_client_new().
 **   - spc_client functions may be called from any thread, concurrently.
 **   - The library owns its threads: one callback thread per client, plus audio and network
-**     threads. All callbacks of one client run on that client's callback thread, in the order the
-**     events happened, one at a time. A slow callback delays only its own client.
+**     threads. All callbacks of one client run on that client's callback thread (or, with
+**     SPC_DELIVERY_APPLICATION, inside spc_client_dispatch() on the application's thread), in the
+**     order the events happened, one at a time. A slow callback delays only its own client.
 **   - Inside a callback you may call spc_client_start(), spc_client_stop(),
 **     spc_client_suspend(), spc_client_resume(), spc_client_push_audio() and the other
 **     non-blocking functions. spc_client_free() and spc_client_wait_idle() called from inside one
@@ -198,6 +199,43 @@ typedef enum spc_state {
 } spc_state;
 
 /* ---------------------------------------------------------------------------------------------
+** CONNECTION STATES (reported to the state callback, for example to grey out a microphone button)
+**
+** CONNECTING   opening the connection and logging in.
+** READY        connected: a start is answered quickly.
+** RECONNECTING the connection was lost during a context; another attempt follows after a delay.
+** UNAVAILABLE  the server cannot be used now (the reason comes with the event); the next start
+**              tries again.
+** SUSPENDED    spc_client_suspend() closed the connection.
+*/
+typedef enum spc_connection_state {
+    SPC_CONNECTION_CONNECTING = 0,
+    SPC_CONNECTION_READY = 1,
+    SPC_CONNECTION_RECONNECTING = 2,
+    SPC_CONNECTION_UNAVAILABLE = 3,
+    SPC_CONNECTION_SUSPENDED = 4
+} spc_connection_state;
+
+/* ---------------------------------------------------------------------------------------------
+** DELIVERY
+**
+** Where callbacks run. SPC_DELIVERY_THREAD (the default): on the client's own callback thread.
+** SPC_DELIVERY_APPLICATION: on the application's thread, inside spc_client_dispatch(); the file
+** descriptor from spc_client_event_fd() becomes readable when events are pending, so the client
+** fits a poll/epoll loop, GLib or asyncio. The same order and one-at-a-time rules apply.
+**
+**     int fd = spc_client_event_fd(client);
+**     struct pollfd p = { fd, POLLIN, 0 };
+**     while (running) {
+**         if (poll(&p, 1, -1) > 0) spc_client_dispatch(client, 0, NULL);
+**     }
+*/
+typedef enum spc_delivery {
+    SPC_DELIVERY_THREAD = 0,
+    SPC_DELIVERY_APPLICATION = 1
+} spc_delivery;
+
+/* ---------------------------------------------------------------------------------------------
 ** OBJECTS
 */
 typedef struct spc_options spc_options;
@@ -229,6 +267,12 @@ typedef void (*spc_stop_cb)(spc_client *client, const char *context_id, void *us
 ** or authorization values. */
 typedef void (*spc_log_cb)(spc_client *client, spc_log_level level, const char *message,
                            void *user_data);
+
+/* The connection state changed (see CONNECTION STATES). For RECONNECTING, attempt is the
+** attempt about to be made (from 1) and delay_ms the wait before it; otherwise both are 0. For
+** UNAVAILABLE, reason says why (valid during the callback); otherwise it is NULL. */
+typedef void (*spc_state_cb)(spc_client *client, spc_connection_state state, int32_t attempt,
+                             int32_t delay_ms, const spc_error *reason, void *user_data);
 
 /* ---------------------------------------------------------------------------------------------
 ** OPTIONS
@@ -347,6 +391,11 @@ SPC_API spc_status spc_options_set_start_cb(spc_options *options, spc_start_cb c
 SPC_API spc_status spc_options_set_stop_cb(spc_options *options, spc_stop_cb cb,
                                            void *user_data);
 SPC_API spc_status spc_options_set_log_cb(spc_options *options, spc_log_cb cb, void *user_data);
+SPC_API spc_status spc_options_set_state_cb(spc_options *options, spc_state_cb cb,
+                                            void *user_data);
+
+/* Where callbacks run (see DELIVERY). Default SPC_DELIVERY_THREAD. */
+SPC_API spc_status spc_options_set_delivery(spc_options *options, spc_delivery delivery);
 
 /* ---------------------------------------------------------------------------------------------
 ** CLIENT
@@ -363,7 +412,8 @@ SPC_API spc_status spc_client_new(const spc_options *options, spc_client **out_c
                                   spc_error **out_error);
 
 /* Stops everything and frees the client: any open context is abandoned (its stop callback is
-** not called), the audio source and connections are closed, callbacks already queued are
+** not called), a connect or login in progress is abandoned (free does not wait for its
+** timeout), the audio source and connections are closed, callbacks already queued are
 ** delivered, and the library's threads for this client are joined. No callback of this client
 ** runs after it returns. NULL returns SPC_OK. From inside one of the client's own callbacks it
 ** returns SPC_ERROR_INVALID_STATE and frees nothing. */
@@ -383,7 +433,10 @@ SPC_API spc_status spc_client_start(spc_client *client);
 SPC_API spc_status spc_client_stop(spc_client *client);
 
 /* Closes the microphone and the connections, keeping the login. An open context is stopped
-** first (its results still arrive). SUSPENDED already: SPC_ERROR_INVALID_STATE. */
+** first (its results still arrive). A context the server has not opened yet (a connect or login
+** still in progress) is abandoned at once: its stop callback fires, with no start and no error
+** callback, and the audio pushed into it is dropped. SUSPENDED already:
+** SPC_ERROR_INVALID_STATE. */
 SPC_API spc_status spc_client_suspend(spc_client *client);
 
 /* Leaves SUSPENDED; the microphone and connection are reopened (failures arrive through the
@@ -409,6 +462,23 @@ SPC_API spc_status spc_client_push_end(spc_client *client);
 ** SPC_OK when idle, SPC_ERROR_TIMEOUT otherwise. From inside one of the client's own callbacks:
 ** SPC_ERROR_INVALID_STATE. */
 SPC_API spc_status spc_client_wait_idle(spc_client *client, int32_t timeout_ms);
+
+/* With SPC_DELIVERY_APPLICATION: a file descriptor (an eventfd) that is readable while events
+** are pending. Owned by the client: do not read, write or close it. -1 for a NULL client or
+** one that delivers on its own thread. */
+SPC_API int spc_client_event_fd(const spc_client *client);
+
+/* With SPC_DELIVERY_APPLICATION: runs pending callbacks on the calling thread, in order, at most
+** max_events of them (0: all that are pending), and stores how many ran in *out_count (may be
+** NULL). Never blocks waiting for events; concurrent calls run one after the other. Callbacks may
+** call the client's functions, except spc_client_free() and spc_client_wait_idle(), which return
+** SPC_ERROR_INVALID_STATE there. In thread delivery mode: SPC_ERROR_INVALID_STATE.
+**
+** In application mode spc_client_wait_idle() does not wait for pending callbacks (only this
+** call runs them), and spc_client_free() runs the callbacks still pending before it returns, on
+** the calling thread: no event is lost and none runs after it. */
+SPC_API spc_status spc_client_dispatch(spc_client *client, uint32_t max_events,
+                                       uint32_t *out_count);
 
 /* ---------------------------------------------------------------------------------------------
 ** SEGMENTS

@@ -24,6 +24,13 @@ extension CCallbacks {
         case .log(let level, let message):
             guard let logCallback = self.log else { return }
             message.withCString { logCallback(handle, spc_log_level(rawValue: UInt32(level.rawValue)), $0, logData) }
+        case .connection(let state, let attempt, let delay, let reason):
+            guard let stateCallback = self.state else { return }
+            let box = reason.map(ErrorHandle.init)
+            withExtendedLifetime(box) {
+                stateCallback(handle, spc_connection_state(rawValue: UInt32(state.rawValue)), attempt, delay,
+                              box.map { OpaquePointer(Unmanaged.passUnretained($0).toOpaque()) }, stateData)
+            }
         }
     }
 }
@@ -121,6 +128,24 @@ public func spc_client_wait_idle(_ client: OpaquePointer?, _ timeoutMs: Int32) -
     guard let c = clientFrom(client) else { return SPC_ERROR_INVALID_ARGUMENT }
     do throws(SpeechClientError) {
         return try c.waitIdle(timeoutMilliseconds: Int(timeoutMs)) ? SPC_OK : SPC_ERROR_TIMEOUT
+    } catch {
+        return .from(error)
+    }
+}
+
+@c @implementation
+public func spc_client_event_fd(_ client: OpaquePointer?) -> Int32 {
+    clientFrom(client)?.eventFD ?? -1
+}
+
+@c @implementation
+public func spc_client_dispatch(_ client: OpaquePointer?, _ maxEvents: UInt32, _ outCount: UnsafeMutablePointer<UInt32>?) -> spc_status {
+    outCount?.pointee = 0
+    guard let c = clientFrom(client) else { return SPC_ERROR_INVALID_ARGUMENT }
+    do throws(SpeechClientError) {
+        let ran = try c.dispatch(maxEvents: Int(maxEvents))
+        outCount?.pointee = UInt32(clamping: ran)
+        return SPC_OK
     } catch {
         return .from(error)
     }

@@ -169,3 +169,21 @@ public func spc_options_set_log_cb(_ options: OpaquePointer?, _ cb: spc_log_cb?,
     h.callbacks.logData = userData
     return SPC_OK
 }
+
+@c @implementation
+public func spc_options_set_state_cb(_ options: OpaquePointer?, _ cb: spc_state_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
+    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    h.callbacks.state = cb
+    h.callbacks.stateData = userData
+    return SPC_OK
+}
+
+@c @implementation
+public func spc_options_set_delivery(_ options: OpaquePointer?, _ delivery: spc_delivery) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in
+        guard let d = Delivery(rawValue: Int32(bitPattern: delivery.rawValue)) else {
+            throw SpeechClientError(.invalidArgument, "delivery \(delivery.rawValue) is not SPC_DELIVERY_THREAD (0) or SPC_DELIVERY_APPLICATION (1)")
+        }
+        o.delivery = d
+    }
+}

@@ -28,6 +28,8 @@ struct CCallbacks: @unchecked Sendable {
     var stopData: UnsafeMutableRawPointer?
     var log: spc_log_cb?
     var logData: UnsafeMutableRawPointer?
+    var state: spc_state_cb?
+    var stateData: UnsafeMutableRawPointer?
 }
 
 /// `spc_error`.

@@ -56,10 +56,13 @@ def test_word_error_rate_on_command_phrases(server, speech, tmp_path):
 
 
 def test_intents_and_entities_for_commands(server, speech, tmp_path):
-    out = demo(server.url, speech("set a timer for ten minutes"), tmp_path)
+    # What the library must carry through is checked here, not the recognizer's accuracy
+    # (test_word_error_rate_on_command_phrases): PocketSphinx hears espeak-ng's "ten minutes"
+    # as "two minutes", so the phrase is one it recognises reliably.
+    out = demo(server.url, speech("set a timer for five minutes"), tmp_path)
     _, finals = final_segments(out.stdout)
     assert finals[-1]["intent"] == {"intent": "set_timer", "final": True}
-    assert [(e["type"], e["value"], e["start"], e["end"]) for e in finals[-1]["entities"]] == [("minutes", "ten", 4, 5)]
+    assert [(e["type"], e["value"], e["start"], e["end"]) for e in finals[-1]["entities"]] == [("minutes", "five", 4, 5)]
 
 
 def test_two_phrases_make_two_segments(server, speech, tmp_path):

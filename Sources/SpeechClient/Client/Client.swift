@@ -1,4 +1,8 @@
 import Synchronization
+import CShims
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One recognition client: an audio source, a stream to the server, and an ordered event queue
 /// delivered on the client's own callback thread.
@@ -24,6 +28,8 @@ public final class Client: @unchecked Sendable {
     public let options: ClientOptions
     public let deviceId: String
     private let service: any RecognitionService
+    /// The worker's: suspend and free cancel a connect or login it is blocked in.
+    private let cancellation: Cancellation
     private let handler: EventHandler?
     private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
     private let logRelay: LogRelay
@@ -43,6 +49,13 @@ public final class Client: @unchecked Sendable {
     private var worker: ClientWorker?
     private var workerThread: NativeThread?
     private var callbackThread: NativeThread?
+
+    // Application delivery (spc_client_dispatch): an eventfd readable while events are pending,
+    // the thread inside dispatch, and a lock that makes concurrent dispatch calls take turns.
+    public let eventFD: Int32
+    private var eventFDSignaled = false
+    private var dispatchingThread: UInt = 0
+    private let dispatchLock = ConditionLock()
 
     // Pushed audio is converted on the caller's thread; concurrent pushers are serialised by
     // `pushLock` (a separate lock, so converting never holds up the state lock).
@@ -65,6 +78,13 @@ public final class Client: @unchecked Sendable {
         }
         self.options = options
         self.handler = handler
+        if options.delivery == .application {
+            let fd = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+            guard fd >= 0 else { throw SpeechClientError.errno(.internal, "eventfd", errno, context: "application delivery") }
+            eventFD = fd
+        } else {
+            eventFD = -1
+        }
         self.makeSource = makeSource ?? Client.realSource
         let identity = DeviceIdentity.resolve(options: options)
         deviceId = identity.id
@@ -87,6 +107,7 @@ public final class Client: @unchecked Sendable {
             try worker.prepare(client: nil)
         }
         self.worker = worker
+        cancellation = worker.cancellation
         worker.client = self
         logRelay.client = self
         if let warning = identity.warning { log(.warning, warning) }
@@ -95,7 +116,9 @@ public final class Client: @unchecked Sendable {
         }
         if options.insecureTLS { log(.warning, "TLS certificate verification is OFF (insecure_tls)") }
         do throws(SpeechClientError) {
-            callbackThread = try NativeThread(name: "spc-callbacks") { [self] in self.callbackLoop() }
+            if options.delivery == .thread {
+                callbackThread = try NativeThread(name: "spc-callbacks") { [self] in self.callbackLoop() }
+            }
             workerThread = try NativeThread(name: "spc-worker") { [worker] in worker.run() }
         } catch {
             shutdownThreads()
@@ -124,14 +147,19 @@ public final class Client: @unchecked Sendable {
         }
     }
 
-    deinit { shutdownThreads() }
+    deinit {
+        shutdownThreads()
+        if eventFD >= 0 { Glibc.close(eventFD) }
+    }
 
     // MARK: - API (any thread)
 
     public var currentState: ClientState { lock.withLock { state } }
 
     /// True when called from this client's callback thread (where blocking calls would deadlock).
-    public var isOnCallbackThread: Bool { lock.withLock { callbackThread?.isCurrent ?? false } }
+    public var isOnCallbackThread: Bool {
+        lock.withLock { (callbackThread?.isCurrent ?? false) || dispatchingThread == UInt(pthread_self()) }
+    }
 
     public func start() throws(SpeechClientError) {
         try lock.withLock { () throws(SpeechClientError) in
@@ -176,6 +204,8 @@ public final class Client: @unchecked Sendable {
             pendingStart = false
             enqueueLocked(.suspend)
         }
+        // A connect or login in progress gives up now instead of at its deadline.
+        cancellation.cancel()
     }
 
     public func resume() throws(SpeechClientError) {
@@ -254,7 +284,17 @@ public final class Client: @unchecked Sendable {
 
     private var isIdleLocked: Bool {
         (state == .idle || state == .suspended) && !pendingStart && commands.isEmpty && !workerBusy
-            && !contextOpen && events.isEmpty && !delivering
+            && !contextOpen && (options.delivery == .application || (events.isEmpty && !delivering))
+    }
+
+    /// Queues an event for the application; in application delivery, makes the fd readable.
+    private func pushEventLocked(_ event: ClientEvent) {
+        events.push(event)
+        if eventFD >= 0 && !eventFDSignaled {
+            eventFDSignaled = true
+            var one: UInt64 = 1
+            _ = write(eventFD, &one, 8)
+        }
     }
 
     private func checkOpen() throws(SpeechClientError) {
@@ -302,7 +342,7 @@ public final class Client: @unchecked Sendable {
     func emit(_ event: ClientEvent) {
         lock.withLock {
             guard !closing else { return }
-            events.push(event)
+            pushEventLocked(event)
             lock.broadcast()
         }
     }
@@ -317,9 +357,51 @@ public final class Client: @unchecked Sendable {
         lock.withLock {
             change(&state, &pendingStart)
             if let open { contextOpen = open }
-            if !closing { for e in newEvents { events.push(e) } }
+            if !closing { for e in newEvents { pushEventLocked(e) } }
             lock.broadcast()
         }
+    }
+
+    // MARK: - Application delivery
+
+    /// Runs up to `maxEvents` pending callbacks (0: all) on the calling thread; returns how many.
+    public func dispatch(maxEvents: Int) throws(SpeechClientError) -> Int {
+        guard options.delivery == .application else {
+            throw SpeechClientError(.invalidState, "dispatch needs SPC_DELIVERY_APPLICATION; this client delivers on its own thread")
+        }
+        if isOnCallbackThread {
+            throw SpeechClientError(.invalidState, "dispatch called from inside one of the client's callbacks")
+        }
+        return dispatchLock.withLock { deliverPending(maxEvents: maxEvents) }
+    }
+
+    /// Called with `dispatchLock` held.
+    private func deliverPending(maxEvents: Int) -> Int {
+        var ran = 0
+        while maxEvents == 0 || ran < maxEvents {
+            let event: ClientEvent? = lock.withLock {
+                guard let e = events.pop() else {
+                    if eventFDSignaled {
+                        var value: UInt64 = 0
+                        _ = read(eventFD, &value, 8)
+                        eventFDSignaled = false
+                    }
+                    return nil
+                }
+                delivering = true
+                dispatchingThread = UInt(pthread_self())
+                return e
+            }
+            guard let event else { break }
+            handler?(self, event)
+            ran += 1
+            lock.withLock {
+                delivering = false
+                dispatchingThread = 0
+                lock.broadcast()
+            }
+        }
+        return ran
     }
 
     // MARK: - Callback thread
@@ -349,6 +431,7 @@ public final class Client: @unchecked Sendable {
             workerThread = nil
             return t
         }
+        cancellation.cancel()
         threads.0?.join()
         worker?.shutdown()
         lock.withLock {
@@ -358,6 +441,10 @@ public final class Client: @unchecked Sendable {
         threads.1?.join()
         lock.withLock { callbackThread = nil }
         worker = nil
+        if eventFD >= 0 {
+            // Application delivery: what was queued before free runs now, on this thread.
+            dispatchLock.withLock { _ = deliverPending(maxEvents: 0) }
+        }
     }
 }
 

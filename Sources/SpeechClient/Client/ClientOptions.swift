@@ -29,6 +29,7 @@ public struct ClientOptions: Sendable {
     public var prepareOnInit = false
     public var contextOptions: [ContextOption] = []
     public var logLevel = LogLevel.warning
+    public var delivery = Delivery.thread
     /// How long to wait for a TCP connection (and, later, TLS) before a timeout error.
     public var connectTimeoutMilliseconds = 5_000
     /// An SLU stream with no context is closed after this long and reopened by the next start.

@@ -10,6 +10,9 @@ final class ClientWorker: @unchecked Sendable {
 
     private let options: ClientOptions
     private let service: any RecognitionService
+    /// Cancelled by suspend and free (from the API thread) to interrupt a connect or login in
+    /// progress; reset here once the suspend is handled.
+    let cancellation = Cancellation()
     private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
     private let samplesPerChunk: Int
 
@@ -59,6 +62,8 @@ final class ClientWorker: @unchecked Sendable {
     /// Connection losses since the context last made progress (a final segment): a server that
     /// accepts the reconnection but fails again still runs out of attempts.
     private var lossesWithoutProgress = 0
+    /// The last connection state reported, so that only changes are.
+    private var connectionState: ConnectionState?
 
     init(options: ClientOptions, service: any RecognitionService,
          makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?, samplesPerChunk: Int) {
@@ -149,10 +154,24 @@ final class ClientWorker: @unchecked Sendable {
         generation += 1
         let gen = generation
         let config = SLUConfig(languageCode: options.language)
-        stream = try service.openStream(config: config) { [weak self] event in
-            self?.client?.enqueue(.stream(event, generation: gen))
+        if reconnect == nil { report(.connecting) }
+        do throws(SpeechClientError) {
+            stream = try service.openStream(config: config, cancellation: cancellation) { [weak self] event in
+                self?.client?.enqueue(.stream(event, generation: gen))
+            }
+        } catch {
+            if reconnect == nil && !cancellation.isCancelled { report(.unavailable, reason: error) }
+            throw error
         }
         stream?.send(.config(config))
+        report(.ready)
+    }
+
+    /// Reports a connection state change (and every reconnection attempt).
+    private func report(_ state: ConnectionState, attempt: Int = 0, delayMilliseconds: Int = 0, reason: SpeechClientError? = nil) {
+        if state == connectionState && state != .reconnecting { return }
+        connectionState = state
+        client?.emit(.connection(state, attempt: Int32(clamping: attempt), delayMilliseconds: Int32(clamping: delayMilliseconds), reason: reason))
     }
 
     // MARK: - Contexts
@@ -168,7 +187,11 @@ final class ClientWorker: @unchecked Sendable {
             try ensureStream()
         } catch {
             closeFileSource()
-            failContext(error)
+            if cancellation.isCancelled {
+                abandonContext()
+            } else {
+                failContext(error)
+            }
             return
         }
         contextOpen = true
@@ -277,10 +300,39 @@ final class ClientWorker: @unchecked Sendable {
         stopSent = false
         pumping = false
         deferredStart = false
+        // A start queued behind the failed context still happens (the header promises it runs
+        // after the pending stop completes, and an error is one way to complete).
+        var restart = false
+        client?.transition({ state, pending in
+            if state == .suspended { pending = false; return }
+            if pending {
+                pending = false
+                state = .starting
+                restart = true
+            } else {
+                state = .idle
+            }
+        }, contextOpen: false, events: [.error(error), .stop(contextId: id)])
+        contextId = ""
+        if restart { handleStart() }
+    }
+
+    /// A context whose start a suspend (or free) interrupted before the server opened it: it
+    /// ends with the stop callback alone. It had no start callback and no results; the audio
+    /// pushed into it is dropped, as audio pushed while suspended is.
+    private func abandonContext() {
+        authRetried = false
+        reconnect = nil
+        replay.reset()
+        contextOpen = false
+        stopSent = false
+        pumping = false
+        deferredStart = false
+        client?.log(.info, "a context that had not started yet was abandoned (suspend or free)")
         client?.transition({ state, pending in
             if state != .suspended { state = .idle }
             pending = false
-        }, contextOpen: false, events: [.error(error), .stop(contextId: id)])
+        }, contextOpen: false, events: [.stop(contextId: "")])
         contextId = ""
     }
 
@@ -304,7 +356,10 @@ final class ClientWorker: @unchecked Sendable {
                 return
             }
             guard contextOpen else {
-                if let error { client?.log(.warning, "stream closed: \(error.message)") }
+                if let error {
+                    client?.log(.warning, "stream closed: \(error.message)")
+                    report(.unavailable, reason: error)
+                }
                 return
             }
             let cause = error ?? SpeechClientError(.network, "the server closed the stream during a context")
@@ -462,6 +517,7 @@ final class ClientWorker: @unchecked Sendable {
         let jitter = Double.random(in: 0.75...1.25)
         let delayMs = UInt64(max(0, base * jitter))
         reconnect = (attempt, Clock.monotonicNanos() + delayMs * 1_000_000, cause)
+        report(.reconnecting, attempt: attempt, delayMilliseconds: Int(delayMs))
         client?.log(.warning, "connection lost during context \(contextId) (\(cause.message)); reconnecting in \(delayMs) ms, attempt \(attempt) of \(options.reconnectAttempts)")
     }
 
@@ -472,9 +528,17 @@ final class ClientWorker: @unchecked Sendable {
         do throws(SpeechClientError) {
             try ensureStream()
         } catch {
+            if cancellation.isCancelled {
+                // Suspended (or freed) during an outage: the context cannot finish.
+                reconnect = nil
+                failContext(lostAudioError(SpeechClientError(.network, "the client was suspended while reconnecting"),
+                                           attempts: r.attempt))
+                return
+            }
             lossesWithoutProgress += 1
             if lossesWithoutProgress > options.reconnectAttempts || !Self.isRetryable(error) {
                 reconnect = nil
+                report(.unavailable, reason: error)
                 failContext(lostAudioError(error, attempts: r.attempt))
             } else {
                 scheduleReconnect(attempt: lossesWithoutProgress, cause: error)
@@ -521,7 +585,10 @@ final class ClientWorker: @unchecked Sendable {
     // MARK: - Suspend / resume
 
     private func handleSuspend() {
+        // Whatever the suspend interrupted has given up by now; later work may block again.
+        cancellation.reset()
         suspended = true
+        report(.suspended)
         deferredStart = false
         if contextOpen && !stopSent { sendStop() }
         if case .microphone = options.audio {
@@ -540,7 +607,8 @@ final class ClientWorker: @unchecked Sendable {
         do throws(SpeechClientError) {
             try prepare(client: client)
         } catch {
-            client?.emit(.error(error))
+            // A suspend right after the resume interrupted it: nothing to report.
+            if !cancellation.isCancelled { client?.emit(.error(error)) }
         }
     }
 }

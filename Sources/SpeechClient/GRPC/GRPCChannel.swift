@@ -93,7 +93,7 @@ public final class GRPCChannel: GRPCCalling, Sendable {
     /// `.tls`, `.parse` (malformed response). A stream the server refused unprocessed
     /// (REFUSED_STREAM, for example after GOAWAY) is retried once on a new connection.
     public func unary(path: String, metadata: [(String, String)], request: [UInt8],
-                      timeoutMilliseconds: Int?) throws(SpeechClientError) -> [UInt8] {
+                      timeoutMilliseconds: Int?, cancellation: Cancellation? = nil) throws(SpeechClientError) -> [UInt8] {
         let deadline = timeoutMilliseconds.map { Clock.monotonicNanos() + UInt64(max($0, 0)) * 1_000_000 }
         var attempt = 0
         while true {
@@ -107,7 +107,7 @@ public final class GRPCChannel: GRPCCalling, Sendable {
             let result = OneShot<Result<([UInt8]?, Int), SpeechClientError>>()
             let collected = Locked<([UInt8]?, Int)>((nil, 0))
             let call = try open(path: path, metadata: metadata, initialBody: MessageDeframer.frame(request),
-                                endOfBody: true, timeoutMilliseconds: remaining) { event in
+                                endOfBody: true, timeoutMilliseconds: remaining, cancellation: cancellation) { event in
                 switch event {
                 case .message(let bytes):
                     collected.withLock { c in
@@ -118,7 +118,20 @@ public final class GRPCChannel: GRPCCalling, Sendable {
                     if let error { result.set(.failure(error)) } else { result.set(.success(collected.withLock { $0 })) }
                 }
             }
-            switch result.wait() {
+            // Cancelled while waiting for the answer: give up now and reset the stream.
+            var cancelled = false
+            let registration = cancellation?.onCancel { result.set(.failure(Cancellation.error)) }
+            if cancellation != nil && registration == nil {
+                result.set(.failure(Cancellation.error))
+            }
+            let outcome = result.wait()
+            cancellation?.remove(registration)
+            if cancellation?.isCancelled == true { cancelled = true }
+            if cancelled {
+                call.cancel()
+                throw Cancellation.error
+            }
+            switch outcome {
             case .success(let (first, count)):
                 guard count == 1, let first else {
                     throw SpeechClientError(.parse, "\(path): a unary call got \(count) response messages instead of one",
@@ -137,13 +150,15 @@ public final class GRPCChannel: GRPCCalling, Sendable {
     /// HEADERS submitted) or throws the connect/TLS error, in which case `handler` is never
     /// called. Events arrive on the loop thread, in order, ending with exactly one `.closed`;
     /// none arrive after `cancel()` returns.
-    public func openStreamingCall(path: String, metadata: [(String, String)],
+    public func openStreamingCall(path: String, metadata: [(String, String)], cancellation: Cancellation? = nil,
                                   handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> any GRPCStreamingCall {
-        try open(path: path, metadata: metadata, initialBody: [], endOfBody: false, timeoutMilliseconds: nil, handler: handler)
+        try open(path: path, metadata: metadata, initialBody: [], endOfBody: false, timeoutMilliseconds: nil,
+                 cancellation: cancellation, handler: handler)
     }
 
     private func open(path: String, metadata: [(String, String)], initialBody: [UInt8], endOfBody: Bool,
-                      timeoutMilliseconds: Int?, handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> GRPCCall {
+                      timeoutMilliseconds: Int?, cancellation: Cancellation?,
+                      handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> GRPCCall {
         let loop = try EventLoop.shared()
         if loop.isInLoop {
             throw SpeechClientError(.invalidState, "a gRPC call cannot be started from the event-loop thread (inside a call's handler)")
@@ -151,7 +166,9 @@ public final class GRPCChannel: GRPCCalling, Sendable {
         let headers = try requestHeaders(path: path, metadata: metadata, timeoutMilliseconds: timeoutMilliseconds)
         var lastError: SpeechClientError?
         for _ in 0..<2 {
-            let connection = try pool.connection(loop: loop, timeoutMilliseconds: connectTimeoutMilliseconds)
+            try cancellation?.check()
+            let connection = try pool.connection(loop: loop, timeoutMilliseconds: connectTimeoutMilliseconds,
+                                                 cancellation: cancellation)
             let call = GRPCCall(path: path, loop: loop, peer: connection.peer,
                                 maxReceiveMessageBytes: configuration.maxReceiveMessageBytes,
                                 maxQueuedSendBytes: configuration.maxQueuedSendBytes, handler: handler)

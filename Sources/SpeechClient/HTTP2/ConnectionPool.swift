@@ -35,7 +35,10 @@ final class ConnectionPool: @unchecked Sendable {
     private init(_ key: Key) { self.key = key }
 
     /// A usable connection, opening one (on this thread, within the timeout) when needed.
-    func connection(loop: EventLoop, timeoutMilliseconds: Int) throws(SpeechClientError) -> HTTP2Connection {
+    /// Waiting for another caller's attempt, and this caller's own connect, end early (with
+    /// `Cancellation.error`) when `cancellation` is cancelled; a cancelled attempt is not
+    /// reported to the other waiters as a failure: one of them connects afresh.
+    func connection(loop: EventLoop, timeoutMilliseconds: Int, cancellation: Cancellation? = nil) throws(SpeechClientError) -> HTTP2Connection {
         let deadline = Clock.monotonicNanos() + UInt64(max(timeoutMilliseconds, 1)) * 1_000_000
         enum Next { case use(HTTP2Connection), connect(UInt64) }
         let next = try lock.withLock { () throws(SpeechClientError) -> Next in
@@ -49,9 +52,13 @@ final class ConnectionPool: @unchecked Sendable {
                     return .connect(attempt)
                 }
                 waitedFor = attempt
-                if !lock.wait(untilMonotonicNanos: deadline) {
+                try cancellation?.check()
+                let now = Clock.monotonicNanos()
+                if now >= deadline {
                     throw SpeechClientError(.timeout, "cannot connect to \(key.host):\(key.port): no connection within the connect timeout")
                 }
+                // In slices, so that a cancellation is seen within 50 ms.
+                _ = lock.wait(untilMonotonicNanos: min(deadline, now + 50_000_000))
             }
         }
         let myAttempt: UInt64
@@ -61,7 +68,7 @@ final class ConnectionPool: @unchecked Sendable {
         }
         do throws(SpeechClientError) {
             let io = try Connector.open(host: key.host, port: key.port, useTLS: key.useTLS, tls: key.tls,
-                                        timeoutMilliseconds: timeoutMilliseconds)
+                                        timeoutMilliseconds: timeoutMilliseconds, cancellation: cancellation)
             let connection = HTTP2Connection(io: io, loop: loop, peer: "\(key.host):\(key.port)", settings: key.settings)
             let startError = loop.executeAndWait { () -> SpeechClientError? in
                 do throws(SpeechClientError) { try connection.start(); return nil } catch { return error }
@@ -74,8 +81,9 @@ final class ConnectionPool: @unchecked Sendable {
             lock.broadcast()
             return connection
         } catch {
+            let cancelled = cancellation?.isCancelled == true
             lock.withLock {
-                lastFailure = (myAttempt, error)
+                if !cancelled { lastFailure = (myAttempt, error) }
                 connecting = false
             }
             lock.broadcast()

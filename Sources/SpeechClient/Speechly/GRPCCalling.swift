@@ -1,7 +1,11 @@
 /// What the Speechly layer needs from gRPC; `GRPCChannel` provides it, unit tests fake it.
 public protocol GRPCCalling: Sendable {
-    func unary(path: String, metadata: [(String, String)], request: [UInt8], timeoutMilliseconds: Int?) throws(SpeechClientError) -> [UInt8]
-    func openStreamingCall(path: String, metadata: [(String, String)], handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> any GRPCStreamingCall
+    /// `cancellation` (when given) makes the blocking parts (connect, TLS, waiting for the
+    /// answer) throw `Cancellation.error` as soon as it is cancelled.
+    func unary(path: String, metadata: [(String, String)], request: [UInt8], timeoutMilliseconds: Int?,
+               cancellation: Cancellation?) throws(SpeechClientError) -> [UInt8]
+    func openStreamingCall(path: String, metadata: [(String, String)], cancellation: Cancellation?,
+                           handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> any GRPCStreamingCall
 }
 
 public enum GRPCStatusCode {

@@ -33,7 +33,7 @@ public final class IdentityClient: @unchecked Sendable {
 
     /// A token good for at least the refresh margin. `fresh` skips the cache (after a rejection).
     /// Returns the token and, if caching failed, a warning to log.
-    public func token(fresh: Bool = false) throws(SpeechClientError) -> (token: String, warning: String?) {
+    public func token(fresh: Bool = false, cancellation: Cancellation? = nil) throws(SpeechClientError) -> (token: String, warning: String?) {
         if !fresh, let cached = cache.load(scope: cacheScope, deviceId: deviceId),
            let claims = try? JWTClaims.decode(cached), claims.expiresAt - now() > refreshMarginSeconds {
             return (cached, nil)
@@ -43,7 +43,7 @@ public final class IdentityClient: @unchecked Sendable {
         do throws(SpeechClientError) {
             let bytes = try channel.unary(path: Self.loginPath, metadata: [],
                                           request: LoginRequest(deviceId: deviceId, scope: scope).encoded(),
-                                          timeoutMilliseconds: timeoutMilliseconds)
+                                          timeoutMilliseconds: timeoutMilliseconds, cancellation: cancellation)
             response = try LoginResponse.decode(bytes[...])
         } catch {
             if error.code == .api, error.grpcStatus != nil {

@@ -3,8 +3,9 @@
 public protocol RecognitionService: Sendable {
     /// Connects (and logs in) as needed and opens one `SLU/Stream`; blocks the calling (client
     /// worker) thread for at most the connect timeout. `handler` receives the stream's events
-    /// on any thread, in order, ending with exactly one `.closed`.
-    func openStream(config: SLUConfig, handler: @escaping @Sendable (StreamEvent) -> Void)
+    /// on any thread, in order, ending with exactly one `.closed`. A cancelled `cancellation`
+    /// ends the connect or login early with `Cancellation.error`.
+    func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void)
         throws(SpeechClientError) -> any RecognitionStream
 }
 

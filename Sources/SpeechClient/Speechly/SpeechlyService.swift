@@ -15,12 +15,13 @@ public final class SpeechlyService: RecognitionService, @unchecked Sendable {
         self.log = log
     }
 
-    public func openStream(config: SLUConfig, handler: @escaping @Sendable (StreamEvent) -> Void)
+    public func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void)
         throws(SpeechClientError) -> any RecognitionStream {
-        let (token, warning) = try identity.token()
+        let (token, warning) = try identity.token(cancellation: cancellation)
         if let warning { log(.warning, warning) }
         let relay = StreamRelay(handler: handler, identity: identity)
-        let call = try channel.openStreamingCall(path: Self.streamPath, metadata: [("authorization", "Bearer " + token)]) {
+        let call = try channel.openStreamingCall(path: Self.streamPath, metadata: [("authorization", "Bearer " + token)],
+                                               cancellation: cancellation) {
             relay.deliver($0)
         }
         relay.attach(call)

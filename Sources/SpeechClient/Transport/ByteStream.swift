@@ -68,14 +68,15 @@ final class PlainStream: ByteStream {
 /// then handed to the event loop, which owns it from there on.
 enum Connector {
     static func open(host: String, port: UInt16, useTLS: Bool, tls: TLSSettings,
-                     timeoutMilliseconds: Int) throws(SpeechClientError) -> any ByteStream {
+                     timeoutMilliseconds: Int, cancellation: Cancellation? = nil) throws(SpeechClientError) -> any ByteStream {
         let deadline = Clock.monotonicNanos() + UInt64(max(timeoutMilliseconds, 1)) * 1_000_000
-        let socket = try TCPSocket.connect(host: host, port: port, timeoutMilliseconds: timeoutMilliseconds)
+        let socket = try TCPSocket.connect(host: host, port: port, timeoutMilliseconds: timeoutMilliseconds,
+                                           cancellation: cancellation)
         let peer = "\(host):\(port)"
         guard useTLS else { return PlainStream(socket: socket, peer: peer) }
         let context = try TLSContext.shared(for: tls)
         let stream = try TLSStream(socket: socket, context: context, host: host, port: port, insecure: tls.insecure)
-        try stream.handshake(deadline: deadline)
+        try stream.handshake(deadline: deadline, cancellation: cancellation)
         return stream
     }
 }

@@ -17,7 +17,10 @@ public final class TCPSocket: @unchecked Sendable {
 
     /// Resolves host (IPv4 and IPv6) and tries each address in turn until one connects within
     /// what is left of `timeoutMilliseconds`. Errors name the host and the reason.
-    public static func connect(host: String, port: UInt16, timeoutMilliseconds: Int) throws(SpeechClientError) -> TCPSocket {
+    /// A cancelled `cancellation` ends the wait within 50 ms (name resolution itself cannot be
+    /// interrupted).
+    public static func connect(host: String, port: UInt16, timeoutMilliseconds: Int,
+                               cancellation: Cancellation? = nil) throws(SpeechClientError) -> TCPSocket {
         let deadline = Clock.monotonicNanos() + UInt64(max(timeoutMilliseconds, 1)) * 1_000_000
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
@@ -35,16 +38,18 @@ public final class TCPSocket: @unchecked Sendable {
         while let ai = entry {
             entry = ai.pointee.ai_next
             do throws(SpeechClientError) {
-                return try connectOne(ai.pointee, host: host, port: port, deadline: deadline)
+                try cancellation?.check()
+                return try connectOne(ai.pointee, host: host, port: port, deadline: deadline, cancellation: cancellation)
             } catch {
                 lastError = error
-                if error.code == .timeout { break }
+                if error.code == .timeout || cancellation?.isCancelled == true { break }
             }
         }
         throw lastError
     }
 
-    private static func connectOne(_ ai: addrinfo, host: String, port: UInt16, deadline: UInt64) throws(SpeechClientError) -> TCPSocket {
+    private static func connectOne(_ ai: addrinfo, host: String, port: UInt16, deadline: UInt64,
+                                   cancellation: Cancellation?) throws(SpeechClientError) -> TCPSocket {
         let fd = socket(ai.ai_family, ai.ai_socktype | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), ai.ai_protocol)
         guard fd >= 0 else { throw SpeechClientError.errno(.network, "socket", errno, context: "\(host):\(port)") }
         let sock = TCPSocket(fd: fd)
@@ -59,8 +64,9 @@ public final class TCPSocket: @unchecked Sendable {
             guard now < deadline else {
                 throw SpeechClientError(.timeout, "cannot connect to \(host):\(port): no answer within the connect timeout")
             }
+            try cancellation?.check()
             var pfd = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            let wait = Int32(min((deadline - now) / 1_000_000 + 1, UInt64(Int32.max)))
+            let wait = Int32(min((deadline - now) / 1_000_000 + 1, 50))
             let n = poll(&pfd, 1, wait)
             if n < 0 {
                 if errno == EINTR { continue }

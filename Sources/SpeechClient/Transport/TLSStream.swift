@@ -70,7 +70,7 @@ final class TLSStream: ByteStream {
 
     /// Runs the handshake to the end, waiting with poll until `deadline` (monotonic ns); then
     /// checks that the server chose HTTP/2 through ALPN.
-    func handshake(deadline: UInt64) throws(SpeechClientError) {
+    func handshake(deadline: UInt64, cancellation: Cancellation? = nil) throws(SpeechClientError) {
         ERR_clear_error()
         while true {
             let rc = SSL_connect(ssl)
@@ -88,8 +88,10 @@ final class TLSStream: ByteStream {
                 guard now < deadline else {
                     throw SpeechClientError(.timeout, "TLS handshake with \(peer) did not finish within the connect timeout")
                 }
+                try cancellation?.check()
                 var pfd = pollfd(fd: socket.fd, events: events, revents: 0)
-                let n = poll(&pfd, 1, Int32(min((deadline - now) / 1_000_000 + 1, 60_000)))
+                // In 50 ms slices, so that a cancellation is seen promptly.
+                let n = poll(&pfd, 1, Int32(min((deadline - now) / 1_000_000 + 1, 50)))
                 if n > 0 { break }
                 if n < 0 && errno != EINTR {
                     throw SpeechClientError.errno(.network, "poll", errno, context: "TLS handshake with \(peer)")

@@ -1,4 +1,7 @@
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 @testable import SpeechClient
 
@@ -6,6 +9,8 @@ import Testing
 final class EventLog: @unchecked Sendable {
     let events = Locked<[String]>([])
     let onCallbackThread = Atomic<Bool>(true)
+    let recordStates: Bool
+    init(recordStates: Bool = false) { self.recordStates = recordStates }
 
     func handler(_ client: Client, _ event: ClientEvent) {
         if !client.isOnCallbackThread { onCallbackThread.store(false, ordering: .relaxed) }
@@ -16,6 +21,9 @@ final class EventLog: @unchecked Sendable {
         case .error(let e): line = "error \(e.code)"
         case .segment(let s): line = "segment \(s.isFinal ? "final" : "tentative") \(s.transcript)"
         case .log: return
+        case .connection(let state, let attempt, _, _):
+            guard recordStates else { return }
+            line = "state \(state)" + (attempt > 0 ? " \(attempt)" : "")
         }
         events.withLock { $0.append(line) }
     }
@@ -101,6 +109,57 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         #expect(client.currentState == .idle)
     }
 
+    @Test func queuedStartRunsAfterAContextThatFailed() throws {
+        // start, stop, start: the first context fails (connect refused after 200 ms); the start
+        // queued behind its stop still happens, and fails the same way.
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failConnect: SpeechClientError(.network, "refused"),
+                                                   openDelayMilliseconds: 200))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        try client.stop()
+        try client.start()
+        #expect(client.currentState == .stopping)
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(log.lines == ["error network", "stop ", "error network", "stop "])
+        #expect(client.currentState == .idle)
+    }
+
+    @Test func suspendInterruptsAHangingLoginAtOnce() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(hangOpen: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        usleepMs(50)
+        let t0 = Clock.monotonicNanos()
+        try client.suspend()
+        #expect(try client.waitIdle(timeoutMilliseconds: 2000))
+        #expect(Clock.monotonicNanos() - t0 < 1_000_000_000)
+        // No error: the application asked for it. The context ends with its stop.
+        #expect(log.lines == ["stop "])
+        #expect(client.currentState == .suspended)
+        // The cancellation does not outlive the suspend: after resume a start blocks again
+        // (and a free interrupts that one).
+        try client.resume()
+        try client.start()
+        usleepMs(50)
+        #expect(client.currentState == .starting)
+    }
+
+    @Test func freeInterruptsAHangingLoginAtOnce() throws {
+        let log = EventLog()
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(.init(hangOpen: true)),
+                                handler: log.handler)
+        try client.start()
+        usleepMs(50)
+        let t0 = Clock.monotonicNanos()
+        try client.close()
+        #expect(Clock.monotonicNanos() - t0 < 1_000_000_000)
+        #expect(!log.lines.contains { $0.hasPrefix("error") })
+    }
+
     @Test func streamLossMidContextEndsTheContextWithAnError() throws {
         let log = EventLog()
         let service = FakeRecognitionService(.init(failAfterChunks: (2, SpeechClientError(.network, "reset"))))
@@ -149,6 +208,80 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         try? client.pushEnd()
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))
         #expect(log.lines.suffix(2) == ["error network", "stop ctx-1"])
+    }
+
+    @Test func connectionStatesAreReportedInOrderWithTheOtherEvents() throws {
+        let log = EventLog(recordStates: true)
+        let service = FakeRecognitionService(.init(failAfterChunks: (2, SpeechClientError(.network, "reset")), failFirstStreamOnly: true))
+        var o = try pushOptions()
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let samples = [Int16](repeating: 7, count: 1600)
+        for _ in 0..<4 { samples.withUnsafeBufferPointer { try? client.pushAudio($0) }; usleepMs(20) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        try client.suspend()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let states = log.lines.filter { $0.hasPrefix("state") || $0.hasPrefix("start") || $0.hasPrefix("stop") }
+        #expect(states == ["state connecting", "state ready", "start ctx-1", "state reconnecting 1", "state ready", "stop ctx-1", "state suspended"])
+    }
+
+    @Test func applicationDeliveryRunsCallbacksInsideDispatch() throws {
+        let log = EventLog()
+        var o = try pushOptions()
+        o.delivery = .application
+        let client = try Client(options: o, service: FakeRecognitionService(), handler: log.handler)
+        #expect(client.eventFD >= 0)
+        try client.start()
+        let samples = [Int16](repeating: 7, count: 1600)
+        for _ in 0..<3 { samples.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try client.pushEnd()
+        // Idle does not wait for callbacks in this mode: nothing has run yet.
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(log.lines.isEmpty)
+        var pfd = pollfd(fd: client.eventFD, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&pfd, 1, 1000) == 1)
+        // One at a time: connection states (not logged here) come first, then the start.
+        var ran = 0
+        while log.lines.isEmpty && ran < 10 { ran += try client.dispatch(maxEvents: 1) }
+        #expect(log.lines == ["start ctx-1"])
+        let rest = try client.dispatch(maxEvents: 0)
+        #expect(rest >= 2)
+        #expect(log.lines.last == "stop ctx-1")
+        #expect(log.lines.contains("segment final w1 w2 w3"))
+        // Nothing pending: the fd is no longer readable.
+        pfd.revents = 0
+        #expect(poll(&pfd, 1, 0) == 0)
+        try client.close()
+    }
+
+    @Test func applicationDeliveryFreeRunsPendingCallbacksAndRefusesFromInside() throws {
+        let refused = Atomic<Bool>(false)
+        let log = EventLog()
+        var o = try pushOptions()
+        o.delivery = .application
+        let client = try Client(options: o, service: FakeRecognitionService(), handler: { c, e in
+            if case .start = e {
+                do throws(SpeechClientError) { try c.close() } catch { refused.store(error.code == .invalidState, ordering: .relaxed) }
+            }
+            log.handler(c, e)
+        })
+        try client.start()
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        var ran = 0
+        while log.lines.isEmpty && ran < 10 { ran += try client.dispatch(maxEvents: 1) }
+        let wasRefused = refused.load(ordering: .relaxed)
+        #expect(wasRefused)
+        try client.close()   // the stop still pending runs here, on this thread
+        #expect(log.lines.first == "start ctx-1")
+        #expect(log.lines.last == "stop ctx-1")
+        let threadMode = try Client(options: try pushOptions(), service: FakeRecognitionService(), handler: nil)
+        #expect(throws: SpeechClientError.self) { _ = try threadMode.dispatch(maxEvents: 0) }
+        #expect(threadMode.eventFD == -1)
+        try threadMode.close()
     }
 
     @Test func realNetworkServiceReportsUnreachableServer() throws {

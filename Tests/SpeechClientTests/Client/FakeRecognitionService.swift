@@ -15,6 +15,11 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var rejectStreams = 0
         /// Only the first stream fails (`failAfterChunks`); later ones work.
         var failFirstStreamOnly = false
+        /// Opening a stream hangs (like a login to a server that never answers) until the
+        /// cancellation fires, or fails with a timeout after 10 s.
+        var hangOpen = false
+        /// Opening a stream takes this long (ms) before it succeeds or fails.
+        var openDelayMilliseconds = 0
     }
 
     let behaviour: Behaviour
@@ -24,8 +29,18 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
 
     init(_ behaviour: Behaviour = Behaviour()) { self.behaviour = behaviour }
 
-    func openStream(config: SLUConfig, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) -> any RecognitionStream {
+    func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) -> any RecognitionStream {
+        if behaviour.openDelayMilliseconds > 0 { usleep(UInt32(behaviour.openDelayMilliseconds) * 1000) }
         if let error = behaviour.failConnect { throw error }
+        if behaviour.hangOpen {
+            let end = Clock.monotonicNanos() + 10_000_000_000
+            while Clock.monotonicNanos() < end {
+                try cancellation?.check()
+                var ts = timespec(tv_sec: 0, tv_nsec: 5_000_000)
+                nanosleep(&ts, nil)
+            }
+            throw SpeechClientError(.timeout, "the fake login did not finish within its 10 s deadline")
+        }
         let n = streamsOpened.add(1, ordering: .relaxed).newValue
         return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams,
                           mayFail: n == 1 || !behaviour.failFirstStreamOnly, name: "s\(n)")

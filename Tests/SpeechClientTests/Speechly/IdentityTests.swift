@@ -24,7 +24,8 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
     let reject: SpeechClientError?
     init(validity: Int64 = 3600, reject: SpeechClientError? = nil) { self.validity = validity; self.reject = reject }
 
-    func unary(path: String, metadata: [(String, String)], request: [UInt8], timeoutMilliseconds: Int?) throws(SpeechClientError) -> [UInt8] {
+    func unary(path: String, metadata: [(String, String)], request: [UInt8], timeoutMilliseconds: Int?,
+               cancellation: Cancellation?) throws(SpeechClientError) -> [UInt8] {
         #expect(path == IdentityClient.loginPath)
         logins.add(1, ordering: .relaxed)
         if let reject { throw reject }
@@ -34,7 +35,7 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
         return w.bytes
     }
 
-    func openStreamingCall(path: String, metadata: [(String, String)], handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> any GRPCStreamingCall {
+    func openStreamingCall(path: String, metadata: [(String, String)], cancellation: Cancellation?, handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> any GRPCStreamingCall {
         throw SpeechClientError(.internal, "not used")
     }
 }
