@@ -158,8 +158,11 @@ SPC_API spc_status spc_error_code(const spc_error *error);
 ** never NULL ("" for a NULL error). */
 SPC_API const char *spc_error_message(const spc_error *error);
 
-/* The gRPC status code the server reported (0-16), or -1 when the failure was not a gRPC
-** status (and for a NULL error). */
+/* The gRPC status code of the failed call (0-16): the one the server reported, or, as in other
+** gRPC libraries, the one the client side assigns to a call that failed without a server status
+** (4 DEADLINE_EXCEEDED for a call's own deadline, 14 UNAVAILABLE for a lost or refused
+** connection, 13 INTERNAL for a malformed response). -1 when the failure did not concern a gRPC
+** call (audio, arguments, states), and for a NULL error. */
 SPC_API int32_t spc_error_grpc_status(const spc_error *error);
 
 /* A copy the caller owns, to keep an error past its callback; NULL for NULL or when out of
@@ -291,19 +294,20 @@ SPC_API void spc_options_free(spc_options *options);
 
 /* The server: "grpc+tls://host[:port]" (TLS, default port 443) or "grpc://host[:port]"
 ** (plaintext HTTP/2, default port 80); "https://" and "http://" are accepted as synonyms. IPv6
-** hosts in brackets ("grpc://[::1]:50051"). No path, user or query. Required before
+** hosts in brackets ("grpc://[::1]:50051"). No path, user or query (one trailing "/" is
+** ignored). Required before
 ** spc_client_new(). */
 SPC_API spc_status spc_options_set_server_url(spc_options *options, const char *url);
 
 /* A separate server for login, same syntax; NULL (the default) means the server URL. */
 SPC_API spc_status spc_options_set_identity_url(spc_options *options, const char *url);
 
-/* The application id; logs in with application scope. One of app id or project id is
-** required. With a project id set as well, the login uses the project and the app id is sent
-** with each start. NULL clears it. */
+/* The application id. Required: spc_client_new() fails without it. Without a project id the
+** login has application scope; with one, the login has project scope and the app id is sent with
+** each start (a project-scoped token must name the app). NULL clears it. */
 SPC_API spc_status spc_options_set_app_id(spc_options *options, const char *app_id);
 
-/* The project id; logs in with project scope. NULL clears it. */
+/* The project id: log in with project scope (the app id is still required). NULL clears it. */
 SPC_API spc_status spc_options_set_project_id(spc_options *options, const char *project_id);
 
 /* The BCP-47 language of the speech. Default "en-US". */
@@ -324,7 +328,7 @@ SPC_API spc_status spc_options_set_cache_dir(spc_options *options, const char *p
 SPC_API spc_status spc_options_set_ca_file(spc_options *options, const char *path);
 
 /* Non-zero turns certificate and hostname verification OFF (development only; logged as a
-** warning on every connection). Default 0. */
+** warning when the client is created). Default 0. */
 SPC_API spc_status spc_options_set_insecure_tls(spc_options *options, int insecure);
 
 /* Audio from an ALSA capture device, by name; NULL means "default". This is the default
@@ -406,7 +410,7 @@ SPC_API spc_status spc_options_set_delivery(spc_options *options, spc_delivery d
 ** frees with spc_error_free(); otherwise it is set to NULL.
 **
 ** Returns SPC_ERROR_INVALID_ARGUMENT for NULL options or out_client, a missing server URL or
-** app/project id; SPC_ERROR_AUDIO for an unreadable WAV file; with prepare-on-init, also the
+** app id; SPC_ERROR_AUDIO for an unreadable WAV file; with prepare-on-init, also the
 ** network, TLS, timeout, auth and audio errors of preparing. */
 SPC_API spc_status spc_client_new(const spc_options *options, spc_client **out_client,
                                   spc_error **out_error);
@@ -470,7 +474,7 @@ SPC_API int spc_client_event_fd(const spc_client *client);
 
 /* With SPC_DELIVERY_APPLICATION: runs pending callbacks on the calling thread, in order, at most
 ** max_events of them (0: all that are pending), and stores how many ran in *out_count (may be
-** NULL). Never blocks waiting for events; concurrent calls run one after the other. Callbacks may
+** NULL); an event whose callback is not set counts as run (it is consumed). Never blocks waiting for events; concurrent calls run one after the other. Callbacks may
 ** call the client's functions, except spc_client_free() and spc_client_wait_idle(), which return
 ** SPC_ERROR_INVALID_STATE there. In thread delivery mode: SPC_ERROR_INVALID_STATE.
 **

@@ -466,14 +466,19 @@ static void test_client_new_failures(void) {
     CHECK_STATUS(spc_options_set_app_id(o, NULL), SPC_OK);
     CHECK_STATUS(spc_client_new(o, &c, &e), SPC_ERROR_INVALID_ARGUMENT);
     spc_error_free(e);
-    /* A project id alone is enough. */
+    /* A project id alone is not enough: each start of a project-scoped login names the app. */
     CHECK_STATUS(spc_options_set_project_id(o, "c-suite-project"), SPC_OK);
     CHECK_STATUS(spc_options_set_audio_push(o, 16000, 1), SPC_OK);
+    CHECK_STATUS(spc_client_new(o, &c, &e), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(c == NULL);
+    CHECK(e != NULL && strstr(spc_error_message(e), "app id") != NULL);
+    spc_error_free(e);
+    /* Both: project-scoped login, the app named in each start. */
+    CHECK_STATUS(spc_options_set_app_id(o, "c-suite"), SPC_OK);
     CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
     CHECK(c != NULL);
     CHECK_STATUS(spc_client_free(c), SPC_OK);
     CHECK_STATUS(spc_options_set_project_id(o, NULL), SPC_OK);
-    CHECK_STATUS(spc_options_set_app_id(o, "c-suite"), SPC_OK);
     /* A missing WAV file names its path. */
     CHECK_STATUS(spc_options_set_audio_file(o, "/nonexistent/speech.wav"), SPC_OK);
     c = (spc_client *)&c;

@@ -65,6 +65,13 @@ def test_intents_and_entities_for_commands(server, speech, tmp_path):
     assert [(e["type"], e["value"], e["start"], e["end"]) for e in finals[-1]["entities"]] == [("minutes", "five", 4, 5)]
 
 
+def test_project_scoped_login_names_the_app_in_each_start(server, speech, tmp_path):
+    out = demo(server.url, speech("turn on the kitchen lights"), tmp_path, "--project-id", "e2e-project")
+    assert out.returncode == 0, out.stderr
+    _, finals = final_segments(out.stdout)
+    assert " ".join(f["transcript"] for f in finals) == "turn on the kitchen lights"
+
+
 def test_two_phrases_make_two_segments(server, speech, tmp_path):
     a, b = speech("turn on the kitchen lights"), speech("stop the music")
     both = tmp_path / "both.wav"

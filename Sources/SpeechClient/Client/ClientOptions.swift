@@ -163,8 +163,10 @@ public struct ClientOptions: Sendable {
         guard server != nil else {
             throw SpeechClientError(.invalidArgument, "no server URL: call spc_options_set_server_url()")
         }
-        guard appId != nil || projectId != nil else {
-            throw SpeechClientError(.invalidArgument, "neither an app id nor a project id is set")
+        guard appId != nil else {
+            throw SpeechClientError(.invalidArgument, projectId == nil
+                ? "no app id: call spc_options_set_app_id()"
+                : "a project id needs an app id as well: each start of a project-scoped login names the app (spc_options_set_app_id())")
         }
     }
 

@@ -138,9 +138,13 @@ public final class GRPCChannel: GRPCCalling, Sendable {
                                             grpcStatus: GRPCStatus.internal)
                 }
                 return first
-            case .failure(let error):
+            case .failure(var error):
                 // wasRefused was written on the loop before the result was set (ordered by its lock).
                 if attempt == 1 && call.wasRefused { continue }
+                if let ms = timeoutMilliseconds, error.code == .timeout, error.grpcStatus == GRPCStatus.deadlineExceeded {
+                    // The call's own deadline: name the one the caller set, not what was left of it.
+                    error.message = "\(path) to \(server) did not finish within its \(ms) ms deadline"
+                }
                 throw error
             }
         }

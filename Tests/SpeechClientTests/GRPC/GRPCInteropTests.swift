@@ -70,7 +70,8 @@ private func channel(_ peer: PeerProcess, host: String = "127.0.0.1",
             _ = try ch.unary(path: "/test.Echo/Sleep", metadata: [], request: Array("2000".utf8), timeoutMilliseconds: 200)
         } throws: { error in
             let e = error as? SpeechClientError
-            return e?.code == .timeout && e?.grpcStatus == 4
+            // The message names the deadline the caller set.
+            return e?.code == .timeout && e?.grpcStatus == 4 && e?.message.contains("200 ms") == true
         }
         let elapsed = (Clock.monotonicNanos() - start) / 1_000_000
         #expect(elapsed < 1500)
