@@ -111,6 +111,9 @@ public final class Client: @unchecked Sendable {
         worker.client = self
         logRelay.client = self
         if let warning = identity.warning { log(.warning, warning) }
+        if let dir = options.cacheDir ?? DeviceIdentity.defaultCacheDirectory(), let why = Files.unsafeDirectoryReason(dir) {
+            log(.warning, "login tokens are not cached on disk: \(why)")
+        }
         if let server = options.server, !server.useTLS, !server.isLoopback {
             log(.warning, "plaintext connection to non-loopback host \(server.host): audio and tokens are not encrypted")
         }

@@ -13,12 +13,17 @@ enum DeviceIdentity {
         guard let dir = options.cacheDir ?? defaultCacheDirectory() else {
             return (SystemRandom.uuid(), "no cache directory (HOME unset): the device id will change on every run")
         }
+        if let why = Files.unsafeDirectoryReason(dir) {
+            return (SystemRandom.uuid(), "the device id is not kept (it will change on every run): \(why)")
+        }
         let path = dir + "/device-id"
-        if let bytes = Files.read(path, limit: 64) {
+        let (bytes, refused) = Files.readPrivate(path, limit: 64)
+        if let bytes {
             let text = String(decoding: bytes, as: UTF8.self).filter { !$0.isWhitespace }
             if SystemRandom.isUUID(text) { return (text.lowercased(), nil) }
         }
         let id = SystemRandom.uuid()
+        if let refused { return (id, "the device id file was not used and is not replaced: \(refused)") }
         do throws(SpeechClientError) {
             try Files.makeDirectories(dir, mode: 0o700)
             try Files.writeAtomically(path, Array((id + "\n").utf8), mode: 0o600)

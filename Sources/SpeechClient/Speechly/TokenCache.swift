@@ -4,14 +4,25 @@ import Glibc
 
 /// Login tokens kept on disk between runs (the iOS client's cache never hit because it keyed
 /// tokens by a per-process hash: here the key is the scope id and the device id). The directory
-/// is 0700 and each file 0600; a file owned by another user is ignored. Without a directory the
-/// cache lives in memory only.
+/// is 0700 and each file 0600; a file owned by another user, readable by others or a symbolic
+/// link is ignored, and a directory others may write to (or owned by another user) is not used.
+/// Without a usable directory the cache lives in memory only.
 public final class TokenCache: @unchecked Sendable {
     public let directory: String?
+    /// Why the directory is not used, when it is not (for a warning).
+    public let refusal: String?
     private let lock = ConditionLock()
     private var memory: [String: String] = [:]
 
-    public init(directory: String?) { self.directory = directory }
+    public init(directory: String?) {
+        if let directory, let why = Files.unsafeDirectoryReason(directory) {
+            self.directory = nil
+            refusal = "token cache not kept on disk: \(why)"
+        } else {
+            self.directory = directory
+            refusal = nil
+        }
+    }
 
     /// The file name for a key: hex of the key's bytes, so no id can escape the directory.
     static func fileName(scope: String, deviceId: String) -> String {
@@ -27,10 +38,7 @@ public final class TokenCache: @unchecked Sendable {
         let name = Self.fileName(scope: scope, deviceId: deviceId)
         if let t = lock.withLock({ memory[name] }) { return t }
         guard let directory else { return nil }
-        let path = directory + "/" + name
-        var st = stat()
-        guard stat(path, &st) == 0, st.st_uid == getuid(), st.st_mode & 0o077 == 0 else { return nil }
-        guard let bytes = Files.read(path, limit: 64 * 1024) else { return nil }
+        guard let bytes = Files.readPrivate(directory + "/" + name, limit: 64 * 1024).bytes else { return nil }
         let token = String(decoding: bytes, as: UTF8.self).filter { !$0.isWhitespace }
         if token.isEmpty { return nil }
         lock.withLock { memory[name] = token }

@@ -117,4 +117,35 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
         chmod(dir + "/" + TokenCache.fileName(scope: "s", deviceId: "d"), 0o644)
         #expect(TokenCache(directory: dir).load(scope: "s", deviceId: "d") == nil)
     }
+
+    @Test func cacheFileOwnedByAnotherUserOrALinkIsIgnored() throws {
+        let dir = temporaryDirectory()
+        TokenCache(directory: dir).store("tok", scope: "s", deviceId: "d")
+        let file = dir + "/" + TokenCache.fileName(scope: "s", deviceId: "d")
+        // Another owner (the tests run as root in CI; as another user chown fails and the
+        // check is skipped).
+        if chown(file, 4242, 4242) == 0 {
+            #expect(TokenCache(directory: dir).load(scope: "s", deviceId: "d") == nil)
+            #expect(Files.readPrivate(file, limit: 100).refused?.contains("another user") == true)
+        }
+        // A symbolic link to a private file of ours is not followed.
+        let other = temporaryDirectory()
+        TokenCache(directory: other).store("secret", scope: "s", deviceId: "d")
+        unlink(file)
+        #expect(symlink(other + "/" + TokenCache.fileName(scope: "s", deviceId: "d"), file) == 0)
+        #expect(TokenCache(directory: dir).load(scope: "s", deviceId: "d") == nil)
+    }
+
+    @Test func directoryWritableByOthersIsNotUsed() throws {
+        let dir = temporaryDirectory()
+        chmod(dir, 0o777)
+        let cache = TokenCache(directory: dir)
+        #expect(cache.directory == nil)
+        #expect(cache.refusal?.contains("writable by other users") == true)
+        cache.store("tok", scope: "s", deviceId: "d")
+        // Kept in memory for this process, never written there.
+        #expect(cache.load(scope: "s", deviceId: "d") == "tok")
+        var st = stat()
+        #expect(stat(dir + "/" + TokenCache.fileName(scope: "s", deviceId: "d"), &st) != 0)
+    }
 }
