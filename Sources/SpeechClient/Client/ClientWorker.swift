@@ -441,7 +441,16 @@ final class ClientWorker: @unchecked Sendable {
             mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
             mapped.segmentId = userSegment(context: response.audioContext, segment: response.segmentId)
             mapped.payload = Self.shift(response.payload, by: timeOffsets[response.audioContext] ?? 0)
-            guard let segment = assembler.apply(mapped) else { return }
+            let applied: Segment?
+            do throws(SpeechClientError) {
+                applied = try assembler.applyChecked(mapped)
+            } catch {
+                // A server past the assembler's bounds: end the stream as for a malformed message.
+                stream?.cancel()
+                handleStream(.closed(error))
+                return
+            }
+            guard let segment = applied else { return }
             if segment.isFinal {
                 lossesWithoutProgress = 0
                 nextSegment = max(nextSegment, segment.segmentId &+ 1)

@@ -33,6 +33,49 @@ public struct SegmentAssembler: Sendable {
         segments.keys.contains { $0.context == context }
     }
 
+    /// Bounds on what a server may make the client hold (issue 9: memory stays bounded against a
+    /// hostile server). Far above what speech produces: a segment ends at a pause.
+    public static let maxOpenSegments = 256
+    public static let maxWordsPerSegment = 16_384
+    public static let maxEntitiesPerSegment = 1_024
+
+    /// `apply`, after checking the response against the bounds above: a server past them is
+    /// misbehaving, and the stream ends with this parse error instead of growing without limit.
+    public mutating func applyChecked(_ response: SLUResponse) throws(SpeechClientError) -> Segment? {
+        let key = Key(context: response.audioContext, segment: response.segmentId)
+        let state = segments[key]
+        func violation(_ what: String) -> SpeechClientError {
+            SpeechClientError(.parse, "the server \(what) (context \(response.audioContext), segment \(response.segmentId)); the stream was ended")
+        }
+        switch response.payload {
+        case .transcript(let word):
+            if word.index < 0 || word.index >= Int32(Self.maxWordsPerSegment) {
+                throw violation("sent a word index \(word.index) outside 0..<\(Self.maxWordsPerSegment)")
+            }
+        case .tentativeTranscript(_, let words):
+            if words.count > Self.maxWordsPerSegment || words.contains(where: { $0.index < 0 || $0.index >= Int32(Self.maxWordsPerSegment) }) {
+                throw violation("sent a tentative transcript beyond \(Self.maxWordsPerSegment) words")
+            }
+        case .entity:
+            if (state?.finalEntities.count ?? 0) >= Self.maxEntitiesPerSegment {
+                throw violation("sent more than \(Self.maxEntitiesPerSegment) entities for one segment")
+            }
+        case .tentativeEntities(let entities):
+            if entities.count > Self.maxEntitiesPerSegment {
+                throw violation("sent more than \(Self.maxEntitiesPerSegment) tentative entities")
+            }
+        default:
+            break
+        }
+        if state == nil, !ended.contains(key), segments.count >= Self.maxOpenSegments {
+            switch response.payload {
+            case .started, .finished, .rttRequest, .none, .segmentEnd: break
+            default: throw violation("kept more than \(Self.maxOpenSegments) segments open at once")
+            }
+        }
+        return apply(response)
+    }
+
     /// Applies one response; returns the snapshot of the segment it changed, if any.
     public mutating func apply(_ response: SLUResponse) -> Segment? {
         let key = Key(context: response.audioContext, segment: response.segmentId)

@@ -63,3 +63,49 @@ import Testing
         #expect(s.entities[0].isFinal)
     }
 }
+
+@Suite struct SegmentAssemblerBoundsTests {
+    private func word(_ index: Int32) -> SLUWord {
+        SLUWord(text: "w", index: index, startMilliseconds: 0, endMilliseconds: 1)
+    }
+
+    @Test func wordIndicesOutsideTheBoundAreRefused() throws {
+        var a = SegmentAssembler()
+        #expect(try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word(3)))) != nil)
+        for bad: Int32 in [-1, Int32(SegmentAssembler.maxWordsPerSegment), .max] {
+            #expect(throws: SpeechClientError.self) {
+                _ = try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word(bad))))
+            }
+        }
+        let many = (0...Int32(SegmentAssembler.maxWordsPerSegment)).map(word)
+        #expect(throws: SpeechClientError.self) {
+            _ = try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 0, payload: .tentativeTranscript(text: "", words: many)))
+        }
+    }
+
+    @Test func endlessNewSegmentsAreRefusedBeyondTheBound() throws {
+        var a = SegmentAssembler()
+        for id in 0..<Int32(SegmentAssembler.maxOpenSegments) {
+            _ = try a.applyChecked(SLUResponse(audioContext: "c", segmentId: id, payload: .tentativeIntent("x")))
+        }
+        #expect(throws: SpeechClientError.self) {
+            _ = try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 100_000, payload: .tentativeIntent("x")))
+        }
+        // Ending a segment makes room again; updates to open segments are still taken.
+        _ = try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 0, payload: .segmentEnd))
+        #expect(try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 100_000, payload: .tentativeIntent("x"))) != nil)
+        #expect(try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 5, payload: .intent("y"))) != nil)
+    }
+
+    @Test func endlessEntitiesAreRefusedBeyondTheBound() throws {
+        var a = SegmentAssembler()
+        for i in 0..<Int32(SegmentAssembler.maxEntitiesPerSegment) {
+            _ = try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 0,
+                                               payload: .entity(SLUEntity(type: "t", value: "v", startPosition: i, endPosition: i + 1))))
+        }
+        #expect(throws: SpeechClientError.self) {
+            _ = try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 0,
+                                               payload: .entity(SLUEntity(type: "t", value: "v", startPosition: -5, endPosition: -4))))
+        }
+    }
+}
