@@ -90,15 +90,18 @@ clean:
 
 # Fuzzers (libFuzzer + AddressSanitizer): each target runs FUZZ_SECONDS from its committed seeds.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := FuzzProtobuf FuzzJSON FuzzURL
+# FUZZ_RUNS=N stops each target after N executions instead (whichever limit comes first).
+FUZZ_RUNS ?=
+FUZZ_TARGETS := FuzzProtobuf FuzzJSON FuzzURL FuzzWAV FuzzFraming
 FUZZ_FLAGS   := -c release --scratch-path ../.build-fuzz -Xswiftc -sanitize=fuzzer,address \
 	-Xswiftc -parse-as-library -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld
 .PHONY: fuzz
 fuzz:
 	set -e; for t in $(FUZZ_TARGETS); do \
 		(cd fuzz && $(SWIFT) build $(FUZZ_FLAGS) --product $$t); \
-		mkdir -p .build-fuzz/corpus/$$t; \
-		if ! .build-fuzz/release/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+		mkdir -p .build-fuzz/corpus/$$t fuzz/corpus/$$t; \
+		if [ $$t = FuzzWAV ]; then python3 fuzz/wav_seeds.py .build-fuzz/corpus/$$t; fi; \
+		if ! .build-fuzz/release/$$t -max_total_time=$(FUZZ_SECONDS) $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS)) -print_final_stats=1 \
 			.build-fuzz/corpus/$$t fuzz/corpus/$$t > .build-fuzz/$$t.log 2>&1; then \
 			tail -40 .build-fuzz/$$t.log; echo "fuzz: $$t FAILED"; exit 1; fi; \
 		echo "fuzz: $$t $$(grep -E 'stat::number_of_executed_units' .build-fuzz/$$t.log) $$(grep -oE 'cov: [0-9]+' .build-fuzz/$$t.log | tail -1)"; \

@@ -10,5 +10,7 @@ let package = Package(
         .executableTarget(name: "FuzzProtobuf", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
         .executableTarget(name: "FuzzJSON", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
         .executableTarget(name: "FuzzURL", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzWAV", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzFraming", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
     ]
 )

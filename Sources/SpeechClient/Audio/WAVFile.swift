@@ -36,6 +36,16 @@ public final class WAVFileSource: AudioSource {
 
     public init(path: String) { self.path = path }
 
+    /// A WAV file already in memory (fuzzing, and callers that hold the bytes): the same parser
+    /// and reader through fmemopen. `name` stands for the path in messages.
+    public init(bytes: [UInt8], name: String = "<memory>") {
+        self.path = name
+        self.memory = bytes
+    }
+
+    private var memory: [UInt8]?
+    private var memoryCopy: UnsafeMutableRawPointer?
+
     deinit { close() }
 
     public var format: AudioFormat { header?.format ?? AudioFormat(sampleRate: 16_000, channels: 1) }
@@ -50,12 +60,24 @@ public final class WAVFileSource: AudioSource {
 
     public func open() throws(SpeechClientError) {
         close()
-        guard let f = fopen(path, "rb") else {
+        let opened: UnsafeMutablePointer<FILE>?
+        if let memory {
+            // fmemopen needs a buffer that outlives the FILE: a copy this source owns.
+            let copy = UnsafeMutableRawPointer.allocate(byteCount: max(memory.count, 1), alignment: 1)
+            memory.withUnsafeBytes { if let base = $0.baseAddress { copy.copyMemory(from: base, byteCount: $0.count) } }
+            memoryCopy = copy
+            opened = memory.isEmpty ? nil : fmemopen(copy, memory.count, "rb")
+        } else {
+            opened = fopen(path, "rb")
+        }
+        guard let f = opened else {
+            if memory?.isEmpty == true { close(); throw Self.fail(path, "the file is empty") }
+            close()
             throw SpeechClientError.errno(.audio, "fopen", errno, context: "WAV file '\(path)'")
         }
         file = f
         do throws(SpeechClientError) {
-            let h = try Self.parseHeader(file: f, path: path)
+            let h = try Self.parseHeader(file: f, path: path, memorySize: memory?.count)
             guard fseeko(f, off_t(h.dataOffset), SEEK_SET) == 0 else {
                 throw SpeechClientError.errno(.audio, "fseeko", errno, context: "WAV file '\(path)'")
             }
@@ -87,6 +109,8 @@ public final class WAVFileSource: AudioSource {
     public func close() {
         if let file { fclose(file) }
         file = nil
+        memoryCopy?.deallocate()
+        memoryCopy = nil
     }
 
     // MARK: - Parsing
@@ -98,11 +122,17 @@ public final class WAVFileSource: AudioSource {
     typealias Format = (format: AudioFormat, kind: SampleKind, blockAlign: Int)
 
     /// Reads the chunks up to `data` and checks the format. Leaves the file position anywhere.
-    static func parseHeader(file: UnsafeMutablePointer<FILE>, path: String) throws(SpeechClientError) -> Header {
-        var st = stat()
-        guard fstat(fileno(file), &st) == 0 else { throw SpeechClientError.errno(.audio, "fstat", errno, context: "WAV file '\(path)'") }
-        guard (st.st_mode & S_IFMT) == S_IFREG else { throw fail(path, "not a regular file") }
-        let fileSize = Int(st.st_size)
+    /// `memorySize`: the size of an fmemopen'ed buffer (which has no descriptor to fstat).
+    static func parseHeader(file: UnsafeMutablePointer<FILE>, path: String, memorySize: Int? = nil) throws(SpeechClientError) -> Header {
+        let fileSize: Int
+        if let memorySize {
+            fileSize = memorySize
+        } else {
+            var st = stat()
+            guard fstat(fileno(file), &st) == 0 else { throw SpeechClientError.errno(.audio, "fstat", errno, context: "WAV file '\(path)'") }
+            guard (st.st_mode & S_IFMT) == S_IFREG else { throw fail(path, "not a regular file") }
+            fileSize = Int(st.st_size)
+        }
         guard fileSize > 0 else { throw fail(path, "empty file") }
         var riff = [UInt8](repeating: 0, count: 12)
         guard fread(&riff, 1, 12, file) == 12 else { throw fail(path, "too short to be a WAV file (\(fileSize) bytes)") }

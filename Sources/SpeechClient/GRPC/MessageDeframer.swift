@@ -2,19 +2,19 @@
 /// then the message) from body pieces of any size, one byte at a time included. Memory is
 /// bounded by `maxMessageBytes`: a larger announced length is rejected before any of it is
 /// buffered, and a compressed message is rejected (this client never asks for compression).
-struct MessageDeframer {
-    let maxMessageBytes: Int
+public struct MessageDeframer {
+    public let maxMessageBytes: Int
     private var header: [UInt8] = []
     private var body: [UInt8] = []
     private var expected = -1  // body length once the 5-byte prefix is complete
 
-    init(maxMessageBytes: Int) { self.maxMessageBytes = maxMessageBytes }
+    public init(maxMessageBytes: Int) { self.maxMessageBytes = maxMessageBytes }
 
     /// True when a message has started but not ended (a stream ending now is truncated).
-    var isMidMessage: Bool { !header.isEmpty || expected >= 0 }
+    public var isMidMessage: Bool { !header.isEmpty || expected >= 0 }
 
     /// Feeds bytes; calls `deliver` for each complete message, in order.
-    mutating func append(_ bytes: UnsafeRawBufferPointer, _ deliver: ([UInt8]) -> Void) throws(SpeechClientError) {
+    public mutating func append(_ bytes: UnsafeRawBufferPointer, _ deliver: ([UInt8]) -> Void) throws(SpeechClientError) {
         var index = 0
         let count = bytes.count
         while index < count {
@@ -55,7 +55,7 @@ struct MessageDeframer {
     }
 
     /// Frames one outgoing message: flag 0 (not compressed), big-endian length, bytes.
-    static func frame(_ message: [UInt8]) -> [UInt8] {
+    public static func frame(_ message: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(message.count + 5)
         let n = UInt32(truncatingIfNeeded: message.count)

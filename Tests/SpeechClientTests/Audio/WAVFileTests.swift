@@ -130,6 +130,19 @@ import Glibc
         #expect { try WAVFileSource.validate(path: path) } throws: { F.isAudioError($0, naming: path) }
     }
 
+    @Test func bytesInMemoryReadLikeTheFile() throws {
+        for (i, (tag, bits, data, expected, ext)) in Self.formats.enumerated() {
+            let source = WAVFileSource(bytes: F.wav(tag: tag, bits: bits, data: data, extensible: ext), name: "m\(i)")
+            try source.open()
+            #expect(try F.readAll(source) == expected, "case \(i)")
+            source.close()
+        }
+        for (name, bytes) in Self.malformed {
+            #expect { try WAVFileSource(bytes: bytes, name: name).open() } throws: { F.isAudioError($0, naming: name) }
+        }
+        #expect { try WAVFileSource(bytes: [], name: "empty").open() } throws: { F.isAudioError($0, naming: "empty") }
+    }
+
     @Test func missingFileAndDirectoryNameThePath() {
         #expect { try WAVFileSource(path: "/nonexistent/x.wav").open() } throws: { F.isAudioError($0, naming: "/nonexistent/x.wav") }
         let dir = F.directory()
