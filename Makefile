@@ -114,3 +114,10 @@ sanitize:
 	rm -rf .build-tsan .build-asan
 	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan
 	$(SWIFT) test --sanitize=address --scratch-path .build-asan
+
+# Benchmarks (issue 6), not part of `make test`: the library driven from C against a grpcio and a
+# grpc++ client on one loopback sink server. Prints the table and BENCH lines; writes
+# bench/out/{table.md,bench.txt,results.json,latency.png}. See bench/README.md.
+.PHONY: bench
+bench:
+	$(PYTHON) bench/run.py

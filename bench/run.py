@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+"""bench/run.py: libspeechclient against the gRPC clients a user would otherwise pick (issue 6).
+
+Run by `make bench`. One machine, loopback, one sink server (bench/cxx/sink_server.cc, grpc++,
+pinned to the last CPU; the clients to the first): builds what it needs, runs every figure,
+prints a table, one `BENCH name ours=... peer_grpcio=... peer_cxx=... unit=...` line per figure,
+and writes bench/out/{results.json,bench.txt,table.md,latency.png}.
+
+Environment: BENCH_WINDOW (s, default 20), BENCH_WARMUP (s, default 3), BENCH_STREAMS
+(default "1,100,1000"), BENCH_REPEAT (default 1: runs per client and N, the median is kept),
+BENCH_QUICK=1 (5 s windows, 1 and 100 streams, for development).
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(HERE, "out")
+LOCK = "/tmp/spc-build.lock"
+PY = sys.executable
+CPUS = os.sched_getaffinity(0)
+CLIENT_CPU = str(min(CPUS))
+SERVER_CPU = str(max(CPUS))
+
+
+def env_float(name, default):
+    return float(os.environ.get(name, default))
+
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+WINDOW = env_float("BENCH_WINDOW", 5 if QUICK else 20)
+WARMUP = env_float("BENCH_WARMUP", 2 if QUICK else 3)
+STREAMS = [int(x) for x in os.environ.get("BENCH_STREAMS", "1,100" if QUICK else "1,100,1000").split(",")]
+REPEAT = int(os.environ.get("BENCH_REPEAT", "1"))
+COLD_RUNS = 3 if QUICK else 7
+FILE_SECONDS = 60 if QUICK else 240
+
+
+def log(*a):
+    print("bench:", *a, file=sys.stderr, flush=True)
+
+
+def locked(cmd):
+    """A build command, serialised with the other builds in this tree."""
+    return (["flock", LOCK] if shutil.which("flock") else []) + cmd
+
+
+def pinned(cmd, cpu):
+    return (["taskset", "-c", cpu] if shutil.which("taskset") and len(CPUS) > 1 else []) + cmd
+
+
+# ------------------------------------------------------------------------------------------ build
+
+def build():
+    os.makedirs(OUT, exist_ok=True)
+    lib_dir = os.path.join(OUT, "lib")
+    os.makedirs(lib_dir, exist_ok=True)
+    src = os.path.join(ROOT, "build", "libspeechclient.so.0")
+    if not os.path.exists(src):
+        subprocess.run(locked(["make", "-C", ROOT, "lib"]), check=True)
+    # A private copy: another `make lib` in the tree may replace build/ while the bench runs.
+    real = os.path.realpath(src)
+    subprocess.run(locked(["cp", real, os.path.join(lib_dir, "libspeechclient.so.0")]), check=True)
+    subprocess.run(["ln", "-sf", "libspeechclient.so.0", os.path.join(lib_dir, "libspeechclient.so")], check=True)
+    subprocess.run(locked([os.environ.get("CC", "cc"), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror",
+                           "-I", os.path.join(ROOT, "include"), os.path.join(HERE, "spc_bench.c"),
+                           "-L", lib_dir, "-lspeechclient", "-Wl,-rpath," + lib_dir,
+                           "-o", os.path.join(OUT, "spc_bench")]), check=True)
+    r = subprocess.run(locked([os.path.join(HERE, "build-cxx.sh")]))
+    have_cxx = r.returncode == 0
+    if not have_cxx:
+        log("grpc++ not available: no C++ peer, and the Python reference server is the sink")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        log("installing matplotlib into", sys.prefix)
+        subprocess.run([PY, "-m", "pip", "install", "-q", "matplotlib"], check=False)
+    return have_cxx
+
+
+# ----------------------------------------------------------------------------------------- server
+
+class Server:
+    def __init__(self, have_cxx, tls=None):
+        if have_cxx:
+            cmd = [os.path.join(OUT, "cxx", "sink_server"), "--port", "0"]
+            if tls:
+                cmd += ["--tls-cert", tls[0], "--tls-key", tls[1]]
+        else:
+            cmd = [PY, "-m", "speechclient_server", "--engine", "sink", "--port", "0", "--workers", "2000"]
+            if tls:
+                cmd += ["--tls-cert", tls[0], "--tls-key", tls[1]]
+        self.p = subprocess.Popen(pinned(cmd, SERVER_CPU), stdout=subprocess.PIPE, text=True,
+                                  cwd=os.path.join(ROOT, "server"))
+        line = self.p.stdout.readline()
+        if not line.startswith("listening on"):
+            raise RuntimeError("sink server did not start: " + line)
+        self.port = int(line.rsplit(":", 1)[1])
+
+    def cpu(self):
+        with open(f"/proc/{self.p.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(5)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+# ---------------------------------------------------------------------------------------- clients
+
+def client_cmd(name, port, mode, tls_ca=None, **kw):
+    host = "127.0.0.1"
+    if name == "ours":
+        url = f"{'grpc+tls' if tls_ca else 'grpc'}://{host}:{port}"
+        cmd = [os.path.join(OUT, "spc_bench"), "--url", url, "--mode", mode]
+        cmd += ["--cache-dir", kw.pop("cache_dir", tempfile.mkdtemp(prefix="cache-", dir=OUT))]
+    elif name == "grpcio":
+        cmd = [PY, os.path.join(HERE, "grpcio_client.py"), "--target", f"{host}:{port}", "--mode", mode]
+    else:
+        cmd = [os.path.join(OUT, "cxx", "grpcxx_client"), "--target", f"{host}:{port}", "--mode", mode]
+    if tls_ca:
+        cmd += ["--ca-file", tls_ca]
+    for k, v in kw.items():
+        cmd += ["--" + k.replace("_", "-"), str(v)]
+    return cmd
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def run_client(cmd, env=None, timeout=600):
+    e = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"), **(env or {}))
+    r = subprocess.run(pinned(cmd, CLIENT_CPU), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=e, timeout=timeout, preexec_fn=raise_nofile)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode != 0 or not lines:
+        log("client failed:", " ".join(cmd), r.returncode, r.stderr[-2000:])
+        return None
+    return json.loads(lines[-1])
+
+
+def cold_cmd(name, port, tls_ca):
+    launch = time.monotonic_ns()
+    return run_client(client_cmd(name, port, "cold", tls_ca, launch_ns=launch))
+
+
+# ------------------------------------------------------------------------------------------ audio
+
+def make_wav(path, seconds):
+    import random
+    rnd = random.Random(6)
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        block = bytes(rnd.getrandbits(8) & 0x0f for _ in range(32000))  # quiet noise, 1 s
+        for _ in range(seconds):
+            w.writeframes(block)
+
+
+def make_certs(d):
+    key, cert = os.path.join(d, "server.key"), os.path.join(d, "server.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key, "-out", cert],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return cert, key
+
+
+# ------------------------------------------------------------------------------------------- main
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def main():
+    have_cxx = build()
+    clients = ["ours", "grpcio"] + (["grpcxx"] if have_cxx else [])
+    for _ in range(30):  # other builds disturb CPU figures: wait (a while) for a quiet machine
+        if loadavg() <= 1.0:
+            break
+        log(f"load average {loadavg():.2f} > 1.0: waiting")
+        time.sleep(10)
+    results = {"load_start": loadavg(), "window_s": WINDOW, "warmup_s": WARMUP, "paced": {}, "clients": clients,
+               "server": "grpc++ sink" if have_cxx else "python sink", "cpus": sorted(CPUS)}
+    server = Server(have_cxx)
+    port = server.port
+    try:
+        # Paced streams: interleaved clients at each N, so drift in machine load hits all alike.
+        for n in STREAMS:
+            for rep in range(REPEAT):
+                order = clients[rep % len(clients):] + clients[:rep % len(clients)]
+                for c in order:
+                    lat = os.path.join(OUT, f"lat-{c}-{n}.txt")
+                    s0, t0 = server.cpu(), time.monotonic()
+                    r = run_client(client_cmd(c, port, "paced", streams=n, warmup=WARMUP, window=WINDOW,
+                                              lat_out=lat), timeout=WINDOW + WARMUP + 300)
+                    if r:
+                        r["server_cpu_pct"] = 100 * (server.cpu() - s0) / (time.monotonic() - t0)
+                        r["load"] = loadavg()
+                        results["paced"].setdefault(f"{c}/{n}", []).append(r)
+                        log(f"paced {c} N={n}: cpu {r['cpu_s']:.3f} s/{r['window_s']} s, rss {r['rss_kb']} KB, "
+                            f"added p50/p99 {r['added_p50_ms']:.3f}/{r['added_p99_ms']:.3f} ms, late {r['late']}, "
+                            f"server {r['server_cpu_pct']:.0f} % of a core")
+        # The same at the largest N with the smallest replay buffer (1 s): the sink never ends a
+        # segment, so by default each stream keeps its last 30 s of audio for a reconnection
+        # (960 KB); this run shows the memory of the client itself.
+        n = STREAMS[-1]
+        r = run_client(client_cmd("ours", port, "paced", streams=n, warmup=WARMUP, window=WINDOW, replay_ms=1000),
+                       timeout=WINDOW + WARMUP + 300)
+        if r:
+            results["paced_replay1s"] = r
+            log(f"paced ours N={n} replay 1 s: cpu {r['cpu_s']:.3f} s, rss {r['rss_kb']} KB")
+        # Cold start, plaintext.
+        results["cold"] = {}
+        for c in clients:
+            runs = [cold_cmd(c, port, None) for _ in range(COLD_RUNS)]
+            results["cold"][c] = [r["started_ms"] for r in runs if r]
+        # File transcription into the sink.
+        wav = os.path.join(OUT, "long.wav")
+        if not os.path.exists(wav) or os.path.getsize(wav) != 44 + FILE_SECONDS * 32000:
+            make_wav(wav, FILE_SECONDS)
+        results["file"] = {}
+        for c in clients:
+            runs = [run_client(client_cmd(c, port, "file", wav=wav)) for _ in range(2)]
+            results["file"][c] = [FILE_SECONDS / r["seconds"] for r in runs if r and r.get("ok")]
+            log(f"file {c}: {results['file'][c]} x real time")
+        # Idle with the microphone open (ALSA file plugin), and listening to it.
+        results["idle"] = idle(port)
+    finally:
+        server.stop()
+    # Cold start with TLS (its own sink server).
+    tmp = tempfile.mkdtemp(prefix="tls-", dir=OUT)
+    cert, key = make_certs(tmp)
+    server = Server(have_cxx, tls=(cert, key))
+    try:
+        results["cold_tls"] = {}
+        for c in clients:
+            runs = [cold_cmd(c, server.port, cert) for _ in range(COLD_RUNS)]
+            results["cold_tls"][c] = [r["started_ms"] for r in runs if r]
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    lib = os.path.join(OUT, "lib", "libspeechclient.so.0")
+    stripped = os.path.join(OUT, "lib", "stripped.so")
+    subprocess.run(["strip", "-o", stripped, lib], check=False)
+    results["so_bytes"] = os.path.getsize(lib)
+    results["so_stripped_bytes"] = os.path.getsize(stripped) if os.path.exists(stripped) else None
+    results["load_end"] = loadavg()
+    for d in os.listdir(OUT):
+        if d.startswith("cache-"):
+            shutil.rmtree(os.path.join(OUT, d), ignore_errors=True)
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    report(results)
+    plot(results)
+
+
+def idle(port):
+    raw = os.path.join(OUT, "mic.raw")
+    with open(raw, "wb") as f:
+        f.write(b"\0" * 32000 * 120)  # 2 min of silence: alsa-lib 1.2.8 repeats stale data past the end
+    conf = os.path.join(OUT, "asound.conf")
+    with open(conf, "w") as f:
+        f.write("</usr/share/alsa/alsa.conf>\n"
+                f'pcm.benchmic {{ type file; slave.pcm "null"; file "/dev/null"; infile "{raw}"; format "raw" }}\n')
+    r = run_client(client_cmd("ours", port, "idle", mic="benchmic", window=WINDOW / 2),
+                   env={"ALSA_CONFIG_PATH": conf})
+    if r:
+        log(f"idle: {r}")
+    return r
+
+
+# ---------------------------------------------------------------------------------------- report
+
+def med(v):
+    return statistics.median(v) if v else None
+
+
+def figures(res):
+    """(name, unit, {client: value}, lower_is_better) for every figure."""
+    clients = res["clients"]
+    f = []
+    paced = {k: v for k, v in res["paced"].items()}
+
+    def pick(c, n, key):
+        runs = paced.get(f"{c}/{n}")
+        return med([r[key] for r in runs]) if runs else None
+
+    for n in STREAMS:
+        f.append((f"cpu_s_per_stream_hour_n{n}", "s",
+                  {c: (lambda r: None if r is None else r * 3600 / WINDOW / n)(pick(c, n, "cpu_s")) for c in clients}, True))
+    for n in STREAMS:
+        f.append((f"cpu_pct_of_core_n{n}", "%",
+                  {c: (lambda r: None if r is None else 100 * r / WINDOW)(pick(c, n, "cpu_s")) for c in clients}, True))
+    for n in STREAMS:
+        for p in ("p50", "p99"):
+            f.append((f"added_latency_{p}_n{n}", "ms", {c: pick(c, n, f"added_{p}_ms") for c in clients}, True))
+    for n in STREAMS:
+        f.append((f"late_chunks_n{n}", "chunks", {c: pick(c, n, "late") for c in clients}, True))
+    for n in STREAMS[1:]:
+        base = {c: pick(c, STREAMS[0], "rss_kb") for c in clients}
+        f.append((f"rss_per_extra_stream_n{n}", "KB",
+                  {c: (None if pick(c, n, "rss_kb") is None or base[c] is None
+                       else (pick(c, n, "rss_kb") - base[c]) / (n - STREAMS[0])) for c in clients}, True))
+    r1 = res.get("paced_replay1s")
+    b1 = pick("ours", STREAMS[0], "rss_kb")
+    if r1 and b1:
+        f.append((f"rss_per_extra_stream_n{r1['streams']}_replay1s", "KB",
+                  {"ours": (r1["rss_kb"] - b1) / (r1["streams"] - STREAMS[0])}, True))
+        f.append((f"cpu_s_per_stream_hour_n{r1['streams']}_replay1s", "s",
+                  {"ours": r1["cpu_s"] * 3600 / WINDOW / r1["streams"]}, True))
+    f.append(("rss_n1", "KB", {c: pick(c, STREAMS[0], "rss_kb") for c in clients}, True))
+    f.append(("cold_start_plaintext", "ms", {c: med(res["cold"].get(c, [])) for c in clients}, True))
+    f.append(("cold_start_tls", "ms", {c: med(res["cold_tls"].get(c, [])) for c in clients}, True))
+    f.append(("file_throughput", "x_realtime", {c: med(res["file"].get(c, [])) for c in clients}, False))
+    idle_r = res.get("idle") or {}
+    f.append(("idle_mic_open_cpu", "%", {"ours": 100 * idle_r["idle_cpu_s"] / idle_r["idle_window_s"]} if idle_r else {}, True))
+    f.append(("mic_listening_cpu", "%", {"ours": 100 * idle_r["listen_cpu_s"] / idle_r["listen_window_s"]} if idle_r else {}, True))
+    f.append(("so_stripped_size", "MB", {"ours": (res["so_stripped_bytes"] or res["so_bytes"]) / 1e6}, True))
+    return f
+
+
+PEER_KEY = {"grpcio": "peer_grpcio", "grpcxx": "peer_cxx"}
+PEER_TITLE = {"grpcio": "grpcio (Python asyncio)", "grpcxx": "grpc++ (async CQ)"}
+
+
+def fmt(v):
+    if v is None:
+        return "NA"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.3g}"
+
+
+def report(res):
+    rows = figures(res)
+    peers = [c for c in res["clients"] if c != "ours"]
+    lines = []
+    for name, unit, vals, _ in rows:
+        parts = [f"ours={fmt(vals.get('ours'))}"] + [f"{PEER_KEY[p]}={fmt(vals.get(p))}" for p in ("grpcio", "grpcxx")]
+        lines.append(f"BENCH {name} {' '.join(parts)} unit={unit}")
+    head = ["figure", "unit", "ours"] + [PEER_TITLE[p] for p in peers] + [f"ours/{p}" for p in peers]
+    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, unit, vals, _ in rows:
+        o = vals.get("ours")
+        ratios = [fmt(o / vals[p]) if o is not None and vals.get(p) else "–" for p in peers]
+        md.append("| " + " | ".join([name, unit, fmt(o)] + [fmt(vals.get(p)) if p in vals else "–" for p in peers] + ratios) + " |")
+    srv = {k: med([r["server_cpu_pct"] for r in v]) for k, v in res["paced"].items()}
+    note = (f"\nWindow {res['window_s']:g} s after {res['warmup_s']:g} s warm-up; load average {res['load_start']:.2f} "
+            f"at the start, {res['load_end']:.2f} at the end; sink: {res['server']} "
+            f"(its CPU, % of a core, per run: " + ", ".join(f"{k} {v:.0f}" for k, v in srv.items()) + ").")
+    text = "\n".join(md) + "\n" + note + "\n"
+    with open(os.path.join(OUT, "table.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(OUT, "bench.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(text)
+    print("\n".join(lines))
+
+
+def plot(res):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("no matplotlib: no plot")
+        return
+    fig, axes = plt.subplots(1, len(STREAMS), figsize=(5 * len(STREAMS), 4), squeeze=False)
+    for ax, n in zip(axes[0], STREAMS):
+        for c in res["clients"]:
+            path = os.path.join(OUT, f"lat-{c}-{n}.txt")
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                v = sorted(max(float(l.split()[0]) / 1000, 1e-3) for l in f if l.strip())
+            if not v:
+                continue
+            ax.plot(v, [(i + 1) / len(v) for i in range(len(v))], label={"ours": "libspeechclient (C)"}.get(c, PEER_TITLE.get(c, c)))
+        ax.set_xscale("log")
+        ax.set_xlabel("added latency, ms (chunk handed over -> its tentative, minus server time)")
+        ax.set_ylabel("fraction of chunks")
+        ax.set_title(f"{n} concurrent real-time stream{'s' if n > 1 else ''}")
+        ax.axvline(1.0, color="grey", lw=0.5, ls="--")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    out = os.path.join(OUT, "latency.png")
+    fig.savefig(out, dpi=110)
+    log("plot:", out)
+
+
+if __name__ == "__main__":
+    main()
