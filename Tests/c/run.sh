@@ -45,6 +45,24 @@ for t in test_api_c test_api_cpp; do
   elif [ "$rc" != 0 ]; then echo "run.sh: $t FAILED (exit status $rc)"; fail=1; fi
 done
 
+# The misuse table: every client call in every state; the LISTENING column needs the reference
+# server, started here on loopback and stopped on exit.
+gcc -std=c11 -Wall -Wextra -Werror -pedantic Tests/c/test_misuse.c $flags -o "$tmp/test_misuse_c"
+g++ -std=c++17 -x c++ -Wall -Wextra -Werror -pedantic Tests/c/test_misuse.c -x none $flags -o "$tmp/test_misuse_cpp"
+python=${PYTHON:-.venv/bin/python}
+"$python" -m speechclient_server --host 127.0.0.1 --port 0 >"$tmp/server.out" 2>"$tmp/server.err" &
+server_pid=$!
+trap 'kill $server_pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
+for _ in $(seq 100); do grep -q '^listening on ' "$tmp/server.out" 2>/dev/null && break; sleep 0.1; done
+server_url="grpc://$(sed -n 's/^listening on //p' "$tmp/server.out")"
+[ "$server_url" != grpc:// ] || { cat "$tmp/server.err"; echo "run.sh: the reference server did not start"; fail=1; }
+for t in test_misuse_c test_misuse_cpp; do
+  rc=0; timeout 300 "$tmp/$t" "$server_url" || rc=$?
+  if [ "$rc" = 124 ]; then echo "run.sh: $t did not finish within 300 s (a deadlock?)"; fail=1;
+  elif [ "$rc" != 0 ]; then echo "run.sh: $t FAILED (exit status $rc)"; fail=1; fi
+done
+kill $server_pid 2>/dev/null || true
+
 # Where no Swift toolchain exists: hide /opt/swift in a private mount namespace and load the
 # library from a C program built against the install.
 cat > "$tmp/hello.c" <<'C'
