@@ -61,7 +61,7 @@ def push_realtime(client, pcm, on_time=None):
         time.sleep(max(0.0, t0 + (k + 1) * 0.1 - time.monotonic()))
 
 
-@pytest.mark.parametrize("fault", ["drop", "outage 1.5"])
+@pytest.mark.parametrize("fault", ["drop", "outage 1.5", "outage 8", "stall 3"])
 def test_words_survive_a_broken_connection_mid_utterance(setup, tmp_path, fault):
     server, proxy = setup
     first, second = "turn on the kitchen lights", "play some classical music"
@@ -82,7 +82,7 @@ def test_words_survive_a_broken_connection_mid_utterance(setup, tmp_path, fault)
         push_realtime(c, audio, maybe_break)
         c.push_end()
         updates = list(c.updates(timeout=60))
-    assert done.get("broken", "").startswith("dropped 1"), done
+    assert done.get("broken", "").split()[-1] == "1", done  # one connection was hit
     errors = [u for u in updates if isinstance(u, sc.ErrorEvent)]
     assert not errors, errors
     starts = [u for u in updates if isinstance(u, sc.StartEvent)]
@@ -151,5 +151,71 @@ def test_long_context_rolls_over_without_losing_words(tmp_path):
         assert len({f.context_id for f in finals}) == 1
         rollovers = [m for m in logs if "continues in a new server context" in m]
         assert len(rollovers) >= 2, logs
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("same_secret", [True, False], ids=["same-secret", "new-secret"])
+def test_words_survive_a_server_restart_mid_utterance(tmp_path, same_secret):
+    """The server restarts (graceful stop: GOAWAY, then a new process on another port behind the
+    proxy) in the middle of the second phrase: every word arrives once, and the connection-state
+    callback reports the reconnection. With a new secret (the reference server's default) the
+    old token is rejected once and a fresh login follows."""
+    secret = "fault-suite-secret"
+    server = Server("--secret", secret)
+    proxy = Proxy(server.address)
+    servers = [server]
+    try:
+        first, second = "turn on the kitchen lights", "play some classical music"
+        silence = b"\0\0" * 16000
+        pcm_a, pcm_b = pcm_of(first, tmp_path / "a.wav"), pcm_of(second, tmp_path / "b.wav")
+        audio = pcm_a + silence + pcm_b + silence
+        restart_at = (len(pcm_a) + len(silence) + len(pcm_b) // 2) / 32000
+        done = {}
+
+        def maybe_restart(t):
+            if t >= restart_at and "restarted" not in done:
+                done["restarted"] = True
+                servers[0].stop()  # SIGTERM: grpcio sends GOAWAY and ends the stream
+                servers.append(Server("--secret", secret) if same_secret else Server())
+                proxy.command("target " + servers[-1].address)
+
+        states = []
+        with sc.Client(proxy.url, app_id="faults", audio=sc.PushAudio(16000, 1), cache_dir=str(tmp_path),
+                       on_state=states.append) as c:
+            c.start()
+            push_realtime(c, audio, maybe_restart)
+            c.push_end()
+            updates = list(c.updates(timeout=60))
+        assert done.get("restarted")
+        assert not [u for u in updates if isinstance(u, sc.ErrorEvent)]
+        finals = [u for u in updates if isinstance(u, sc.Segment) and u.final]
+        assert [f.transcript for f in finals] == [first, second]
+        assert [f.segment_id for f in finals] == [0, 1]
+        names = [s.state.name for s in states]
+        assert "RECONNECTING" in names and names[-1] == "READY", names
+    finally:
+        proxy.stop()
+        for s in servers:
+            s.stop()
+
+
+def test_a_token_expiring_between_contexts_is_renewed(tmp_path):
+    """Tokens valid for 3 s (below the library's refresh margin): each new stream logs in
+    afresh and no context fails for an expired token."""
+    server = Server("--token-validity", "3")
+    try:
+        pcm = pcm_of("stop the music", tmp_path / "a.wav")
+        results = []
+        with sc.Client(server.url, app_id="faults", audio=sc.PushAudio(16000, 1), cache_dir=str(tmp_path)) as c:
+            for _ in range(3):
+                c.start()
+                c.push(pcm)
+                c.push_end()
+                updates = list(c.updates(timeout=60))
+                assert not [u for u in updates if isinstance(u, sc.ErrorEvent)], updates
+                results += [u.transcript for u in updates if isinstance(u, sc.Segment) and u.final]
+                time.sleep(3.5)  # the token expires while the client is idle
+        assert results == ["stop the music"] * 3
     finally:
         server.stop()

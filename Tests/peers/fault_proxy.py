@@ -4,6 +4,9 @@ from stdin, breaks the connections.
     python fault_proxy.py TARGET_HOST:PORT      first line: "listening on 127.0.0.1:PORT"
     stdin "drop"        close every open connection at once (both directions)
     stdin "outage S"    drop, then refuse new connections for S seconds
+    stdin "stall S"     hold every byte in both directions for S seconds (connections stay open)
+    stdin "target H:P"  forward new connections to H:P from now on (a restarted server)
+Each command is answered with one line on stdout.
 """
 import asyncio
 import sys
@@ -14,10 +17,13 @@ async def main() -> None:
     host, port = sys.argv[1].rsplit(":", 1)
     conns = set()
     refuse_until = 0.0
+    stall_until = 0.0
 
     async def pipe(reader, writer):
         try:
             while data := await reader.read(65536):
+                while time.monotonic() < stall_until:
+                    await asyncio.sleep(0.02)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
@@ -51,6 +57,14 @@ async def main() -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := (await reader.readline()).decode().strip():
         words = line.split()
+        if words[0] == "stall":
+            stall_until = time.monotonic() + float(words[1])
+            print(f"stalled {len(conns)}", flush=True)
+            continue
+        if words[0] == "target":
+            host, port = words[1].rsplit(":", 1)
+            print(f"target {host}:{port}", flush=True)
+            continue
         if words[0] in ("drop", "outage"):
             if words[0] == "outage":
                 refuse_until = time.monotonic() + float(words[1])

@@ -355,6 +355,14 @@ final class ClientWorker: @unchecked Sendable {
                 if wasStopped && !isFile { sendStop() }
                 return
             }
+            // The same mid-context (a reconnection reached a restarted server that signs with a
+            // new secret): the cached token is already dropped; reconnect once with a fresh login.
+            if contextOpen, !contextId.isEmpty, !authRetried, let error, error.code == .auth {
+                authRetried = true
+                client?.log(.info, "the server rejected the token during context \(contextId); logging in again")
+                scheduleReconnect(attempt: 1, cause: error)
+                return
+            }
             guard contextOpen else {
                 if let error {
                     client?.log(.warning, "stream closed: \(error.message)")
