@@ -219,3 +219,36 @@ def test_a_token_expiring_between_contexts_is_renewed(tmp_path):
         assert results == ["stop the music"] * 3
     finally:
         server.stop()
+
+
+def test_an_outage_longer_than_the_replay_buffer_says_what_was_lost(setup, tmp_path):
+    """Beyond the buffer: a 1 s replay buffer and a 3 s outage in the middle of the second
+    phrase. The first phrase is delivered; an error says how many seconds, from when, were not
+    transcribed; the context goes on with what the buffer still held."""
+    server, proxy = setup
+    first, second = "turn on the kitchen lights", "play some classical music"
+    silence = b"\0\0" * 16000
+    pcm_a, pcm_b = pcm_of(first, tmp_path / "a.wav"), pcm_of(second, tmp_path / "b.wav")
+    audio = pcm_a + silence + pcm_b + silence * 2
+    break_at = (len(pcm_a) + len(silence) + len(pcm_b) // 2) / 32000
+    done = {}
+
+    def maybe_break(t):
+        if t >= break_at and "broken" not in done:
+            done["broken"] = proxy.command("outage 3")
+
+    with sc.Client(proxy.url, app_id="faults", audio=sc.PushAudio(16000, 1), cache_dir=str(tmp_path),
+                   replay_buffer_ms=1000) as c:
+        c.start()
+        push_realtime(c, audio, maybe_break)
+        c.push_end()
+        updates = list(c.updates(timeout=60))
+    errors = [u for u in updates if isinstance(u, sc.ErrorEvent)]
+    for e in errors:
+        print("figure:", e.message)
+    assert len(errors) == 1, errors
+    assert errors[0].code == sc.Status.NETWORK and "replay buffer overflowed" in errors[0].message
+    assert "s of audio from" in errors[0].message and "were not transcribed" in errors[0].message
+    finals = [u for u in updates if isinstance(u, sc.Segment) and u.final]
+    assert finals and finals[0].transcript == first
+    assert isinstance(updates[-1], sc.StopEvent)

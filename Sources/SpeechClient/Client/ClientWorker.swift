@@ -62,6 +62,10 @@ final class ClientWorker: @unchecked Sendable {
     /// Connection losses since the context last made progress (a final segment): a server that
     /// accepts the reconnection but fails again still runs out of attempts.
     private var lossesWithoutProgress = 0
+    /// Audio (user-context samples) the replay buffer no longer held at a reconnection, reported
+    /// once the server has taken the replay (its `started`), so an outage with several attempts
+    /// gives one error naming the whole loss.
+    private var pendingLoss: (from: Int, to: Int)?
     /// The last connection state reported, so that only changes are.
     private var connectionState: ConnectionState?
 
@@ -199,6 +203,7 @@ final class ClientWorker: @unchecked Sendable {
         if !authRetried {
             contextId = ""
             lossesWithoutProgress = 0
+            pendingLoss = nil
             replay.reset()
             contextSamples = 0
             finalizedUpTo = 0
@@ -293,6 +298,7 @@ final class ClientWorker: @unchecked Sendable {
     /// A context could not run: report the error, then the stop, and return to idle.
     private func failContext(_ error: SpeechClientError) {
         let id = contextId
+        pendingLoss = nil  // the error below names everything from the last final segment on
         authRetried = false
         reconnect = nil
         replay.reset()
@@ -394,6 +400,13 @@ final class ClientWorker: @unchecked Sendable {
         case .started:
             authRetried = false
             timeOffsets[response.audioContext] = pendingOffsets.isEmpty ? 0 : pendingOffsets.removeFirst()
+            if let loss = pendingLoss {
+                // The replay was taken: now the loss is final, and reported once.
+                pendingLoss = nil
+                let lost = Double(loss.to - loss.from) / 16_000
+                client?.emit(.error(SpeechClientError(.network,
+                    "the replay buffer overflowed while reconnecting: \(Self.seconds(lost)) s of audio from \(Self.seconds(Double(loss.from) / 16_000)) s into context \(contextId) were not transcribed")))
+            }
             if contextId.isEmpty {
                 contextId = response.audioContext
                 client?.transition({ state, _ in
@@ -565,9 +578,7 @@ final class ClientWorker: @unchecked Sendable {
         reconnect = nil
         var from = finalizedUpTo
         if replay.oldestSample > from {
-            let lost = Double(replay.oldestSample - from) / 16_000
-            client?.emit(.error(SpeechClientError(.network,
-                "the replay buffer overflowed while reconnecting: \(Self.seconds(lost)) s of audio from \(Self.seconds(Double(from) / 16_000)) s into context \(contextId) were not transcribed")))
+            pendingLoss = (pendingLoss?.from ?? from, replay.oldestSample)
             from = replay.oldestSample
         }
         // The new server context starts at `from`; its segment 0 is the user's next segment.
