@@ -59,7 +59,7 @@ install: $(if $(NO_BUILD),,all)
 		-L$(BUILD) -lspeechclient -o $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 	$(STRIP) $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 
-test: test-swift lib test-c test-abi test-python test-server test-e2e test-faults
+test: test-swift lib test-c test-abi test-python test-server test-e2e test-faults test-packaging
 
 test-swift:
 	$(SWIFT) test
@@ -84,6 +84,13 @@ test-faults: lib
 # The demo and the library against the reference server with synthesized speech.
 test-e2e: demo
 	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q Tests/e2e
+
+# Packaging (issue 7): `make install DESTDIR=` layouts, pkg-config, spc_version_number() against the
+# installed header, docs/ABI.md, debian/libspeechclient0.symbols. The slow .deb test on a clean
+# Debian root is scripts/deb-smoke.sh, not part of `make test`.
+.PHONY: test-packaging
+test-packaging: lib
+	CC="$(CC)" PYTHON="$(PYTHON)" Tests/packaging/check-install.sh
 
 clean:
 	rm -rf $(BUILD) $(RELEASE_DIR) .build
