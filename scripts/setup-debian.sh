@@ -10,6 +10,10 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PACKAGES=(pkg-config libnghttp2-dev libssl-dev libasound2-dev alsa-utils espeak-ng sox python3-venv gcc g++ make)
+# SPC_SETUP_PACKAGING=1: also what dpkg-buildpackage, lintian and scripts/deb-smoke.sh need.
+if [ -n "${SPC_SETUP_PACKAGING:-}" ]; then
+  PACKAGES+=(dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools fakeroot lintian debootstrap)
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
