@@ -13,14 +13,8 @@ extension SLURequest {
                 for o in c.options { m.message(5) { $0.encodeOption(o) } }
             }
         case .audio(let samples):
-            var le = [UInt8]()
-            le.reserveCapacity(samples.count * 2)
-            for s in samples {
-                let u = UInt16(bitPattern: s)
-                le.append(UInt8(truncatingIfNeeded: u))
-                le.append(UInt8(truncatingIfNeeded: u >> 8))
-            }
-            w.lengthDelimited(3, le)
+            w = ProtobufWriter(reservingCapacity: samples.count * 2 + 8)
+            w.int16LittleEndian(3, samples)
         case .rttResponse(let id):
             w.message(4) { $0.int32(1, id) }
         case .start(let appId, let options):

@@ -5,6 +5,8 @@ public struct ProtobufWriter {
 
     public init() {}
 
+    public init(reservingCapacity capacity: Int) { bytes.reserveCapacity(capacity) }
+
     public mutating func varint(_ value: UInt64) {
         var v = value
         while v >= 0x80 {
@@ -47,6 +49,22 @@ public struct ProtobufWriter {
         tag(field, 2)
         varint(UInt64(value.count))
         bytes.append(contentsOf: value)
+    }
+
+    /// A bytes field holding 16-bit samples, little-endian, copied in one go (audio: the hot
+    /// path, once per chunk; the bench profile showed the per-sample append at 4.5 %).
+    public mutating func int16LittleEndian(_ field: UInt32, _ samples: [Int16]) {
+        tag(field, 2)
+        varint(UInt64(samples.count * 2))
+        #if _endian(little)
+        samples.withUnsafeBytes { bytes.append(contentsOf: $0) }
+        #else
+        for s in samples {
+            let u = UInt16(bitPattern: s)
+            bytes.append(UInt8(truncatingIfNeeded: u))
+            bytes.append(UInt8(truncatingIfNeeded: u >> 8))
+        }
+        #endif
     }
 
     public mutating func message(_ field: UInt32, _ build: (inout ProtobufWriter) -> Void) {
