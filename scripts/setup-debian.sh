@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Installs what building and testing libspeechclient needs on a fresh Debian 12 (run as root,
 # or with sudo available): the C libraries the .so links, the tools the tests drive (espeak-ng
-# and sox make test speech, alsa-utils for the ALSA capture tests), and a Python venv in .venv
-# with pytest and the reference server. The Swift toolchain itself is expected on PATH.
+# and sox make test speech, alsa-utils for the ALSA capture tests, valgrind for the memcheck
+# test), and a Python venv in .venv with pytest and the reference server. The Swift toolchain
+# itself is expected on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-PACKAGES=(pkg-config libnghttp2-dev libssl-dev libasound2-dev alsa-utils espeak-ng sox python3-venv gcc g++ make)
+PACKAGES=(pkg-config libnghttp2-dev libssl-dev libasound2-dev alsa-utils espeak-ng sox python3-venv gcc g++ make valgrind)
 # SPC_SETUP_PACKAGING=1: also what dpkg-buildpackage, lintian and scripts/deb-smoke.sh need.
 if [ -n "${SPC_SETUP_PACKAGING:-}" ]; then
   PACKAGES+=(dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools fakeroot lintian debootstrap)
