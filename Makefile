@@ -120,7 +120,7 @@ fuzz:
 sanitize:
 	rm -rf .build-tsan .build-asan
 	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan
-	$(SWIFT) test --sanitize=address --scratch-path .build-asan
+	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp $(SWIFT) test --sanitize=address --scratch-path .build-asan
 
 # Benchmarks (issue 6), not part of `make test`: the library driven from C against a grpcio and a
 # grpc++ client on one loopback sink server. Prints the table and BENCH lines; writes
@@ -128,3 +128,8 @@ sanitize:
 .PHONY: bench
 bench:
 	$(PYTHON) bench/run.py
+
+# Soak (issue 9): 200 real-time streams for 10 minutes, RSS sampled; prints the slope.
+.PHONY: soak
+soak:
+	$(PYTHON) bench/soak.py

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Soak (issue 9): 200 concurrent real-time streams for 10 minutes against the sink server, the
+client's RSS sampled every few seconds, and the slope of RSS over time after the warm-up.
+
+    make soak                    (SOAK_STREAMS, SOAK_SECONDS, SOAK_SAMPLE: 200, 600, 5 by default)
+
+It uses what `make bench` builds (bench/out/spc_bench and the grpc++ sink; the Python sink when
+the grpc++ one is missing). The client runs with the library's defaults (30 s replay buffer:
+RSS grows for the first 30 s while the buffers fill, so the slope is fitted after 60 s). Prints
+the samples, then `BENCH soak_rss_slope ours=KB_PER_MIN unit=KB/min` and the RSS range.
+"""
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(HERE, "out")
+sys.path.insert(0, HERE)
+
+import run  # noqa: E402  (the bench's build and server helpers)
+
+STREAMS = int(os.environ.get("SOAK_STREAMS", "200"))
+SECONDS = float(os.environ.get("SOAK_SECONDS", "600"))
+SAMPLE = float(os.environ.get("SOAK_SAMPLE", "5"))
+FIT_AFTER = min(60.0, SECONDS / 3)
+
+
+def rss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def slope(points):
+    n = len(points)
+    mx = sum(t for t, _ in points) / n
+    my = sum(r for _, r in points) / n
+    var = sum((t - mx) ** 2 for t, _ in points)
+    return sum((t - mx) * (r - my) for t, r in points) / var if var else 0.0
+
+
+def main():
+    have_cxx = run.build()
+    server = run.Server(have_cxx)
+    try:
+        cmd = [os.path.join(OUT, "spc_bench"), "--url", f"grpc://127.0.0.1:{server.port}", "--mode", "paced",
+               "--streams", str(STREAMS), "--warmup", "2", "--window", str(SECONDS),
+               "--cache-dir", os.path.join(OUT, "soak-cache")]
+        client = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        samples = []
+        while client.poll() is None:
+            time.sleep(SAMPLE)
+            r = rss_kb(client.pid)
+            if r is not None:
+                samples.append((time.monotonic() - t0, r))
+                print(f"soak: t={samples[-1][0]:6.0f} s  rss={r} KB", flush=True)
+        out, err = client.communicate()
+        if client.returncode != 0:
+            print(err, file=sys.stderr)
+            raise SystemExit(f"soak: the client failed ({client.returncode})")
+        fit = [(t, r) for t, r in samples if t >= FIT_AFTER]
+        kb_per_min = slope(fit) * 60 if len(fit) >= 3 else float("nan")
+        lo, hi = min(r for _, r in fit), max(r for _, r in fit)
+        print(f"soak: {STREAMS} streams for {SECONDS:.0f} s; RSS after {FIT_AFTER:.0f} s from {lo} to {hi} KB; "
+              f"fitted slope {kb_per_min:+.1f} KB/min; client: {out.strip()}")
+        print(f"BENCH soak_rss_slope ours={kb_per_min:.2f} unit=KB/min")
+        print(f"BENCH soak_rss_range ours={lo}-{hi} unit=KB")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
