@@ -63,6 +63,8 @@ def main():
             key = f.read()
         creds = grpc.ssl_server_credentials([(key, cert)])
         port = server.add_secure_port("127.0.0.1:0", creds)
+    elif len(sys.argv) == 2 and sys.argv[1] == "--ipv6":
+        port = server.add_insecure_port("[::1]:0")  # IPv6 loopback only
     else:
         port = server.add_insecure_port("127.0.0.1:0")
     server.start()

@@ -22,6 +22,18 @@ private func channel(_ peer: PeerProcess, host: String = "127.0.0.1",
 }
 
 @Suite(.timeLimit(.minutes(2))) struct GRPCInteropTests {
+    @Test func ipv6Loopback() throws {
+        // A grpcio server listening on [::1] only: the URL's bracketed literal, an AF_INET6
+        // socket, :authority with brackets.
+        let peer = try PeerProcess(script: "grpc_echo_server.py", arguments: ["--ipv6"])
+        let ch = try channel(peer, host: "[::1]")
+        #expect(try ch.unary(path: "/test.Echo/Unary", metadata: [], request: [6, 6], timeoutMilliseconds: 5000) == [6, 6])
+        // The same port on IPv4 has no listener: refused, and said so.
+        #expect {
+            _ = try channel(peer).unary(path: "/test.Echo/Unary", metadata: [], request: [1], timeoutMilliseconds: 5000)
+        } throws: { ($0 as? SpeechClientError)?.code == .network }
+    }
+
     @Test func unaryEcho() throws {
         let ch = try channel(echoServer())
         for size in [0, 1, 3200, 70_000, 1_000_000] {
