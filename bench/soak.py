@@ -52,7 +52,7 @@ def main():
     try:
         cmd = [os.path.join(OUT, "spc_bench"), "--url", f"grpc://127.0.0.1:{server.port}", "--mode", "paced",
                "--streams", str(STREAMS), "--warmup", "2", "--window", str(SECONDS),
-               "--cache-dir", os.path.join(OUT, "soak-cache")]
+               "--cache-dir", os.path.join(OUT, "soak-cache"), "--keep-samples", "0"]
         client = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         t0 = time.monotonic()
         samples = []

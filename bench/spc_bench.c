@@ -5,6 +5,7 @@
 **   spc_bench --url URL --mode file --wav FILE
 **   spc_bench --url URL --mode cold --launch-ns T          (T: CLOCK_MONOTONIC before exec)
 **   spc_bench --url URL --mode idle --mic DEVICE --window S
+**   paced: [--keep-samples 0] does not store latencies (a soak: memory of the library only)
 **   common: [--ca-file PEM] [--cache-dir DIR] [--replay-ms MS (spc_options_set_replay_buffer_ms)]
 **
 ** paced: N clients in this process, each with push audio (16 kHz mono, 100 ms chunks), all
@@ -68,6 +69,7 @@ struct stream {
 /* Everything runs on the main thread (application delivery), except in cold/file/idle modes. */
 static struct {
     int measuring;
+    int keep_samples; /* 0 (soak): latencies are not stored, so the program's own memory stays flat */
     int64_t *added, *raw; /* ns */
     size_t n, cap;
     long tentatives, unmatched, errors, late;
@@ -82,7 +84,7 @@ static void on_segment(spc_client *c, const spc_segment *s, void *ud) {
     g.tentatives++;
     if (st->head == st->tail) { g.unmatched++; return; }
     int64_t sent = st->sent[st->tail++ % RING];
-    if (!g.measuring) return;
+    if (!g.measuring || !g.keep_samples) return;
     const char *w = spc_segment_word_text(s, 0);
     int64_t server = w ? atoll(w) : 0;
     if (g.n == g.cap) {
@@ -318,6 +320,7 @@ static int run_idle(const struct args *a) {
 }
 
 int main(int argc, char **argv) {
+    g.keep_samples = 1;
     struct args a = {.url = "grpc://127.0.0.1:50051", .mode = "paced", .streams = 1, .warmup = 2, .window = 5};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -335,6 +338,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--mic")) a.mic = v;
         else if (!strcmp(k, "--replay-ms")) a.replay_ms = atoi(v);
         else if (!strcmp(k, "--launch-ns")) a.launch_ns = atoll(v);
+        else if (!strcmp(k, "--keep-samples")) g.keep_samples = atoi(v);
         else { fprintf(stderr, "spc_bench: unknown option %s\n", k); return 2; }
     }
     if (a.streams < 1) return 2;
