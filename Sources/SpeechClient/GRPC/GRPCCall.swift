@@ -219,7 +219,11 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         } else if errorCode != 0 {
             wasRefused = errorCode == 7
             let grpc = GRPCStatus.fromHTTP2ErrorCode(errorCode)
-            finish(GRPCStatus.error(status: grpc, message: "\(peer) reset the stream (HTTP/2 error code \(errorCode))", path: path))
+            var e = GRPCStatus.error(status: grpc, message: "\(peer) reset the stream (HTTP/2 error code \(errorCode))", path: path)
+            // A reset is the transport breaking the call, not the server's answer: a network
+            // error (the client reconnects and replays), except the two codes that mean "no".
+            if errorCode != 11 && errorCode != 12 { e?.code = .network }
+            finish(e)
         } else {
             finish(SpeechClientError(.parse, "\(path): the stream to \(peer) closed without a response",
                                      grpcStatus: GRPCStatus.internal))
