@@ -71,7 +71,11 @@ def main():
         lo, hi = min(r for _, r in fit), max(r for _, r in fit)
         print(f"soak: {STREAMS} streams for {SECONDS:.0f} s; RSS after {FIT_AFTER:.0f} s from {lo} to {hi} KB; "
               f"fitted slope {kb_per_min:+.1f} KB/min; client: {out.strip()}")
+        half = [(t, r) for t, r in samples if t >= SECONDS / 2]
+        late = slope(half) * 60 if len(half) >= 3 else float("nan")
+        print(f"soak: slope over the second half ({SECONDS / 2:.0f}-{SECONDS:.0f} s): {late:+.1f} KB/min")
         print(f"BENCH soak_rss_slope ours={kb_per_min:.2f} unit=KB/min")
+        print(f"BENCH soak_rss_slope_second_half ours={late:.2f} unit=KB/min")
         print(f"BENCH soak_rss_range ours={lo}-{hi} unit=KB")
     finally:
         server.stop()
