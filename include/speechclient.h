@@ -210,6 +210,9 @@ typedef enum spc_state {
 ** UNAVAILABLE  the server cannot be used now (the reason comes with the event); the next start
 **              tries again.
 ** SUSPENDED    spc_client_suspend() closed the connection.
+**
+** With prepare-on-init the connection is opened inside spc_client_new(); CONNECTING and READY
+** are then the client's first events. Otherwise CONNECTING comes with the first start.
 */
 typedef enum spc_connection_state {
     SPC_CONNECTION_CONNECTING = 0,

@@ -110,6 +110,7 @@ public final class Client: @unchecked Sendable {
         cancellation = worker.cancellation
         worker.client = self
         logRelay.client = self
+        worker.announcePrepared()
         if let warning = identity.warning { log(.warning, warning) }
         if let dir = options.cacheDir ?? DeviceIdentity.defaultCacheDirectory(), let why = Files.unsafeDirectoryReason(dir) {
             log(.warning, "login tokens are not cached on disk: \(why)")

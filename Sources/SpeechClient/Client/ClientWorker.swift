@@ -173,6 +173,14 @@ final class ClientWorker: @unchecked Sendable {
         report(.ready)
     }
 
+    /// After a successful prepare-on-init (which ran before the client existed, so its reports
+    /// went nowhere): the application still sees connecting, then ready, as its first events.
+    func announcePrepared() {
+        guard connectionState == .ready else { return }
+        client?.emit(.connection(.connecting, attempt: 0, delayMilliseconds: 0, reason: nil))
+        client?.emit(.connection(.ready, attempt: 0, delayMilliseconds: 0, reason: nil))
+    }
+
     /// Reports a connection state change (and every reconnection attempt).
     private func report(_ state: ConnectionState, attempt: Int = 0, delayMilliseconds: Int = 0, reason: SpeechClientError? = nil) {
         if state == connectionState && state != .reconnecting { return }
