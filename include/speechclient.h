@@ -230,6 +230,11 @@ typedef enum spc_connection_state {
 ** descriptor from spc_client_event_fd() becomes readable when events are pending, so the client
 ** fits a poll/epoll loop, GLib or asyncio. The same order and one-at-a-time rules apply.
 **
+** In both modes, while more than 16384 events wait for the application (callbacks that do not
+** return, a loop that does not dispatch), tentative segment updates and log lines are dropped
+** instead of queued, so memory stays bounded; later updates of the same segment, its final
+** update and every other event still arrive.
+**
 **     int fd = spc_client_event_fd(client);
 **     struct pollfd p = { fd, POLLIN, 0 };
 **     while (running) {

@@ -291,8 +291,20 @@ public final class Client: @unchecked Sendable {
             && !contextOpen && (options.delivery == .application || (events.isEmpty && !delivering))
     }
 
+    /// Past this many undelivered events (an application that stopped consuming, a server that
+    /// floods), tentative segment snapshots and log lines are dropped: a later snapshot of the
+    /// same segment carries everything a dropped one had, and its final one is never dropped.
+    static let maxPendingEvents = 16_384
+
     /// Queues an event for the application; in application delivery, makes the fd readable.
     private func pushEventLocked(_ event: ClientEvent) {
+        if events.count >= Self.maxPendingEvents {
+            switch event {
+            case .segment(let s) where !s.isFinal: return
+            case .log: return
+            default: break
+            }
+        }
         events.push(event)
         if eventFD >= 0 && !eventFDSignaled {
             eventFDSignaled = true

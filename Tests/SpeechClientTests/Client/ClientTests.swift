@@ -376,3 +376,33 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         #expect(throws: SpeechClientError.self) { try client.start() }
     }
 }
+
+@Suite struct EventQueueBoundTests {
+    @Test func tentativeSnapshotsAreDroppedWhenTheApplicationFallsFarBehind() throws {
+        var o = try pushOptions()
+        o.delivery = .application
+        let log = EventLog()
+        let client = try Client(options: o, service: FakeRecognitionService(), handler: log.handler)
+        defer { try? client.close() }
+        func segment(_ final: Bool, _ n: Int) -> Segment {
+            Segment(contextId: "c", segmentId: 0, isFinal: final,
+                    words: [Segment.Word(text: "w\(n)", index: 0, startMilliseconds: 0, endMilliseconds: 1, isFinal: final)],
+                    intent: nil, intentIsFinal: false, entities: [])
+        }
+        // Nobody dispatches: a flood of tentatives, then the final and a stop.
+        let flood = Client.maxPendingEvents + 5_000
+        for n in 0..<flood { client.emit(.segment(segment(false, n))) }
+        client.emit(.segment(segment(true, flood)))
+        client.emit(.stop(contextId: "c"))
+        var ran = 0
+        while true {
+            let n = try client.dispatch(maxEvents: 0)
+            if n == 0 { break }
+            ran += n
+        }
+        let lines = log.lines
+        #expect(ran == Client.maxPendingEvents + 2)
+        #expect(lines.suffix(2) == ["segment final w\(flood)", "stop c"])
+        #expect(lines.first == "segment tentative w0")
+    }
+}
