@@ -59,10 +59,14 @@ PY
 cache=$(mktemp -d)
 out=$("$demo" --url grpc://127.0.0.1:1 --file "$wav" --json --cache-dir "$cache"); rc=$?
 check "[ $rc = 1 ]" "an error run exits 1"
-check "[ \"\$(echo \"\$out\" | wc -l)\" = 2 ]" "an error run prints two lines (got: $out)"
+check "[ \"\$(echo \"\$out\" | grep -vc '\"type\":\"state\"')\" = 2 ]" "an error run prints two lines besides its states (got: $out)"
 echo "$out" | python3 -c '
 import json, sys
-lines = [json.loads(l) for l in sys.stdin if l.strip()]
+every = [json.loads(l) for l in sys.stdin if l.strip()]
+states = [l for l in every if l["type"] == "state"]
+assert [s["state"] for s in states] == ["connecting", "unavailable"], states
+assert "127.0.0.1" in states[1]["message"], states
+lines = [l for l in every if l["type"] != "state"]
 assert [l["type"] for l in lines] == ["error", "stop"], lines
 assert lines[0]["code"] == "network error" and lines[0]["status"] == 4 and lines[0]["grpc_status"] == -1, lines
 assert "127.0.0.1" in lines[0]["message"] and lines[1]["context_id"] == "", lines
@@ -81,7 +85,7 @@ check "[ $rc = 1 ]" "--mic against a closed port exits 1 (got $rc)"
 echo "$out" | python3 -c '
 import json, sys
 lines = [json.loads(l) for l in sys.stdin if l.strip()]
-assert [l["type"] for l in lines] == ["error", "stop"], lines
+assert [l["type"] for l in lines if l["type"] != "state"] == ["error", "stop"], lines
 '; check "[ $? = 0 ]" "--mic against a closed port: error and stop lines (got: $out)"
 
 # Signals: against a server that accepts and never answers, the context stays STARTING until a

@@ -44,5 +44,7 @@ class Server:
 
 def final_segments(stdout: str):
     import json
+    # State lines ({"type":"state"}) are left out: readers ignore types they do not check.
     events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    events = [e for e in events if e["type"] != "state"]
     return events, [e for e in events if e["type"] == "segment" and e["final"]]

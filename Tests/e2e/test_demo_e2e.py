@@ -15,7 +15,10 @@ def test_demo_transcribes_a_command(server, speech, tmp_path):
     wav = speech("turn on the kitchen lights")
     out = run_demo(server, wav, tmp_path)
     assert out.returncode == 0, out.stderr
-    events = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    every = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    # The connection states come first: connecting, then ready, before the context starts.
+    assert [e["state"] for e in every if e["type"] == "state"] == ["connecting", "ready"], every
+    events = [e for e in every if e["type"] != "state"]
     types = [e["type"] for e in events]
     assert types[0] == "start" and types[-1] == "stop"
     finals = [e for e in events if e["type"] == "segment" and e["final"]]

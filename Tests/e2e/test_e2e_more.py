@@ -1,5 +1,6 @@
 """More end-to-end runs of the library against the real reference server: several phrases
 (word error rate), TLS with a generated CA, an expired cached token, and the ALSA capture path."""
+import json
 import os
 import signal
 import subprocess
@@ -152,13 +153,15 @@ def test_speech_through_alsa_capture(server, tmp_path, speech):
         if not line:
             break
         lines.append(line)
-        if '"final":true' in line and '"type":"segment"' in line:
+        # The segment's own "final" (its words carry "final" too: a string match stops early).
+        update = json.loads(line)
+        if update.get("type") == "segment" and update.get("final"):
             break
     p.send_signal(signal.SIGINT)
     rest, _ = p.communicate(timeout=30)
     events, finals = final_segments("".join(lines) + rest)
     assert p.returncode == 0
-    assert finals and finals[0]["transcript"] == "turn off the kitchen lights"
+    assert finals and finals[0]["transcript"] == "turn off the kitchen lights", "".join(lines) + rest
     assert events[-1]["type"] == "stop"
 
 

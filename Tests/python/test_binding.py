@@ -606,6 +606,8 @@ def test_cli_json_lines_for_an_unreachable_server(silent_wav, cache_dir):
     r = _cli("--url", UNREACHABLE, "--app-id", "py", "--file", str(silent_wav), "--cache-dir", cache_dir, "--json")
     assert r.returncode == 1
     assert r.stdout.splitlines() == [
+        '{"type":"state","state":"connecting"}',
+        '{"type":"state","state":"unavailable","message":"cannot connect to 127.0.0.1:1: connect failed: Connection refused"}',
         '{"type":"error","code":"network error","status":4,"grpc_status":-1,'
         '"message":"cannot connect to 127.0.0.1:1: connect failed: Connection refused"}',
         '{"type":"stop","context_id":""}',

@@ -24,6 +24,9 @@
 **   {"type":"start","context_id":"..."}   the server opened the context
 **   {"type":"stop","context_id":"..."}    the context is closed ("" if it never opened)
 **   {"type":"error","code":"<spc_status_str>","status":N,"grpc_status":N,"message":"..."}
+**   {"type":"state","state":"connecting"|"ready"|"reconnecting"|"unavailable"|"suspended"}
+**       a connection state change; "attempt" and "delay_ms" with reconnecting, "message" with
+**       the reason when there is one (unavailable)
 **       code: spc_status_str() of the status ("network error", "audio error", ...);
 **       status: the spc_status number; grpc_status: the server's gRPC status or -1;
 **       message: what failed, naming the file, device or host. Printed for error events and for
@@ -160,11 +163,46 @@ static void on_stop(spc_client *client, const char *context_id, void *user_data)
     print_event(user_data, "stop", context_id);
 }
 
-static void on_log(spc_client *client, spc_log_level level, const char *message, void *user_data) {
+/* Connection state changes: a JSON line, or a short stderr line (not READY after CONNECTING,
+** which every run has: only what a user watching the terminal needs). */
+static void on_state(spc_client *client, spc_connection_state state, int32_t attempt, int32_t delay_ms,
+                     const spc_error *reason, void *user_data) {
+    struct demo *d = user_data;
+    static const char *names[] = {"connecting", "ready", "reconnecting", "unavailable", "suspended"};
+    const char *name = (unsigned)state < 5 ? names[state] : "unknown";
     (void)client;
-    (void)user_data;
+    pthread_mutex_lock(&d->out);
+    if (d->json) {
+        printf("{\"type\":\"state\",\"state\":\"%s\"", name);
+        if (state == SPC_CONNECTION_RECONNECTING) printf(",\"attempt\":%d,\"delay_ms\":%d", (int)attempt, (int)delay_ms);
+        if (reason) {
+            printf(",\"message\":");
+            print_json_string(spc_error_message(reason));
+        }
+        printf("}\n");
+        fflush(stdout);
+    } else if (state == SPC_CONNECTION_RECONNECTING || state == SPC_CONNECTION_UNAVAILABLE) {
+        clear_live_line(d);
+        fflush(stdout);
+        if (state == SPC_CONNECTION_RECONNECTING)
+            fprintf(stderr, "speechclient-demo: connection lost; reconnecting in %d ms (attempt %d)\n", (int)delay_ms, (int)attempt);
+        else
+            fprintf(stderr, "speechclient-demo: server unavailable%s%s\n", reason ? ": " : "",
+                    reason ? spc_error_message(reason) : "");
+    }
+    pthread_mutex_unlock(&d->out);
+}
+
+static void on_log(spc_client *client, spc_log_level level, const char *message, void *user_data) {
+    struct demo *d = user_data;
     static const char *names[] = {"none", "error", "warning", "info", "debug"};
+    (void)client;
+    /* A log line must not land in the middle of the live line on a terminal. */
+    pthread_mutex_lock(&d->out);
+    clear_live_line(d);
+    fflush(stdout);
     fprintf(stderr, "speechclient [%s] %s\n", (unsigned)level < 5 ? names[level] : "?", message);
+    pthread_mutex_unlock(&d->out);
 }
 
 static void usage(FILE *to) {
@@ -242,6 +280,7 @@ static int configure(spc_options *o, const struct settings *a, struct demo *d) {
     if ((s = spc_options_set_error_cb(o, on_error, d)) != SPC_OK) return failed("spc_options_set_error_cb", s);
     if ((s = spc_options_set_start_cb(o, on_start, d)) != SPC_OK) return failed("spc_options_set_start_cb", s);
     if ((s = spc_options_set_stop_cb(o, on_stop, d)) != SPC_OK) return failed("spc_options_set_stop_cb", s);
+    if ((s = spc_options_set_state_cb(o, on_state, d)) != SPC_OK) return failed("spc_options_set_state_cb", s);
     return 0;
 }
 

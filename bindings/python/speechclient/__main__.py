@@ -11,6 +11,7 @@ C demo's stable JSON lines, one object a line:
     {"type":"start","context_id":"..."}
     {"type":"stop","context_id":"..."}
     {"type":"error","code":"<spc_status_str>","status":N,"grpc_status":N,"message":"..."}
+    {"type":"state","state":"connecting"|"ready"|"reconnecting"|"unavailable"|"suspended",...}
 
 The error line is printed for error events and for a client that could not be created (for
 example a missing WAV file), which then ends the run.
@@ -28,7 +29,7 @@ import time
 from typing import List, Optional, TextIO
 
 from . import (Client, ErrorEvent, LogLevel, Microphone, Segment, SpeechClientError, SpeechTimeoutError, StartEvent,
-               Status, StopEvent, WavFile, status_text, version)
+               StateEvent, Status, StopEvent, WavFile, status_text, version)
 
 
 def json_string(s: str) -> str:
@@ -54,9 +55,17 @@ def json_string(s: str) -> str:
 
 
 def event_json(update) -> Optional[str]:
-    """The JSON line for an update, or None for updates the demo does not print (states)."""
+    """The JSON line for an update, as the C demo prints it."""
     if isinstance(update, Segment):
         return update.json
+    if isinstance(update, StateEvent):
+        name = update.state.name.lower() if hasattr(update.state, "name") else "unknown"
+        line = f'{{"type":"state","state":"{name}"'
+        if name == "reconnecting":
+            line += f',"attempt":{update.attempt},"delay_ms":{update.delay_ms}'
+        if update.reason is not None:
+            line += f',"message":{json_string(update.reason.message)}'
+        return line + "}"
     if isinstance(update, (StartEvent, StopEvent)):
         kind = "start" if isinstance(update, StartEvent) else "stop"
         return f'{{"type":"{kind}","context_id":{json_string(update.context_id)}}}'
@@ -209,6 +218,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                     text.clear_live()
                     out.flush()
                     print(f"{prog}: {status_text(update.code)}: {update.message}", file=sys.stderr, flush=True)
+                elif isinstance(update, StateEvent) and update.attempt > 0:
+                    text.clear_live()
+                    out.flush()
+                    print(f"{prog}: connection lost; reconnecting in {update.delay_ms} ms (attempt {update.attempt})",
+                          file=sys.stderr, flush=True)
+                elif isinstance(update, StateEvent) and update.reason is not None:
+                    text.clear_live()
+                    out.flush()
+                    print(f"{prog}: server unavailable: {update.reason.message}", file=sys.stderr, flush=True)
                 if timeout is not None and time.monotonic() - started > timeout:
                     raise SpeechTimeoutError(Status.TIMEOUT, f"waiting for the results: more than {args.timeout_ms} ms")
     except SpeechClientError as e:
