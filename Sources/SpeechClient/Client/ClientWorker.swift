@@ -161,6 +161,7 @@ final class ClientWorker: @unchecked Sendable {
         let gen = generation
         let config = SLUConfig(languageCode: options.language)
         if reconnect == nil { report(.connecting) }
+        client?.log(.debug, "opening an SLU stream (language \(options.language))")
         do throws(SpeechClientError) {
             stream = try service.openStream(config: config, cancellation: cancellation) { [weak self] event in
                 self?.client?.enqueue(.stream(event, generation: gen))
@@ -170,6 +171,7 @@ final class ClientWorker: @unchecked Sendable {
             throw error
         }
         stream?.send(.config(config))
+        client?.log(.debug, "SLU stream open")
         report(.ready)
     }
 
@@ -227,6 +229,7 @@ final class ClientWorker: @unchecked Sendable {
             nextSegment = 0
         }
         client.transition({ _, _ in }, contextOpen: true)
+        client.log(.debug, "start sent")
         stream?.send(.start(appId: options.appId ?? "", options: options.contextOptions))
         pumping = source != nil
     }
@@ -289,6 +292,7 @@ final class ClientWorker: @unchecked Sendable {
         pumping = false
         if let partial = chunker.flush() { sendAudio(partial) }
         stopSent = true
+        client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")")
         stream?.send(.stop)
         if auto {
             client?.transition { state, _ in
@@ -419,6 +423,7 @@ final class ClientWorker: @unchecked Sendable {
             }
             if contextId.isEmpty {
                 contextId = response.audioContext
+                client?.log(.debug, "context \(contextId) started")
                 client?.transition({ state, _ in
                     if state == .starting { state = .listening }
                 }, events: [.start(contextId: response.audioContext)])
@@ -435,8 +440,12 @@ final class ClientWorker: @unchecked Sendable {
                 }
                 return
             }
+            if assembler.hasUnfinished(context: contextId) {
+                client?.log(.warning, "context \(contextId) finished with a segment the server never ended: its words are dropped")
+            }
             _ = assembler.apply(SLUResponse(audioContext: contextId, segmentId: 0, payload: response.payload))
             let id = contextId.isEmpty ? response.audioContext : contextId
+            client?.log(.debug, "context \(id) finished" + (code.map { " with error \($0)" } ?? ""))
             contextOpen = false
             stopSent = false
             contextId = ""

@@ -19,6 +19,8 @@ public final class SpeechlyService: RecognitionService, @unchecked Sendable {
         throws(SpeechClientError) -> any RecognitionStream {
         let (token, warning) = try identity.token(cancellation: cancellation)
         if let warning { log(.warning, warning) }
+        // Never the token itself (issue 9): only that there is one.
+        log(.debug, "login token ready; opening \(Self.streamPath)")
         let relay = StreamRelay(handler: handler, identity: identity)
         let call = try channel.openStreamingCall(path: Self.streamPath, metadata: [("authorization", "Bearer " + token)],
                                                cancellation: cancellation) {
