@@ -406,3 +406,51 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         #expect(lines.first == "segment tentative w0")
     }
 }
+
+/// Issue 10: ordering and completeness under load, in both delivery modes. 600 audio chunks
+/// pushed at once make the fake server answer 600 tentatives, then 600 final words, the
+/// segment end and finished: 1,203 events as fast as the worker makes them.
+@Suite struct DeliveryUnderLoadTests {
+    static let chunks = 600
+
+    private func run(_ delivery: Delivery) throws -> [String] {
+        var o = try pushOptions(chunkMs: 20)
+        o.delivery = delivery
+        let log = EventLog()
+        let client = try Client(options: o, service: FakeRecognitionService(), handler: log.handler)
+        defer { try? client.close() }
+        let done = Atomic<Bool>(false)
+        var dispatcher: NativeThread?
+        if delivery == .application {
+            let fd = client.eventFD
+            dispatcher = try NativeThread(name: "test-dispatch") {
+                while !done.load(ordering: .relaxed) {
+                    var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    _ = poll(&p, 1, 20)
+                    _ = try? client.dispatch(maxEvents: 0)
+                }
+            }
+        }
+        try client.start()
+        let samples = [Int16](repeating: 500, count: 320 * Self.chunks)
+        samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.pushEnd()
+        for _ in 0..<2_000 where !(log.lines.last ?? "").hasPrefix("stop") { usleepMs(10) }
+        done.store(true, ordering: .relaxed)
+        dispatcher?.join()
+        return log.lines
+    }
+
+    @Test func bothModesDeliverEveryEventInOrder() throws {
+        let thread = try run(.thread)
+        let application = try run(.application)
+        #expect(thread == application)
+        #expect(thread.first == "start ctx-1")
+        #expect(thread.last == "stop ctx-1")
+        // Each chunk's tentative, in order (w1 ... w2000), then the final words one by one.
+        let perChunk = Array(thread.dropFirst().prefix(Self.chunks))
+        #expect(perChunk == (1...Self.chunks).map { "segment tentative w\($0)" })
+        #expect(thread.count == 1 + Self.chunks + Self.chunks + 1 + 1, "\(thread.count) events")
+        #expect(thread[thread.count - 2] == "segment final " + (1...Self.chunks).map { "w\($0)" }.joined(separator: " "))
+    }
+}
