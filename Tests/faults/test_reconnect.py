@@ -90,7 +90,8 @@ def test_words_survive_a_broken_connection_mid_utterance(setup, tmp_path, fault)
     assert len(starts) == 1 and len(stops) == 1 and starts[0].context_id == stops[0].context_id
     finals = [u for u in updates if isinstance(u, sc.Segment) and u.final]
     assert [f.transcript for f in finals] == [first, second]
-    assert [f.segment_id for f in finals] == [0, 1]
+    ids = [f.segment_id for f in finals]  # increasing and unique (see the restart test)
+    assert ids == sorted(set(ids)) and ids[0] == 0, ids
     assert all(f.context_id == starts[0].context_id for f in finals)
     # Times stay relative to the user's start: the second phrase starts after the first one
     # plus the second of silence, as pushed.
@@ -191,7 +192,10 @@ def test_words_survive_a_server_restart_mid_utterance(tmp_path, same_secret):
         assert not [u for u in updates if isinstance(u, sc.ErrorEvent)]
         finals = [u for u in updates if isinstance(u, sc.Segment) and u.final]
         assert [f.transcript for f in finals] == [first, second]
-        assert [f.segment_id for f in finals] == [0, 1]
+        # Increasing and unique; not necessarily 0, 1: replayed audio may open a server segment
+        # that only ever gets a tentative (a noise burst), which takes an id and is then dropped.
+        ids = [f.segment_id for f in finals]
+        assert ids == sorted(set(ids)) and ids[0] == 0, ids
         names = [s.state.name for s in states]
         assert "RECONNECTING" in names and names[-1] == "READY", names
     finally:
