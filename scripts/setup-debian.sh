@@ -30,7 +30,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q pytest grpcio h2
+.venv/bin/pip install -q pytest grpcio h2 grpclib
 if [ -f server/pyproject.toml ]; then
   .venv/bin/pip install -q ./server
 fi
