@@ -100,3 +100,26 @@ def test_cli_text_output(server, synthesize, cache_dir):
                         "--cache-dir", cache_dir], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == "turn on the kitchen lights  [intent: turn_on]  [room: kitchen]"
+
+
+def test_stop_mid_sentence_delivers_the_words_heard(server, synthesize, cache_dir):
+    # Push-to-talk released while the user is still speaking: the stop cuts the phrase. Every
+    # word the application was shown as tentative must arrive final before the stop event.
+    with wave.open(str(synthesize("turn off the kitchen lights"))) as w:
+        pcm = w.readframes(w.getnframes())[:32000]  # the first second
+    with sc.Client(url=server.url, app_id="py", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir) as c:
+        c.start()
+        t0 = time.monotonic()
+        for k, off in enumerate(range(0, len(pcm), 3200)):
+            c.push(memoryview(pcm)[off:off + 3200])
+            time.sleep(max(0.0, t0 + (k + 1) * 0.1 - time.monotonic()))
+        c.stop()
+        updates = without_states(c.updates(timeout=30))
+    segments = [u for u in updates if isinstance(u, sc.Segment)]
+    tentative = [s.transcript for s in segments if not s.final]
+    finals = [s for s in segments if s.final]
+    assert tentative and len(finals) == 1, updates
+    assert finals[0].transcript.startswith("turn off"), (tentative, finals)
+    assert finals[0].transcript == tentative[-1]
+    assert all(w.final for w in finals[0].words)
+    assert isinstance(updates[-1], sc.StopEvent)

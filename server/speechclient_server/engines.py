@@ -168,10 +168,14 @@ class _PSRecognizer(Recognizer):
         if self.done:
             return []
         self.done = True
+        # What the decoder heard so far, before end_utt: with a grammar, end_utt finds no
+        # hypothesis when the audio stops mid-sentence (a stop while the user still speaks), and
+        # the words already shown as tentative would be lost. They are the final words then.
+        heard = PocketSphinxEngine.words(self.d) if self.d.hyp() is not None else []
         self.d.end_utt()
-        words = PocketSphinxEngine.words(self.d)
+        words = PocketSphinxEngine.words(self.d) if self.d.hyp() is not None else []
         self.engine._release(self.d)
-        return words
+        return words or heard
 
     def close(self) -> None:
         if not self.done:

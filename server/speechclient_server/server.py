@@ -106,6 +106,7 @@ class Segment:
         self.silence = 0                   # samples of silence at the end
         self.pending = bytearray()         # audio not yet given to the recognizer
         self.words: List[str] = []         # the tentative words last sent
+        self.heard: List[Word] = []        # the same with their times
         self.intent: Optional[str] = None  # the tentative intent last sent
         self.entities: Tuple = ()          # the tentative entities last sent
 
@@ -340,7 +341,7 @@ class SLU(slu_pb2_grpc.SLUServicer):
         text = [w for w, _, _ in words]
         if text == seg.words:
             return
-        seg.words = text
+        seg.words, seg.heard = text, words
         yield self._resp(ctx, seg.id, tentative_transcript=slu_pb2.SLUTentativeTranscript(
             tentative_transcript=" ".join(text), tentative_words=self._words(seg, words)))
         match = self.intents.match(text, final=False)
@@ -358,8 +359,10 @@ class SLU(slu_pb2_grpc.SLUServicer):
         """Final words, entities and intent, then segment_end."""
         yield from self._feed(ctx, seg)
         ctx.segment = None
-        words = seg.recognizer.finish()
-        if not words and not seg.words:
+        # A recognizer with nothing final (audio cut mid-sentence) keeps the words the client was
+        # shown as tentative: segment_end drops tentative words, so they would be lost otherwise.
+        words = seg.recognizer.finish() or seg.heard
+        if not words:
             return  # a noise burst that recognised as nothing: no segment for the client
         for t in self._words(seg, words):
             yield self._resp(ctx, seg.id, transcript=t)

@@ -179,3 +179,19 @@ def test_whisper_engine(start_server, speech):
     assert times[-1][1] <= (len(a) + len(b)) // 32 + 1000 + 100
     assert r["tentative_at"] is not None and r["tentative_at"] <= WHISPER_FIRST_TENTATIVE_BOUND
     assert r["final_at"] is not None and r["final_at"] <= WHISPER_FINAL_BOUND
+
+
+def test_stop_mid_sentence_keeps_the_words_heard(server, speech):
+    # The user stops while still speaking: the grammar's sentence is incomplete, so PocketSphinx's
+    # end_utt finds no hypothesis. The words already sent as tentative must come back final
+    # (segment_end drops tentative words on the client: without them they would be lost).
+    pcm = speech("turn off the kitchen lights")
+    cut = pcm[:1000 * 32]  # the first second: "turn off the" and part of "kitchen"
+    responses = server.stream([config(), *context_requests(cut)], token=server.login().token)
+    tentatives = [r.tentative_transcript.tentative_transcript for r in responses if kind(r) == "tentative_transcript"]
+    assert tentatives, [kind(r) for r in responses]
+    final = " ".join(w.word for w in (r.transcript for r in responses if kind(r) == "transcript"))
+    assert final, f"no final words; tentatives were {tentatives}"
+    assert final == tentatives[-1]
+    assert final.startswith("turn off")
+    assert [kind(r) for r in responses][-2:] == ["segment_end", "finished"]
