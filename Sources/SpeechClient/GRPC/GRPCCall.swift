@@ -155,7 +155,10 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
                 return
             }
             let contentType = headers.first { $0.name == "content-type" }?.value ?? ""
-            if !contentType.hasPrefix("application/grpc") {
+            // A Trailers-Only answer that omits content-type but carries grpc-status (grpclib's
+            // answer to an unknown method) is still a gRPC status: take it, as grpcio's client does.
+            let bareTrailersOnly = endStream && contentType.isEmpty && headers.contains { $0.name == "grpc-status" }
+            if !contentType.hasPrefix("application/grpc") && !bareTrailersOnly {
                 fail(SpeechClientError(.parse, "\(peer) answered \(path) with content-type '\(contentType)': not a gRPC server",
                                        grpcStatus: GRPCStatus.internal))
                 return

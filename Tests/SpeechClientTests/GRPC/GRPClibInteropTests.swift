@@ -110,18 +110,13 @@ private func grpclibChannel() throws -> GRPCChannel {
     @Test func unknownMethodIsUnimplementedTrailersOnly() throws {
         // grpclib answers an unknown path with one HEADERS frame: :status 200, grpc-status 12,
         // grpc-message, END_STREAM, and no content-type (the spec's Trailers-Only has one).
-        // grpcio's C-core client takes the grpc-status (UNIMPLEMENTED); grpc-go would not.
-        // GRPCCall checks content-type first and reports INTERNAL "not a gRPC server" instead:
-        // kept as a known issue until it is decided which answer the library should give.
+        // grpcio's C-core client takes the grpc-status (UNIMPLEMENTED), and so does the library.
         let ch = try grpclibChannel()
         var caught: SpeechClientError?
         do {
             _ = try ch.unary(path: "/test.Echo/Nope", metadata: [], request: [], timeoutMilliseconds: 5000)
         } catch { caught = error }
-        #expect(caught != nil)
-        withKnownIssue("Trailers-Only without content-type: grpc-status 12 is reported as INTERNAL") {
-            #expect(caught?.grpcStatus == 12, "\(String(describing: caught))")
-        }
+        #expect(caught?.grpcStatus == 12, "\(String(describing: caught))")
         // The connection is still fine for other calls.
         #expect(try ch.unary(path: "/test.Echo/Unary", metadata: [], request: [9], timeoutMilliseconds: 5000) == [9])
     }
