@@ -36,14 +36,17 @@ lib:
 	rm -rf $(RELEASE_DIR)
 	$(SWIFT) build $(SWIFT_RELEASE_FLAGS)
 	mkdir -p $(BUILD)
-	cp $(RELEASE_DIR)/release/libspeechclient.so $(LIB)
-	$(STRIP) --strip-unneeded $(LIB)
+	# A new file renamed over the old one: programs running on the old library keep their copy.
+	cp $(RELEASE_DIR)/release/libspeechclient.so $(LIB).tmp
+	$(STRIP) --strip-unneeded $(LIB).tmp
+	mv -f $(LIB).tmp $(LIB)
 	ln -sf libspeechclient.so.$(VERSION) $(BUILD)/libspeechclient.so.$(SOVERSION)
 	ln -sf libspeechclient.so.$(SOVERSION) $(BUILD)/libspeechclient.so
 
 demo: lib
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -pedantic -Iinclude bindings/c/speechclient-demo.c \
-		-L$(BUILD) -lspeechclient -Wl,-rpath,'$$ORIGIN' -o $(DEMO)
+		-L$(BUILD) -lspeechclient -Wl,-rpath,'$$ORIGIN' -o $(DEMO).tmp
+	mv -f $(DEMO).tmp $(DEMO)
 
 # NO_BUILD=1 installs what is already in build/ (the C suite installs right after `make lib`).
 install: $(if $(NO_BUILD),,all)

@@ -118,16 +118,11 @@ public final class GRPCChannel: GRPCCalling, Sendable {
                     if let error { result.set(.failure(error)) } else { result.set(.success(collected.withLock { $0 })) }
                 }
             }
-            // Cancelled while waiting for the answer: give up now and reset the stream.
-            var cancelled = false
+            // Cancelled before or while waiting for the answer: give up now and reset the stream.
             let registration = cancellation?.onCancel { result.set(.failure(Cancellation.error)) }
-            if cancellation != nil && registration == nil {
-                result.set(.failure(Cancellation.error))
-            }
-            let outcome = result.wait()
+            let outcome = cancellation?.isCancelled == true ? nil : result.wait()
             cancellation?.remove(registration)
-            if cancellation?.isCancelled == true { cancelled = true }
-            if cancelled {
+            guard let outcome, cancellation?.isCancelled != true else {
                 call.cancel()
                 throw Cancellation.error
             }

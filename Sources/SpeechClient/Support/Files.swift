@@ -9,6 +9,11 @@ public enum Files {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
+        return readAll(fd, limit: limit)
+    }
+
+    /// Everything left to read on `fd`, or nil on a read error or past `limit` bytes.
+    private static func readAll(_ fd: Int32, limit: Int) -> [UInt8]? {
         var out: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -36,16 +41,10 @@ public enum Files {
         guard st.st_mode & 0o077 == 0 else {
             return (nil, "\(path) is accessible to other users (mode \(String(st.st_mode & 0o777, radix: 8)))")
         }
-        guard Int(st.st_size) <= limit else { return (nil, "\(path) is larger than \(limit) bytes") }
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; return (nil, "\(path): read failed") }
-            if n == 0 { return (out, nil) }
-            out.append(contentsOf: buffer[0..<n])
-            if out.count > limit { return (nil, "\(path) is larger than \(limit) bytes") }
+        guard Int(st.st_size) <= limit, let bytes = readAll(fd, limit: limit) else {
+            return (nil, "\(path) could not be read whole (at most \(limit) bytes)")
         }
+        return (bytes, nil)
     }
 
     /// nil when `path` is a directory (not a symbolic link) owned by this user that no one else
