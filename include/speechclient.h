@@ -89,10 +89,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 1
+#define SPC_VERSION_MINOR 2
 #define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.1.0"
-#define SPC_VERSION_NUMBER 1000
+#define SPC_VERSION_STRING "0.2.0"
+#define SPC_VERSION_NUMBER 2000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -247,6 +247,76 @@ typedef enum spc_delivery {
 } spc_delivery;
 
 /* ---------------------------------------------------------------------------------------------
+** HANDS-FREE LISTENING (since 0.2)
+**
+** How contexts open. SPC_ACTIVATION_MANUAL (the default): each spc_client_start() opens one
+** context and spc_client_stop() (or the end of a file or of pushed audio) closes it.
+**
+** SPC_ACTIVATION_VOICE: spc_client_start() begins listening and spc_client_stop() ends it; the
+** client is LISTENING in between. The audio goes through a voice activity detector (an adaptive
+** energy detector with a learnt noise floor, tuned with spc_options_set_vad()). Speech opens a
+** context, which also receives the audio of the pre-roll before it so the first word is not
+** clipped; after the trailing silence, and once the activation is at least the minimum length,
+** the context is stopped; an activation that reaches the maximum length is stopped with a
+** SPC_LISTEN_TIMEOUT event (see spc_options_set_endpointing()). Each context has its own start
+** and stop callbacks; listening goes on after each. A context that fails (the server is down)
+** reports its error and stop, and listening goes on. spc_client_stop() ends the activation in
+** progress (its context delivers its last results) and the client then returns to IDLE; the end
+** of a file or of pushed audio (spc_client_push_end()) does the same. Audio pushed while
+** listening is never dropped for being outside a context: the detector hears all of it.
+**
+** SPC_ACTIVATION_WAKEWORD: as VOICE, and in each context the segment updates are withheld
+** until one of them holds the wakeword phrase (spc_options_set_wakeword(); words compared
+** case-insensitively, ignoring punctuation). From that update on, the context's segments are
+** delivered (that segment included, wakeword words and all), with SPC_LISTEN_ACTIVATE before the
+** first and SPC_LISTEN_DEACTIVATE before the context's stop callback. The phrase must be one
+** the server's recognizer can transcribe.
+**
+** Listen events (spc_listen_cb) come in order with the other callbacks; position_ms counts the
+** audio since spc_client_start():
+**   SPC_LISTEN_SPEECH      the detector heard speech begin
+**   SPC_LISTEN_SILENCE     the detector heard it end
+**   SPC_LISTEN_ACTIVATE    an activation began (VOICE: with the context it opens; WAKEWORD: the
+**                          phrase was heard)
+**   SPC_LISTEN_DEACTIVATE  the activation ended (its context is being stopped)
+**   SPC_LISTEN_TIMEOUT     the activation reached the maximum length; DEACTIVATE follows
+** The detector runs only while listening (VOICE and WAKEWORD): MANUAL mode has no listen events.
+**
+** The level callback (spc_level_cb), in every mode, reports the level of each chunk of audio
+** taken in (in MANUAL mode: each chunk sent in a context) in dBFS (0 for a full-scale square
+** wave, -100 for digital silence), for a UI meter. Nothing is computed for it without a callback.
+*/
+typedef enum spc_activation {
+    SPC_ACTIVATION_MANUAL = 0,
+    SPC_ACTIVATION_VOICE = 1,
+    SPC_ACTIVATION_WAKEWORD = 2
+} spc_activation;
+
+typedef enum spc_listen_event {
+    SPC_LISTEN_SPEECH = 0,
+    SPC_LISTEN_SILENCE = 1,
+    SPC_LISTEN_ACTIVATE = 2,
+    SPC_LISTEN_DEACTIVATE = 3,
+    SPC_LISTEN_TIMEOUT = 4
+} spc_listen_event;
+
+/* Tunables of the voice activity detector (spc_options_set_vad()). The detector looks at 20 ms
+** frames; a frame is loud when its energy is SNR_DB above the learnt noise floor and above
+** NOISE_GATE_DB. Speech begins when at least ACTIVATION_RATIO of the last WINDOW_FRAMES frames
+** are loud, and ends when at most RELEASE_RATIO are for HOLD_MS (the SILENCE event then gives
+** the position where the quiet began). The floor follows quiet audio with the half-time, and
+** rises to the quietest frame of each 1.5 s, so a steady new noise stops counting as speech. */
+typedef enum spc_vad_param {
+    SPC_VAD_SNR_DB = 0,                  /* default 9, 0..60 */
+    SPC_VAD_NOISE_GATE_DB = 1,           /* default -50 dBFS, -100..0 */
+    SPC_VAD_NOISE_LEARN_HALFTIME_MS = 2, /* default 400, 20..60000 */
+    SPC_VAD_WINDOW_FRAMES = 3,           /* default 5, 1..100 */
+    SPC_VAD_ACTIVATION_RATIO = 4,        /* default 0.7, 0.01..1 */
+    SPC_VAD_RELEASE_RATIO = 5,           /* default 0.2, 0..1, below the activation ratio */
+    SPC_VAD_HOLD_MS = 6                  /* default 200, 0..10000 */
+} spc_vad_param;
+
+/* ---------------------------------------------------------------------------------------------
 ** OBJECTS
 */
 typedef struct spc_options spc_options;
@@ -284,6 +354,14 @@ typedef void (*spc_log_cb)(spc_client *client, spc_log_level level, const char *
 ** UNAVAILABLE, reason says why (valid during the callback); otherwise it is NULL. */
 typedef void (*spc_state_cb)(spc_client *client, spc_connection_state state, int32_t attempt,
                              int32_t delay_ms, const spc_error *reason, void *user_data);
+
+/* The hands-free pipeline reported an event (see HANDS-FREE LISTENING). Since 0.2. */
+typedef void (*spc_listen_cb)(spc_client *client, spc_listen_event event, int64_t position_ms,
+                              void *user_data);
+
+/* The level of a chunk of audio in dBFS, at position_ms of audio since the start. Since 0.2. */
+typedef void (*spc_level_cb)(spc_client *client, float level_dbfs, int64_t position_ms,
+                             void *user_data);
 
 /* ---------------------------------------------------------------------------------------------
 ** OPTIONS
@@ -409,6 +487,34 @@ SPC_API spc_status spc_options_set_state_cb(spc_options *options, spc_state_cb c
 /* Where callbacks run (see DELIVERY). Default SPC_DELIVERY_THREAD. */
 SPC_API spc_status spc_options_set_delivery(spc_options *options, spc_delivery delivery);
 
+/* How contexts open (see HANDS-FREE LISTENING). Default SPC_ACTIVATION_MANUAL. With
+** SPC_ACTIVATION_WAKEWORD, spc_client_new() fails with SPC_ERROR_INVALID_ARGUMENT unless a
+** wakeword is set. Since 0.2. */
+SPC_API spc_status spc_options_set_activation(spc_options *options, spc_activation mode);
+
+/* The wakeword phrase: 1 to 8 words, at most 256 bytes; NULL clears it. Since 0.2. */
+SPC_API spc_status spc_options_set_wakeword(spc_options *options, const char *phrase);
+
+/* Sets one tunable of the voice activity detector (see spc_vad_param for defaults and ranges).
+** A value out of range, or a release ratio not below the activation ratio, is rejected.
+** Since 0.2. */
+SPC_API spc_status spc_options_set_vad(spc_options *options, spc_vad_param param, double value);
+
+/* Endpointing while listening: pre_roll_ms of audio before the detector fired is sent first
+** (default 300, 0..5000); an activation ends after trailing_silence_ms without speech (default
+** 1000, 100..60000) once it is min_activation_ms long (default 500, 0..60000), and at
+** max_activation_ms at the latest (default 15000, max(min, 500)..3600000). Since 0.2. */
+SPC_API spc_status spc_options_set_endpointing(spc_options *options, uint32_t pre_roll_ms,
+                                               uint32_t trailing_silence_ms,
+                                               uint32_t min_activation_ms,
+                                               uint32_t max_activation_ms);
+
+/* Listen events and audio levels (see HANDS-FREE LISTENING). Since 0.2. */
+SPC_API spc_status spc_options_set_listen_cb(spc_options *options, spc_listen_cb cb,
+                                             void *user_data);
+SPC_API spc_status spc_options_set_level_cb(spc_options *options, spc_level_cb cb,
+                                            void *user_data);
+
 /* ---------------------------------------------------------------------------------------------
 ** CLIENT
 */
@@ -435,13 +541,18 @@ SPC_API spc_status spc_client_free(spc_client *client);
 ** opened the context (or the error callback, then the stop callback, when it could not be).
 ** In IDLE: starts. In STOPPING: the start is queued and happens after the pending stop
 ** completes. Otherwise (STARTING, LISTENING, or a start already queued, SUSPENDED):
-** SPC_ERROR_INVALID_STATE. */
+** SPC_ERROR_INVALID_STATE. With VOICE or WAKEWORD activation it begins listening instead: the
+** client is LISTENING once the audio source and connection are open (or, when they cannot be,
+** the error callback and then the stop callback with context id "" fire), and the detector opens
+** contexts (see HANDS-FREE LISTENING). */
 SPC_API spc_status spc_client_start(spc_client *client);
 
 /* Requests the end of the current context. Returns at once; the stop callback fires when the
 ** server has sent its last result. In STARTING or LISTENING: stops (a stop before the server
 ** acknowledged the start is sent right after it). In STOPPING with a queued start: cancels the
-** queued start. Otherwise: SPC_ERROR_INVALID_STATE. */
+** queued start. Otherwise: SPC_ERROR_INVALID_STATE. While listening (VOICE or WAKEWORD
+** activation) it ends listening: an activation in progress is stopped and delivers its last
+** results, then the client is IDLE. */
 SPC_API spc_status spc_client_stop(spc_client *client);
 
 /* Closes the microphone and the connections, keeping the login. An open context is stopped
@@ -459,7 +570,9 @@ SPC_API spc_status spc_client_resume(spc_client *client);
 SPC_API spc_status spc_client_get_state(const spc_client *client, spc_state *out_state);
 
 /* Pushes frame_count interleaved 16-bit frames (frame_count * channels samples) for a client
-** whose source is SPC push audio. Samples pushed outside a context are dropped. The data is
+** whose source is SPC push audio. Samples pushed outside a context are dropped (while listening
+** in VOICE or WAKEWORD activation, between spc_client_start() and spc_client_stop(), all are
+** taken). The data is
 ** copied. frame_count 0 is allowed. Not a push client: SPC_ERROR_INVALID_STATE. */
 SPC_API spc_status spc_client_push_audio(spc_client *client, const int16_t *frames,
                                          size_t frame_count);

@@ -31,6 +31,12 @@ extension CCallbacks {
                 stateCallback(handle, spc_connection_state(rawValue: UInt32(state.rawValue)), attempt, delay,
                               box.map { OpaquePointer(Unmanaged.passUnretained($0).toOpaque()) }, stateData)
             }
+        case .listen(let event, let position):
+            guard let listenCallback = self.listen else { return }
+            listenCallback(handle, spc_listen_event(rawValue: UInt32(event.rawValue)), position, listenData)
+        case .level(let level, let position):
+            guard let levelCallback = self.level else { return }
+            levelCallback(handle, level, position, levelData)
         }
     }
 }

@@ -187,3 +187,47 @@ public func spc_options_set_delivery(_ options: OpaquePointer?, _ delivery: spc_
         o.delivery = d
     }
 }
+
+// MARK: - Hands-free listening (0.2)
+
+@c @implementation
+public func spc_options_set_activation(_ options: OpaquePointer?, _ mode: spc_activation) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setActivation(Int32(bitPattern: mode.rawValue)) }
+}
+
+@c @implementation
+public func spc_options_set_wakeword(_ options: OpaquePointer?, _ phrase: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setWakeword(optionalString(phrase)) }
+}
+
+@c @implementation
+public func spc_options_set_vad(_ options: OpaquePointer?, _ param: spc_vad_param, _ value: Double) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setVAD(parameter: Int32(bitPattern: param.rawValue), value: value) }
+}
+
+@c @implementation
+public func spc_options_set_endpointing(_ options: OpaquePointer?, _ preRollMs: UInt32, _ trailingSilenceMs: UInt32,
+                                        _ minActivationMs: UInt32, _ maxActivationMs: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in
+        try o.setEndpointing(preRoll: Int(preRollMs), trailingSilence: Int(trailingSilenceMs),
+                             minActivation: Int(minActivationMs), maxActivation: Int(maxActivationMs))
+    }
+}
+
+@c @implementation
+public func spc_options_set_listen_cb(_ options: OpaquePointer?, _ cb: spc_listen_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
+    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    h.callbacks.listen = cb
+    h.callbacks.listenData = userData
+    return SPC_OK
+}
+
+@c @implementation
+public func spc_options_set_level_cb(_ options: OpaquePointer?, _ cb: spc_level_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
+    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    h.callbacks.level = cb
+    h.callbacks.levelData = userData
+    // Levels cost a pass over every chunk: computed only for an application that wants them.
+    h.options.reportLevels = cb != nil
+    return SPC_OK
+}

@@ -30,6 +30,10 @@ struct CCallbacks: @unchecked Sendable {
     var logData: UnsafeMutableRawPointer?
     var state: spc_state_cb?
     var stateData: UnsafeMutableRawPointer?
+    var listen: spc_listen_cb?
+    var listenData: UnsafeMutableRawPointer?
+    var level: spc_level_cb?
+    var levelData: UnsafeMutableRawPointer?
 }
 
 /// `spc_error`.

@@ -2,7 +2,7 @@
 # ABI check: the functions the header declares are exactly the functions the .so exports (each a
 # versioned function), the version macros agree with each other and with the library, and the
 # .so has SONAME libspeechclient.so.0, no RPATH/RUNPATH and no Swift runtime in NEEDED.
-# Usage: Tests/c/abi-check.sh build/libspeechclient.so.0.1.0
+# Usage: Tests/c/abi-check.sh build/libspeechclient.so.0.2.0
 set -euo pipefail
 lib=${1:?usage: abi-check.sh LIB}
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,7 +24,7 @@ perl -0777 -ne '
   }' "$header" 2> "$tmp/noapi" | sort -u > "$tmp/header"
 # Exports: global, defined, dynamic symbols (upper-case nm types), minus the version node.
 nm -D --defined-only "$lib" | awk '$2 ~ /^[A-Z]$/ {print $3}' | sed 's/@.*//' \
-  | grep -v '^SPEECHCLIENT_0$' | sort -u > "$tmp/exports"
+  | grep -vE '^SPEECHCLIENT_0(\.[0-9]+)?$' | sort -u > "$tmp/exports"
 
 status=0
 if ! diff -u "$tmp/header" "$tmp/exports" > "$tmp/diff"; then
@@ -38,8 +38,22 @@ if [ -s "$tmp/noapi" ]; then
   echo "abi-check: declared without SPC_API (not exported): $(sed 's/^NOAPI //' "$tmp/noapi" | tr '\n' ' ')"
   status=1
 fi
-# Every export is a function (nm type T), versioned with the node SPEECHCLIENT_0.
-nm -D --defined-only "$lib" | awk '$3 ~ /^spc_/ && ($2 != "T" || $3 !~ /@@?SPEECHCLIENT_0$/) {print "abi-check: not a versioned function: " $2 " " $3; bad=1} END {exit bad}' || status=1
+# Every export is a function (nm type T), versioned with a node of this SONAME: SPEECHCLIENT_0
+# for 0.1, SPEECHCLIENT_0.N for the functions minor release N added (docs/ABI.md).
+nm -D --defined-only "$lib" | awk '$3 ~ /^spc_/ && ($2 != "T" || $3 !~ /@@?SPEECHCLIENT_0(\.[0-9]+)?$/) {print "abi-check: not a versioned function: " $2 " " $3; bad=1} END {exit bad}' || status=1
+# A function the header says arrived "Since 0.N" is in node SPEECHCLIENT_0.N; the others in SPEECHCLIENT_0.
+perl -0777 -ne '
+  while (m{/\*((?:(?!\*/).)*?)\*/\s*((?:SPC_API[^;]*;\s*)+)}gs) {
+    my ($doc, $decls) = ($1, $2);
+    my ($since) = $doc =~ /Since 0\.(\d+)/;
+    while ($decls =~ /\b(spc_\w+)\s*\(/g) { print "$1 ", (defined $since ? "SPEECHCLIENT_0.$since" : "SPEECHCLIENT_0"), "\n" }
+  }' "$header" | sort -u > "$tmp/nodes-header"
+nm -D --defined-only "$lib" | awk '$3 ~ /^spc_/ { split($3, p, /@@?/); print p[1], p[2] }' | sort -u > "$tmp/nodes-lib"
+if ! diff -u "$tmp/nodes-header" "$tmp/nodes-lib" > "$tmp/nodes-diff"; then
+  echo "abi-check: version nodes differ from the header's 'Since' notes (- header, + library):"
+  grep -E '^[-+]spc' "$tmp/nodes-diff"
+  status=1
+fi
 
 major=$(sed -n 's/^#define SPC_VERSION_MAJOR \([0-9]*\)$/\1/p' "$header")
 minor=$(sed -n 's/^#define SPC_VERSION_MINOR \([0-9]*\)$/\1/p' "$header")

@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,6 +288,12 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_log_cb(NULL, on_log, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_state_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_delivery(NULL, SPC_DELIVERY_APPLICATION), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_activation(NULL, SPC_ACTIVATION_VOICE), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_wakeword(NULL, "hey"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_vad(NULL, SPC_VAD_SNR_DB, 9), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_endpointing(NULL, 300, 1000, 500, 15000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_listen_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_level_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
     /* Every client function with a NULL handle. */
     spc_state state = SPC_STATE_IDLE;
     int16_t pcm[4] = {0, 0, 0, 0};
@@ -432,6 +439,26 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_state_cb(o, NULL, NULL), SPC_OK);
     CHECK_STATUS(spc_options_set_delivery(o, (spc_delivery)2), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_delivery(o, SPC_DELIVERY_THREAD), SPC_OK);
+    /* Hands-free options (0.2): enums, ranges, phrases. */
+    CHECK_STATUS(spc_options_set_activation(o, (spc_activation)3), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_activation(o, SPC_ACTIVATION_WAKEWORD), SPC_OK);
+    CHECK_STATUS(spc_options_set_wakeword(o, ""), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_wakeword(o, " ?! "), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_wakeword(o, "one two three four five six seven eight nine"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_wakeword(o, "Hey, Robot"), SPC_OK);
+    CHECK_STATUS(spc_options_set_wakeword(o, NULL), SPC_OK);
+    CHECK_STATUS(spc_options_set_vad(o, (spc_vad_param)7, 1), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_SNR_DB, -1), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_SNR_DB, NAN), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_RELEASE_RATIO, 0.8), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_SNR_DB, 12), SPC_OK);
+    CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_HOLD_MS, 300), SPC_OK);
+    CHECK_STATUS(spc_options_set_endpointing(o, 300, 50, 500, 15000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_endpointing(o, 300, 1000, 20000, 15000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_endpointing(o, 6000, 1000, 500, 15000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_endpointing(o, 0, 1000, 0, 500), SPC_OK);
+    CHECK_STATUS(spc_options_set_listen_cb(o, NULL, NULL), SPC_OK);
+    CHECK_STATUS(spc_options_set_level_cb(o, NULL, NULL), SPC_OK);
     spc_options_free(o);
 }
 
@@ -456,8 +483,19 @@ static void test_client_new_failures(void) {
     CHECK(e != NULL && strstr(spc_error_message(e), "server URL") != NULL);
     CHECK(spc_error_grpc_status(e) == -1);
     spc_error_free(e);
-    /* No app id or project id; out_error may be NULL. */
+    /* Wakeword activation without a phrase. */
     CHECK_STATUS(spc_options_set_server_url(o, UNREACHABLE), SPC_OK);
+    CHECK_STATUS(spc_options_set_app_id(o, "test"), SPC_OK);
+    CHECK_STATUS(spc_options_set_activation(o, SPC_ACTIVATION_WAKEWORD), SPC_OK);
+    c = (spc_client *)&c;
+    CHECK_STATUS(spc_client_new(o, &c, &e), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(c == NULL);
+    CHECK(e != NULL && strstr(spc_error_message(e), "wakeword") != NULL);
+    spc_error_free(e);
+    e = NULL;
+    CHECK_STATUS(spc_options_set_activation(o, SPC_ACTIVATION_MANUAL), SPC_OK);
+    CHECK_STATUS(spc_options_set_app_id(o, NULL), SPC_OK);
+    /* No app id or project id; out_error may be NULL. */
     c = (spc_client *)&c;
     CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK(c == NULL);

@@ -6,6 +6,26 @@ public enum ClientEvent: Sendable {
     case stop(contextId: String)
     case log(LogLevel, String)
     case connection(ConnectionState, attempt: Int32, delayMilliseconds: Int32, reason: SpeechClientError?)
+    /// The hands-free pipeline: VAD state, activation, timeout; position in ms of audio since the start.
+    case listen(ListenEvent, positionMilliseconds: Int64)
+    /// The level of one chunk of audio in dBFS (with a level callback only).
+    case level(Float, positionMilliseconds: Int64)
+}
+
+/// Raw values are the C `spc_listen_event` values.
+public enum ListenEvent: Int32, Sendable {
+    case speech = 0, silence = 1, activate = 2, deactivate = 3, timeout = 4
+}
+
+/// How contexts open. Raw values are the C `spc_activation` values.
+public enum ActivationMode: Int32, Sendable {
+    /// spc_client_start/stop open and close each context.
+    case manual = 0
+    /// Start begins listening; the VAD opens a context at speech and closes it after silence.
+    case voice = 1
+    /// As voice, and a context's segments reach the application only from the one holding
+    /// the wakeword phrase on.
+    case wakeword = 2
 }
 
 /// Raw values are the C `spc_connection_state` values.

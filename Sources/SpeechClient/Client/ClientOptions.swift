@@ -45,6 +45,21 @@ public struct ClientOptions: Sendable {
     /// Audio of the current context kept for replay after a reconnection.
     public var replayBufferMilliseconds = 30_000
 
+    // The hands-free pipeline (issue 8).
+    public var activation = ActivationMode.manual
+    /// The wakeword phrase as normalised words (lower case, letters, digits and apostrophes).
+    public var wakeword: [String] = []
+    public var vad = VADSettings()
+    /// Audio kept from before the VAD fired, sent first so the first word is not clipped.
+    public var preRollMilliseconds = 300
+    /// Silence after which an activation ends (its context is stopped).
+    public var trailingSilenceMilliseconds = 1_000
+    /// An activation lasts at least this long, and at most the maximum (then a timeout event).
+    public var minActivationMilliseconds = 500
+    public var maxActivationMilliseconds = 15_000
+    /// Level events per chunk: only when the application asked for them.
+    public var reportLevels = false
+
     public init() {}
 
     public static let chunkRange = 20...1000
@@ -158,6 +173,81 @@ public struct ClientOptions: Sendable {
         logLevel = level
     }
 
+    public mutating func setActivation(_ raw: Int32) throws(SpeechClientError) {
+        guard let mode = ActivationMode(rawValue: raw) else {
+            throw SpeechClientError(.invalidArgument, "activation \(raw) is not one of SPC_ACTIVATION_MANUAL, _VOICE, _WAKEWORD (0-2)")
+        }
+        activation = mode
+    }
+
+    /// Words of a phrase as the wakeword matcher compares them.
+    public static func normalizedWords(_ text: String) -> [String] {
+        var words: [String] = []
+        var current = ""
+        for ch in text.lowercased() {
+            if ch.isLetter || ch.isNumber || ch == "'" {
+                current.append(ch)
+            } else if !current.isEmpty {
+                words.append(current)
+                current = ""
+            }
+        }
+        if !current.isEmpty { words.append(current) }
+        return words
+    }
+
+    public mutating func setWakeword(_ phrase: String?) throws(SpeechClientError) {
+        guard let phrase else { wakeword = []; return }
+        let words = Self.normalizedWords(phrase)
+        guard !words.isEmpty, words.count <= 8, phrase.utf8.count <= 256 else {
+            throw SpeechClientError(.invalidArgument, "wakeword '\(phrase)' must have 1-8 words (letters or digits), 256 bytes at most")
+        }
+        wakeword = words
+    }
+
+    /// Raw parameter numbers are the C `spc_vad_param` values.
+    public mutating func setVAD(parameter: Int32, value: Double) throws(SpeechClientError) {
+        func check(_ range: ClosedRange<Double>, _ name: String) throws(SpeechClientError) {
+            guard value.isFinite, range.contains(value) else {
+                throw SpeechClientError(.invalidArgument, "VAD \(name) \(value) is outside \(range.lowerBound)...\(range.upperBound)")
+            }
+        }
+        var v = vad
+        switch parameter {
+        case 0: try check(0...60, "SNR (dB)"); v.snrDecibels = value
+        case 1: try check(-100...0, "noise gate (dBFS)"); v.noiseGateDecibels = value
+        case 2: try check(20...60_000, "noise learning half-time (ms)"); v.noiseLearnHalftimeMilliseconds = Int(value)
+        case 3: try check(1...100, "window (frames)"); v.windowFrames = Int(value)
+        case 4: try check(0.01...1, "activation ratio"); v.activationRatio = value
+        case 5: try check(0...1, "release ratio"); v.releaseRatio = value
+        case 6: try check(0...10_000, "hold (ms)"); v.holdMilliseconds = Int(value)
+        default: throw SpeechClientError(.invalidArgument, "VAD parameter \(parameter) is not one of SPC_VAD_* (0-6)")
+        }
+        guard v.releaseRatio < v.activationRatio else {
+            throw SpeechClientError(.invalidArgument, "the VAD release ratio (\(v.releaseRatio)) must be below the activation ratio (\(v.activationRatio))")
+        }
+        vad = v
+    }
+
+    public mutating func setEndpointing(preRoll: Int, trailingSilence: Int, minActivation: Int, maxActivation: Int) throws(SpeechClientError) {
+        guard (0...5_000).contains(preRoll) else {
+            throw SpeechClientError(.invalidArgument, "pre-roll \(preRoll) ms is outside 0-5000 ms")
+        }
+        guard (100...60_000).contains(trailingSilence) else {
+            throw SpeechClientError(.invalidArgument, "trailing silence \(trailingSilence) ms is outside 100-60000 ms")
+        }
+        guard (0...60_000).contains(minActivation) else {
+            throw SpeechClientError(.invalidArgument, "minimum activation \(minActivation) ms is outside 0-60000 ms")
+        }
+        guard (max(minActivation, 500)...3_600_000).contains(maxActivation) else {
+            throw SpeechClientError(.invalidArgument, "maximum activation \(maxActivation) ms is outside \(max(minActivation, 500))-3600000 ms")
+        }
+        preRollMilliseconds = preRoll
+        trailingSilenceMilliseconds = trailingSilence
+        minActivationMilliseconds = minActivation
+        maxActivationMilliseconds = maxActivation
+    }
+
     /// What spc_client_new requires beyond what the setters checked.
     public func validateForClient() throws(SpeechClientError) {
         guard server != nil else {
@@ -167,6 +257,9 @@ public struct ClientOptions: Sendable {
             throw SpeechClientError(.invalidArgument, projectId == nil
                 ? "no app id: call spc_options_set_app_id()"
                 : "a project id needs an app id as well: each start of a project-scoped login names the app (spc_options_set_app_id())")
+        }
+        if activation == .wakeword && wakeword.isEmpty {
+            throw SpeechClientError(.invalidArgument, "wakeword activation needs a phrase: call spc_options_set_wakeword()")
         }
     }
 

@@ -69,6 +69,21 @@ final class ClientWorker: @unchecked Sendable {
     /// The last connection state reported, so that only changes are.
     private var connectionState: ConnectionState?
 
+    // Hands-free listening (issue 8): between a start and a stop the audio goes through the
+    // endpointer, which opens and closes contexts. An activation that begins while the previous
+    // context is still finishing waits in `backlog` (bounded by the maximum activation).
+    private var endpointer: Endpointer?
+    /// Samples taken since the start (positions of listen and level events).
+    private var audioSamples = 0
+    private var backlog: [[Int16]] = []
+    private var backlogWaiting = false
+    private var backlogClosed = false
+    private var backlogOverflowed = false
+    /// 60 s of 100 ms chunks.
+    static let maxBacklogChunks = 600
+    /// Wakeword mode: the current context's phrase was heard; its segments are delivered.
+    private var woken = false
+
     init(options: ClientOptions, service: any RecognitionService,
          makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?, samplesPerChunk: Int) {
         self.options = options
@@ -92,7 +107,7 @@ final class ClientWorker: @unchecked Sendable {
             // While pumping, take commands without waiting and read audio between them. An open
             // stream with no context is closed after `idleStreamMilliseconds` (protocol.md: the
             // official clients did the same) and reopened by the next start.
-            let idleDeadline = (stream != nil && !contextOpen) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
+            let idleDeadline = (stream != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
             let deadline = reconnect?.at ?? idleDeadline
             guard let next = client.nextCommand(wait: !pumping || stream == nil && isFile, deadline: deadline) else {
                 if let r = reconnect, Clock.monotonicNanos() >= r.at {
@@ -128,12 +143,12 @@ final class ClientWorker: @unchecked Sendable {
     private func handle(_ command: Client.Command) {
         switch command {
         case .start: handleStart()
-        case .stop: sendStop()
+        case .stop: endpointer != nil ? stopListening(auto: false) : sendStop()
         case .audio(let chunks):
-            if contextOpen && !stopSent { for c in chunks { sendAudio(c) } }
+            for c in chunks { take(c) }
         case .pushEnd(let rest):
-            if contextOpen && !stopSent { for c in rest { sendAudio(c) } }
-            sendStop()
+            for c in rest { take(c) }
+            endpointer != nil ? stopListening(auto: false) : sendStop()
         case .suspend: handleSuspend()
         case .resume: handleResume()
         case .stream(let event, let gen):
@@ -198,6 +213,10 @@ final class ClientWorker: @unchecked Sendable {
             deferredStart = true
             return
         }
+        if options.activation != .manual {
+            startListening()
+            return
+        }
         do throws(SpeechClientError) {
             try openAudioForContext()
             try ensureStream()
@@ -210,8 +229,17 @@ final class ClientWorker: @unchecked Sendable {
             }
             return
         }
+        audioSamples = 0
+        beginContext()
+        client.log(.debug, "start sent")
+        pumping = source != nil
+    }
+
+    /// Opens a context on the open stream: the bookkeeping, then the start message.
+    private func beginContext() {
         contextOpen = true
         stopSent = false
+        woken = false
         if !authRetried {
             contextId = ""
             lossesWithoutProgress = 0
@@ -228,10 +256,8 @@ final class ClientWorker: @unchecked Sendable {
             silentRun = 0
             nextSegment = 0
         }
-        client.transition({ _, _ in }, contextOpen: true)
-        client.log(.debug, "start sent")
+        client?.transition({ _, _ in }, contextOpen: true)
         stream?.send(.start(appId: options.appId ?? "", options: options.contextOptions))
-        pumping = source != nil
     }
 
     private func openAudioForContext() throws(SpeechClientError) {
@@ -256,7 +282,8 @@ final class ClientWorker: @unchecked Sendable {
     /// more. The microphone is never held back: its audio cannot wait.
     private func pumpOnce() {
         guard pumping, let source, let converter else { pumping = false; return }
-        if case .file = options.audio, let stream, stream.backlogBytes > Self.fileBacklogLimit {
+        // A file also waits while an activation waits for the previous context to finish.
+        if case .file = options.audio, backlogWaiting || (stream?.backlogBytes ?? 0) > Self.fileBacklogLimit {
             var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
             nanosleep(&ts, nil)
             return
@@ -269,28 +296,33 @@ final class ClientWorker: @unchecked Sendable {
             pumping = false
             closeFileSource()
             client?.emit(.error(error))
-            if contextOpen && !stopSent { sendStop(auto: true) }
+            if endpointer != nil {
+                stopListening(auto: true)
+            } else if contextOpen && !stopSent {
+                sendStop(auto: true)
+            }
             return
         }
         guard let block else {
             // End of stream: send what is left and stop the context, as if the user had.
-            for c in chunker.append(converter.flush()) { sendAudio(c) }
-            if let partial = chunker.flush() { sendAudio(partial) }
+            for c in chunker.append(converter.flush()) { take(c) }
+            if let partial = chunker.flush() { take(partial) }
             pumping = false
             closeFileSource()
-            sendStop(auto: true)
+            endpointer != nil ? stopListening(auto: true) : sendStop(auto: true)
             return
         }
-        for c in chunker.append(converter.process(block)) where contextOpen && !stopSent {
-            sendAudio(c)
-        }
+        for c in chunker.append(converter.process(block)) { take(c) }
     }
 
     private func sendStop(auto: Bool = false) {
         guard contextOpen, !stopSent else { return }
-        if pumping, case .file = options.audio { closeFileSource() }
-        pumping = false
-        if let partial = chunker.flush() { sendAudio(partial) }
+        // While listening, the audio goes on after a context: only the context ends.
+        if endpointer == nil {
+            if pumping, case .file = options.audio { closeFileSource() }
+            pumping = false
+            if let partial = chunker.flush() { sendAudio(partial) }
+        }
         stopSent = true
         client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")")
         stream?.send(.stop)
@@ -309,51 +341,63 @@ final class ClientWorker: @unchecked Sendable {
         pumping = false
     }
 
-    /// A context could not run: report the error, then the stop, and return to idle.
+    /// A context could not run: report the error, then the stop. A start queued behind it still
+    /// happens (the header promises it after the pending stop completes; an error completes it).
+    /// `pendingLoss` is not reported: the error names everything from the last final segment on.
     private func failContext(_ error: SpeechClientError) {
-        let id = contextId
-        pendingLoss = nil  // the error below names everything from the last final segment on
-        authRetried = false
-        reconnect = nil
-        replay.reset()
-        contextOpen = false
-        stopSent = false
-        pumping = false
-        deferredStart = false
-        // A start queued behind the failed context still happens (the header promises it runs
-        // after the pending stop completes, and an error is one way to complete).
-        var restart = false
-        client?.transition({ state, pending in
-            if state == .suspended { pending = false; return }
-            if pending {
-                pending = false
-                state = .starting
-                restart = true
-            } else {
-                state = .idle
-            }
-        }, contextOpen: false, events: [.error(error), .stop(contextId: id)])
-        contextId = ""
-        if restart { handleStart() }
+        endContext(events: [.error(error), .stop(contextId: contextId)], startQueued: true)
     }
 
     /// A context whose start a suspend (or free) interrupted before the server opened it: it
     /// ends with the stop callback alone. It had no start callback and no results; the audio
     /// pushed into it is dropped, as audio pushed while suspended is.
     private func abandonContext() {
+        client?.log(.info, "a context that had not started yet was abandoned (suspend or free)")
+        endContext(events: [.stop(contextId: "")], startQueued: false)
+    }
+
+    /// Every way a context ends (finished, failed, abandoned): the per-context state is reset,
+    /// `events` are queued with the state change, and then, with `startQueued`, a start the
+    /// application queued behind this context (or made during a resume) begins.
+    private func endContext(events: [ClientEvent], startQueued: Bool) {
+        pendingLoss = nil
         authRetried = false
         reconnect = nil
         replay.reset()
         contextOpen = false
         stopSent = false
         pumping = false
-        deferredStart = false
-        client?.log(.info, "a context that had not started yet was abandoned (suspend or free)")
-        client?.transition({ state, pending in
-            if state != .suspended { state = .idle }
-            pending = false
-        }, contextOpen: false, events: [.stop(contextId: "")])
         contextId = ""
+        var events = events
+        if woken {
+            woken = false
+            events.insert(.listen(.deactivate, positionMilliseconds: Int64(audioSamples / 16)), at: max(0, events.count - 1))
+        }
+        if (endpointer != nil || backlogWaiting) && !suspended {
+            client?.transition({ _, _ in }, contextOpen: false, events: events)
+            if backlogWaiting { openWaitingActivation() }
+            if endpointer == nil && !backlogWaiting && !contextOpen { finishListening() }
+            return
+        }
+        var restart = false
+        client?.transition({ state, pending in
+            if state == .suspended { pending = false; return }
+            if pending && startQueued {
+                state = .starting
+                restart = true
+            } else {
+                state = .idle
+            }
+            pending = false
+        }, contextOpen: false, events: events)
+        let deferred = deferredStart && startQueued
+        deferredStart = false
+        if suspended {
+            stream?.finish()
+            stream = nil
+        } else if restart || deferred {
+            handleStart()
+        }
     }
 
     // MARK: - Responses
@@ -446,33 +490,12 @@ final class ClientWorker: @unchecked Sendable {
             _ = assembler.apply(SLUResponse(audioContext: contextId, segmentId: 0, payload: response.payload))
             let id = contextId.isEmpty ? response.audioContext : contextId
             client?.log(.debug, "context \(id) finished" + (code.map { " with error \($0)" } ?? ""))
-            contextOpen = false
-            stopSent = false
-            contextId = ""
-            replay.reset()
             var events: [ClientEvent] = []
             if let code {
                 events.append(.error(SpeechClientError(.api, "context \(id) finished with error \(code): \(message ?? "")")))
             }
             events.append(.stop(contextId: id))
-            var restart = false
-            client?.transition({ state, pending in
-                if state == .suspended { return }
-                if pending {
-                    pending = false
-                    state = .starting
-                    restart = true
-                } else {
-                    state = .idle
-                }
-            }, contextOpen: false, events: events)
-            if suspended {
-                stream?.finish()
-                stream = nil
-            } else if restart || deferredStart {
-                deferredStart = false
-                handleStart()
-            }
+            endContext(events: events, startQueued: true)
         case .rttRequest(let id):
             stream?.send(.rttResponse(id: id))
         default:
@@ -499,8 +522,26 @@ final class ClientWorker: @unchecked Sendable {
                     replay.release(upTo: finalizedUpTo)
                 }
             }
+            if options.activation == .wakeword && !woken {
+                // Withheld until the phrase is heard; from that snapshot on, the context's
+                // segments are delivered.
+                guard Self.contains(segment.words.map(\.text), phrase: options.wakeword) else { return }
+                woken = true
+                client?.emit(.listen(.activate, positionMilliseconds: Int64(audioSamples / 16)))
+            }
             client?.emit(.segment(segment))
         }
+    }
+
+    /// Whether the words hold the phrase (normalised words, contiguous).
+    static func contains(_ words: [String], phrase: [String]) -> Bool {
+        guard !phrase.isEmpty else { return true }
+        let normalized = words.flatMap { ClientOptions.normalizedWords($0) }
+        guard normalized.count >= phrase.count else { return false }
+        for i in 0...(normalized.count - phrase.count) where Array(normalized[i..<i + phrase.count]) == phrase {
+            return true
+        }
+        return false
     }
 
     private func userSegment(context: String, segment: Int32) -> Int32 {
@@ -629,6 +670,148 @@ final class ClientWorker: @unchecked Sendable {
         return "\(tenths / 10).\(tenths % 10)"
     }
 
+    // MARK: - Audio in, hands-free listening
+
+    /// One chunk of the source (or pushed): its level, then into the open context (manual) or
+    /// through the endpointer (listening).
+    private func take(_ chunk: [Int16]) {
+        let listening = endpointer != nil
+        guard listening || (contextOpen && !stopSent) else { return }
+        let at = audioSamples
+        audioSamples += chunk.count
+        if options.reportLevels {
+            client?.emit(.level(Float(VoiceActivityDetector.decibels(chunk)), positionMilliseconds: Int64(at / 16)))
+        }
+        guard var ep = endpointer else {
+            sendAudio(chunk)
+            return
+        }
+        let actions = ep.process(chunk)
+        endpointer = ep
+        perform(actions, base: at - (ep.position - chunk.count))
+    }
+
+    /// Carries out the endpointer's actions; `base` turns its sample positions into ours.
+    private func perform(_ actions: [Endpointer.Action], base: Int) {
+        for action in actions {
+            switch action {
+            case .event(let e, let sample):
+                client?.emit(.listen(e, positionMilliseconds: Int64((base + sample) / 16)))
+            case .open:
+                if contextOpen {
+                    // The previous context is still finishing: this one waits for it.
+                    backlogWaiting = true
+                    backlogClosed = false
+                } else {
+                    openListeningContext()
+                }
+            case .audio(let chunk):
+                if backlogWaiting {
+                    // Bounded: a server that never finishes the previous context cannot make
+                    // the microphone's audio pile up here.
+                    if backlog.count >= Self.maxBacklogChunks {
+                        backlog.removeFirst()
+                        if !backlogOverflowed {
+                            backlogOverflowed = true
+                            client?.emit(.error(SpeechClientError(.network, "the server has not finished the previous context; speech heard meanwhile is being dropped")))
+                        }
+                    }
+                    backlog.append(chunk)
+                } else if contextOpen && !stopSent {
+                    sendAudio(chunk)
+                }
+            case .close:
+                if backlogWaiting {
+                    backlogClosed = true
+                } else if contextOpen && !stopSent {
+                    sendStop()
+                }
+            }
+        }
+    }
+
+    /// Start in voice or wakeword mode: open the audio and the stream, then listen.
+    private func startListening() {
+        do throws(SpeechClientError) {
+            try openAudioForContext()
+            try ensureStream()
+        } catch {
+            closeFileSource()
+            if cancellation.isCancelled { abandonContext() } else { failContext(error) }
+            return
+        }
+        var settings = Endpointer.Settings()
+        settings.vad = options.vad
+        settings.preRollSamples = 16 * options.preRollMilliseconds
+        settings.trailingSilenceSamples = 16 * options.trailingSilenceMilliseconds
+        settings.minActivationSamples = 16 * options.minActivationMilliseconds
+        settings.maxActivationSamples = 16 * options.maxActivationMilliseconds
+        settings.announcesActivation = options.activation == .voice
+        endpointer = Endpointer(settings: settings)
+        audioSamples = 0
+        backlog = []
+        backlogWaiting = false
+        client?.log(.debug, "listening (\(options.activation == .voice ? "voice" : "wakeword") activation)")
+        client?.transition { state, _ in if state == .starting { state = .listening } }
+        pumping = source != nil
+    }
+
+    /// A context for an activation. Failing to open one ends that activation with an error;
+    /// listening goes on.
+    private func openListeningContext() {
+        do throws(SpeechClientError) {
+            try ensureStream()
+        } catch {
+            client?.emit(.error(SpeechClientError(error.code, "a context could not be opened for the speech heard: \(error.message)", grpcStatus: error.grpcStatus)))
+            if var ep = endpointer, ep.isActive {
+                let base = audioSamples - ep.position
+                perform(ep.finish().filter { $0 != .close }, base: base)
+                endpointer = ep
+            }
+            backlog = []
+            backlogWaiting = false
+            return
+        }
+        beginContext()
+    }
+
+    /// The previous context has ended: the activation that waited for it opens its own.
+    private func openWaitingActivation() {
+        let chunks = backlog
+        let closed = backlogClosed
+        backlogOverflowed = false
+        backlog = []
+        backlogWaiting = false
+        backlogClosed = false
+        openListeningContext()
+        guard contextOpen else { return }
+        for c in chunks { sendAudio(c) }
+        if closed { sendStop() }
+    }
+
+    /// Stop (or the end of the audio) while listening: the open activation ends, its context
+    /// delivers its last results, then the client is idle.
+    private func stopListening(auto: Bool) {
+        guard var ep = endpointer else { return }
+        let base = audioSamples - ep.position
+        let actions = ep.finish()
+        endpointer = nil
+        perform(actions, base: base)
+        pumping = false
+        closeFileSource()
+        if auto {
+            client?.transition { state, _ in
+                if state == .starting || state == .listening { state = .stopping }
+            }
+        }
+        if !contextOpen && !backlogWaiting { finishListening() }
+    }
+
+    /// Listening is over and no context is open: idle (or a start queued meanwhile runs).
+    private func finishListening() {
+        endContext(events: [], startQueued: true)
+    }
+
     // MARK: - Suspend / resume
 
     private func handleSuspend() {
@@ -637,6 +820,9 @@ final class ClientWorker: @unchecked Sendable {
         suspended = true
         report(.suspended)
         deferredStart = false
+        endpointer = nil
+        backlog = []
+        backlogWaiting = false
         if contextOpen && !stopSent { sendStop() }
         if case .microphone = options.audio {
             source?.close()

@@ -20,7 +20,8 @@ final class EventLog: @unchecked Sendable {
         case .stop(let id): line = "stop \(id)"
         case .error(let e): line = "error \(e.code)"
         case .segment(let s): line = "segment \(s.isFinal ? "final" : "tentative") \(s.transcript)"
-        case .log: return
+        case .log, .level: return
+        case .listen(let e, _): line = "listen \(e)"
         case .connection(let state, let attempt, _, _):
             guard recordStates else { return }
             line = "state \(state)" + (attempt > 0 ? " \(attempt)" : "")

@@ -1,0 +1,95 @@
+/// Hands-free endpointing: decides from the VAD when an activation (a context) opens and closes.
+/// Fed 16 kHz chunks in order; answers with what the worker must do. Pure: no I/O, no clock
+/// (time is counted in samples, so a file is endpointed the same at any speed).
+///
+/// While inactive, the last `preRoll` samples are kept; speech opens an activation, and the
+/// pre-roll goes out first so the first word is not clipped. An activation closes after
+/// `trailingSilence` samples without speech once it is `minActivation` long, or at
+/// `maxActivation` with a timeout event.
+public struct Endpointer: Sendable {
+    public enum Action: Sendable, Equatable {
+        case event(ListenEvent, sample: Int)
+        /// Open a context: the audio actions that follow belong to it.
+        case open
+        case audio([Int16])
+        /// Stop the context opened last.
+        case close
+    }
+
+    public struct Settings: Sendable {
+        public var vad = VADSettings()
+        public var preRollSamples = 16 * 300
+        public var trailingSilenceSamples = 16 * 1_000
+        public var minActivationSamples = 16 * 500
+        public var maxActivationSamples = 16 * 15_000
+        /// Voice mode reports activate/deactivate here; wakeword mode reports them itself.
+        public var announcesActivation = true
+        public init() {}
+    }
+
+    public let settings: Settings
+    public private(set) var vad: VoiceActivityDetector
+    /// Samples processed so far.
+    public private(set) var position = 0
+    private var preRoll: [[Int16]] = []
+    private var preRollCount = 0
+    private var activation: (start: Int, lastSpeech: Int)?
+
+    public var isActive: Bool { activation != nil }
+
+    public init(settings: Settings) {
+        self.settings = settings
+        vad = VoiceActivityDetector(settings: settings.vad)
+    }
+
+    public mutating func process(_ chunk: [Int16]) -> [Action] {
+        let at = position
+        position += chunk.count
+        let end = position
+        var out: [Action] = []
+        var spoke = vad.isSpeech
+        for t in vad.process(chunk) {
+            out.append(.event(t.isSpeech ? .speech : .silence, sample: t.sample))
+            if t.isSpeech { spoke = true }
+        }
+        if var a = activation {
+            out.append(.audio(chunk))
+            if spoke { a.lastSpeech = end }
+            activation = a
+            if end - a.start >= settings.maxActivationSamples {
+                out.append(.event(.timeout, sample: end))
+                out += finish()
+            } else if !vad.isSpeech, end - a.lastSpeech >= settings.trailingSilenceSamples,
+                      end - a.start >= settings.minActivationSamples {
+                out += finish()
+            }
+        } else if spoke {
+            activation = (start: at - preRollCount, lastSpeech: end)
+            if settings.announcesActivation { out.append(.event(.activate, sample: at)) }
+            out.append(.open)
+            for c in preRoll { out.append(.audio(c)) }
+            preRoll.removeAll()
+            preRollCount = 0
+            out.append(.audio(chunk))
+        } else {
+            preRoll.append(chunk)
+            preRollCount += chunk.count
+            while let first = preRoll.first, preRollCount - first.count >= settings.preRollSamples {
+                preRoll.removeFirst()
+                preRollCount -= first.count
+            }
+            if settings.preRollSamples == 0 {
+                preRoll.removeAll()
+                preRollCount = 0
+            }
+        }
+        return out
+    }
+
+    /// Ends the activation now (listening stopped, or the audio ended): deactivate and close.
+    public mutating func finish() -> [Action] {
+        guard activation != nil else { return [] }
+        activation = nil
+        return (settings.announcesActivation ? [.event(.deactivate, sample: position)] : []) + [.close]
+    }
+}

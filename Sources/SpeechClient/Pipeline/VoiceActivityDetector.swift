@@ -1,0 +1,144 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The detector's tunables, named after the Speechly browser client's VAD options.
+public struct VADSettings: Sendable, Equatable {
+    /// A frame is loud when its energy is this far above the learnt noise floor.
+    public var snrDecibels = 9.0
+    /// ... and above this absolute level (dBFS): quieter audio is never speech.
+    public var noiseGateDecibels = -50.0
+    /// How fast the noise floor follows the audio while nobody speaks.
+    public var noiseLearnHalftimeMilliseconds = 400
+    /// The loud-frame ratio is taken over this many 20 ms frames.
+    public var windowFrames = 5
+    /// Speech starts when at least this share of the window is loud ...
+    public var activationRatio = 0.7
+    /// ... and ends when at most this share is, for `holdMilliseconds` (the gaps between
+    /// syllables and words are shorter).
+    public var releaseRatio = 0.2
+    public var holdMilliseconds = 200
+
+    public init() {}
+
+    /// Frames are 20 ms of 16 kHz audio.
+    public static let frameSamples = 320
+}
+
+/// An adaptive energy detector: frame energy against a noise floor learnt while nobody speaks,
+/// with hysteresis over a short window. Cheap enough for every chunk of an all-day microphone
+/// (one pass over the samples, a logarithm per 20 ms frame). Works on 16 kHz mono PCM16.
+public struct VoiceActivityDetector: Sendable {
+    public let settings: VADSettings
+    public private(set) var isSpeech = false
+    /// The learnt noise floor in dBFS (nil before the first frame).
+    public private(set) var noiseFloorDecibels: Double?
+    /// Samples consumed so far (the position of the next frame).
+    public private(set) var position = 0
+
+    private var pending: [Int16] = []
+    private var window: [Bool]
+    private var windowNext = 0
+    private var loudInWindow = 0
+    private let learnRate: Double
+    private let slowLearnRate: Double
+    /// Where the window last fell to the release ratio while in speech.
+    private var quietSince: Int?
+    /// The quietest frame of the current block of frames: the noise is never louder than that.
+    private var blockMinimum = Double.infinity
+    private var blockFrames = 0
+    static let blockFrameCount = 75  // 1.5 s: longer than the pauses of speech are apart
+
+    public init(settings: VADSettings = VADSettings()) {
+        self.settings = settings
+        window = [Bool](repeating: false, count: max(1, settings.windowFrames))
+        let frameMs = Double(VADSettings.frameSamples) / 16
+        learnRate = 1 - pow(0.5, frameMs / Double(max(1, settings.noiseLearnHalftimeMilliseconds)))
+        // During speech the floor still moves, 20 times slower: a fan switched on while someone
+        // talks is absorbed after a few seconds instead of holding the detector open for good.
+        slowLearnRate = 1 - pow(0.5, frameMs / Double(max(1, settings.noiseLearnHalftimeMilliseconds * 20)))
+    }
+
+    /// A change of state, at the sample where the frame that caused it starts.
+    public struct Transition: Sendable, Equatable {
+        public var isSpeech: Bool
+        public var sample: Int
+    }
+
+    /// Energy of samples in dBFS (-100 for silence).
+    public static func decibels<C: Collection>(_ samples: C) -> Double where C.Element == Int16 {
+        guard !samples.isEmpty else { return -100 }
+        var sum = 0.0
+        for s in samples { let v = Double(s); sum += v * v }
+        let mean = sum / Double(samples.count) / (32768.0 * 32768.0)
+        return max(-100, 10 * log10(mean + 1e-10))
+    }
+
+    /// Feeds samples; returns the state changes they caused, in order.
+    public mutating func process(_ samples: [Int16]) -> [Transition] {
+        var out: [Transition] = []
+        var start = 0
+        let n = VADSettings.frameSamples
+        if !pending.isEmpty {
+            let take = min(n - pending.count, samples.count)
+            pending.append(contentsOf: samples[0..<take])
+            start = take
+            if pending.count == n {
+                if let t = frame(pending[...]) { out.append(t) }
+                pending.removeAll(keepingCapacity: true)
+            }
+        }
+        while samples.count - start >= n {
+            if let t = frame(samples[start..<start + n]) { out.append(t) }
+            start += n
+        }
+        if start < samples.count { pending.append(contentsOf: samples[start...]) }
+        return out
+    }
+
+    private mutating func frame(_ samples: ArraySlice<Int16>) -> Transition? {
+        let energy = Self.decibels(samples)
+        let floor = noiseFloorDecibels ?? energy
+        let loud = energy > settings.noiseGateDecibels && energy > floor + settings.snrDecibels
+        // The floor follows quiet frames (and any quieter one) at the learning rate; loud frames
+        // move it only slowly. Digital silence counts as 20 dB under the gate, so a run of zeros
+        // cannot drag the floor so low that ordinary room noise looks like speech afterwards.
+        let level = max(energy, settings.noiseGateDecibels - 20)
+        let rate = level < floor || !(isSpeech || loud) ? learnRate : slowLearnRate
+        var newFloor = noiseFloorDecibels.map { $0 + (level - $0) * rate } ?? level
+        // Speech has pauses; steady noise (a fan switched on) has none. When even the quietest
+        // frame of the last 1.5 s is above the floor, the floor rises to it.
+        blockMinimum = min(blockMinimum, level)
+        blockFrames += 1
+        if blockFrames == Self.blockFrameCount {
+            newFloor = max(newFloor, blockMinimum)
+            blockMinimum = .infinity
+            blockFrames = 0
+        }
+        noiseFloorDecibels = newFloor
+        if window[windowNext] { loudInWindow -= 1 }
+        window[windowNext] = loud
+        if loud { loudInWindow += 1 }
+        windowNext = (windowNext + 1) % window.count
+        let at = position
+        position += samples.count
+        let ratio = Double(loudInWindow) / Double(window.count)
+        if !isSpeech && ratio >= settings.activationRatio {
+            isSpeech = true
+            return Transition(isSpeech: true, sample: at)
+        }
+        if isSpeech && ratio <= settings.releaseRatio {
+            let since = quietSince ?? at
+            quietSince = since
+            if position - since >= 16 * settings.holdMilliseconds {
+                // Reported where the quiet began: the true end of the speech.
+                isSpeech = false
+                quietSince = nil
+                return Transition(isSpeech: false, sample: since)
+            }
+        } else {
+            quietSince = nil
+        }
+        return nil
+    }
+}

@@ -1,0 +1,136 @@
+import Testing
+@testable import SpeechClient
+
+/// The hands-free pipeline inside a client, against the in-process fake server (the real server
+/// and synthesized speech: Tests/e2e/test_hands_free_e2e.py).
+@Suite struct HandsFreeClientTests {
+    static func options(_ mode: ActivationMode, wakeword: String? = nil) throws -> ClientOptions {
+        var o = try pushOptions()
+        o.activation = mode
+        try o.setWakeword(wakeword)
+        try o.setEndpointing(preRoll: 300, trailingSilence: 600, minActivation: 500, maxActivation: 15_000)
+        return o
+    }
+
+    static func push(_ client: Client, _ samples: [Int16]) {
+        samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+    }
+
+    /// Two utterances in noise, pushed faster than real time.
+    static func twoUtterances() -> [Int16] {
+        var g = Signals.Noise()
+        return Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 800, dbfs: -25, &g)
+            + Signals.noise(ms: 2_000, dbfs: -50, &g) + Signals.speech(ms: 800, dbfs: -25, &g)
+            + Signals.noise(ms: 2_000, dbfs: -50, &g)
+    }
+
+    @Test func voiceActivationOpensAContextPerUtterance() throws {
+        let log = EventLog()
+        let client = try Client(options: try Self.options(.voice), service: FakeRecognitionService(), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        Self.push(client, Self.twoUtterances())
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let lines = log.lines.filter { !$0.hasPrefix("listen speech") && !$0.hasPrefix("listen silence") }
+        let starts = lines.filter { $0.hasPrefix("start ") }
+        #expect(starts == ["start ctx-1", "start ctx-2"], "\(lines)")
+        // Activate and deactivate come as the audio is heard: with all of it pushed at once,
+        // before the server's answers. In order: activate, deactivate, activate, deactivate, and
+        // each context's start, final segment and stop, the second after the first.
+        #expect(lines.filter { $0.hasPrefix("listen") } == ["listen activate", "listen deactivate", "listen activate", "listen deactivate"])
+        #expect(lines.first == "listen activate")
+        for ctx in ["ctx-1", "ctx-2"] {
+            guard let s = lines.firstIndex(of: "start \(ctx)"), let e = lines.firstIndex(of: "stop \(ctx)") else { continue }
+            #expect(lines[s..<e].contains { $0.hasPrefix("segment final w1") })
+        }
+        #expect((lines.firstIndex(of: "stop ctx-1") ?? 99) < (lines.firstIndex(of: "start ctx-2") ?? 0))
+        #expect(log.lines.contains("listen speech") && log.lines.contains("listen silence"))
+        #expect(client.currentState == .idle)
+    }
+
+    @Test func listeningStaysOnBetweenContextsAndAudioOutsideContextsIsHeard() throws {
+        let log = EventLog()
+        let client = try Client(options: try Self.options(.voice), service: FakeRecognitionService(), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        var g = Signals.Noise()
+        Self.push(client, Signals.noise(ms: 3_000, dbfs: -50, &g))
+        // Noise alone: no context, and the client is listening.
+        usleepMs(200)
+        #expect(client.currentState == .listening)
+        #expect(!log.lines.contains { $0.hasPrefix("start") })
+        Self.push(client, Signals.speech(ms: 600, dbfs: -25, &g))
+        try client.stop()   // mid-utterance: the activation ends, its context delivers
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        #expect(log.lines.contains("start ctx-1") && log.lines.last == "stop ctx-1", "\(log.lines)")
+        #expect(log.lines.contains { $0.hasPrefix("segment final") })
+    }
+
+    @Test func wakewordWithholdsSegmentsUntilThePhrase() throws {
+        let log = EventLog()
+        // The fake server says w1, w2, ... one word per 100 ms chunk: "w3" comes with the third.
+        let client = try Client(options: try Self.options(.wakeword, wakeword: "W3"), service: FakeRecognitionService(), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        Self.push(client, Self.twoUtterances())
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let lines = log.lines.filter { !$0.hasPrefix("listen speech") && !$0.hasPrefix("listen silence") }
+        // In each context the first update delivered is the one that holds the phrase; w1 and
+        // w2 before it are withheld.
+        for ctx in ["ctx-1", "ctx-2"] {
+            guard let s = lines.firstIndex(of: "start \(ctx)") else { Issue.record("no \(ctx): \(lines)"); continue }
+            let first = lines[s...].first { $0.hasPrefix("segment") }
+            #expect(first == "segment tentative w3", "\(lines)")
+        }
+        #expect(!lines.contains("segment tentative w1") && !lines.contains("segment tentative w2"))
+        // Each context: activate before its first segment, deactivate before its stop.
+        #expect(lines.filter { $0 == "listen activate" }.count == 2, "\(lines)")
+        #expect(lines.filter { $0 == "listen deactivate" }.count == 2)
+        if let a = lines.firstIndex(of: "listen activate"), let s = lines.firstIndex(where: { $0.hasPrefix("segment") }) {
+            #expect(a < s)
+        }
+        if let d = lines.firstIndex(of: "listen deactivate") { #expect(lines[d + 1] == "stop ctx-1") }
+    }
+
+    @Test func wakewordModeNeedsAPhrase() throws {
+        #expect(throws: SpeechClientError.self) {
+            _ = try Client(options: try Self.options(.wakeword), service: FakeRecognitionService(), handler: nil)
+        }
+    }
+
+    @Test func levelsComeWithPositions() throws {
+        let levels = Locked<[(Float, Int64)]>([])
+        var o = try Self.options(.manual)
+        o.reportLevels = true
+        let client = try Client(options: o, service: FakeRecognitionService()) { _, e in
+            if case .level(let db, let at) = e { levels.withLock { $0.append((db, at)) } }
+        }
+        defer { try? client.close() }
+        try client.start()
+        var g = Signals.Noise()
+        Self.push(client, Signals.noise(ms: 300, dbfs: -30, &g) + [Int16](repeating: 0, count: 1_600))
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let got = levels.withLock { $0 }
+        #expect(got.map(\.1) == [0, 100, 200, 300])
+        #expect(got.prefix(3).allSatisfy { abs($0.0 + 30) < 1 } && got.last?.0 == -100, "\(got)")
+    }
+
+    @Test func optionRangesAreChecked() throws {
+        var o = ClientOptions()
+        #expect(throws: SpeechClientError.self) { try o.setActivation(3) }
+        #expect(throws: SpeechClientError.self) { try o.setWakeword("  ,, ") }
+        #expect(throws: SpeechClientError.self) { try o.setWakeword("a b c d e f g h i") }
+        #expect(throws: SpeechClientError.self) { try o.setVAD(parameter: 7, value: 1) }
+        #expect(throws: SpeechClientError.self) { try o.setVAD(parameter: 0, value: .nan) }
+        #expect(throws: SpeechClientError.self) { try o.setVAD(parameter: 5, value: 0.9) }  // release >= activation
+        #expect(throws: SpeechClientError.self) { try o.setEndpointing(preRoll: 0, trailingSilence: 50, minActivation: 0, maxActivation: 1_000) }
+        #expect(throws: SpeechClientError.self) { try o.setEndpointing(preRoll: 0, trailingSilence: 500, minActivation: 5_000, maxActivation: 1_000) }
+        try o.setVAD(parameter: 4, value: 0.5)
+        #expect(o.vad.activationRatio == 0.5)
+        try o.setWakeword("Hey, Robot")
+        #expect(o.wakeword == ["hey", "robot"])
+    }
+}

@@ -1,0 +1,191 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+@testable import SpeechClient
+
+/// Test signals at 16 kHz: deterministic noise at a level, and "speech": noise bursts 20 dB
+/// louder, amplitude-modulated at 4 Hz like syllables.
+enum Signals {
+    struct Noise {
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        mutating func next() -> Double {
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return Double(Int64(bitPattern: state >> 11) - (1 << 52)) / Double(1 << 52)  // -1...1
+        }
+    }
+
+    /// RMS of uniform noise is amplitude/sqrt(3).
+    static func amplitude(dbfs: Double) -> Double { 32768 * pow(10, dbfs / 20) * 3.0.squareRoot() }
+
+    static func noise(ms: Int, dbfs: Double, _ gen: inout Noise) -> [Int16] {
+        let a = amplitude(dbfs: dbfs)
+        return (0..<16 * ms).map { _ in Int16(clamping: Int(gen.next() * a)) }
+    }
+
+    static func speech(ms: Int, dbfs: Double, _ gen: inout Noise) -> [Int16] {
+        let a = amplitude(dbfs: dbfs)
+        return (0..<16 * ms).map { i in
+            let envelope = 0.55 + 0.45 * sin(2 * Double.pi * 4 * Double(i) / 16_000)
+            return Int16(clamping: Int(gen.next() * a * envelope))
+        }
+    }
+
+    static func chunks(_ samples: [Int16], size: Int = 1_600) -> [[Int16]] {
+        stride(from: 0, to: samples.count, by: size).map { Array(samples[$0..<min($0 + size, samples.count)]) }
+    }
+}
+
+@Suite struct VoiceActivityDetectorTests {
+    @Test func levelsInDecibels() {
+        #expect(VoiceActivityDetector.decibels([Int16](repeating: 0, count: 320)) == -100)
+        let square = (0..<320).map { $0 % 2 == 0 ? Int16.max : Int16.min }
+        #expect(abs(VoiceActivityDetector.decibels(square)) < 0.01)
+        var g = Signals.Noise()
+        #expect(abs(VoiceActivityDetector.decibels(Signals.noise(ms: 1000, dbfs: -40, &g)) + 40) < 0.5)
+    }
+
+    @Test func silenceAndSteadyNoiseAreNotSpeech() {
+        var g = Signals.Noise()
+        var steady = VoiceActivityDetector()
+        #expect(steady.process(Signals.noise(ms: 5_000, dbfs: -35, &g)).isEmpty)
+        #expect(abs((steady.noiseFloorDecibels ?? 0) + 35) < 2, "floor \(steady.noiseFloorDecibels ?? 0)")
+        // Digital silence, then noise that stays: its onset sounds like speech, but within 3 s
+        // the floor has risen to it and the detector lets go.
+        var vad = VoiceActivityDetector()
+        #expect(vad.process([Int16](repeating: 0, count: 16_000)).isEmpty)
+        let t = vad.process(Signals.noise(ms: 5_000, dbfs: -35, &g))
+        #expect(!vad.isSpeech)
+        #expect(t.count <= 2 && (t.last.map { $0.sample <= 16_000 + 16 * 3_000 } ?? true), "\(t)")
+        #expect(abs((vad.noiseFloorDecibels ?? 0) + 35) < 2, "floor \(vad.noiseFloorDecibels ?? 0)")
+    }
+
+    @Test func speechInNoiseIsFoundWhereItIs() {
+        var g = Signals.Noise()
+        var vad = VoiceActivityDetector()
+        let audio = Signals.noise(ms: 2_000, dbfs: -45, &g) + Signals.speech(ms: 1_500, dbfs: -25, &g)
+            + Signals.noise(ms: 2_000, dbfs: -45, &g)
+        var transitions: [VoiceActivityDetector.Transition] = []
+        for c in Signals.chunks(audio) { transitions += vad.process(c) }
+        #expect(transitions.count == 2, "\(transitions.map { ($0.isSpeech, $0.sample / 16) }) floor \(vad.noiseFloorDecibels ?? 0)")
+        guard transitions.count == 2 else { return }
+        #expect(transitions[0].isSpeech && !transitions[1].isSpeech)
+        // Within 100 ms (the window) of the true edges at 2.0 s and 3.5 s.
+        #expect(abs(transitions[0].sample - 32_000) <= 1_600, "\(transitions[0].sample)")
+        #expect(abs(transitions[1].sample - 56_000) <= 1_600, "\(transitions[1].sample)")
+    }
+
+    @Test func chunkSizeDoesNotChangeTheResult() {
+        var g = Signals.Noise()
+        let audio = Signals.noise(ms: 1_000, dbfs: -45, &g) + Signals.speech(ms: 800, dbfs: -20, &g) + Signals.noise(ms: 800, dbfs: -45, &g)
+        var a = VoiceActivityDetector(), b = VoiceActivityDetector()
+        var ta: [VoiceActivityDetector.Transition] = [], tb: [VoiceActivityDetector.Transition] = []
+        for c in Signals.chunks(audio, size: 1_600) { ta += a.process(c) }
+        for c in Signals.chunks(audio, size: 333) { tb += b.process(c) }
+        #expect(ta == tb && !ta.isEmpty)
+    }
+
+    @Test func aNoiseThatStaysIsLearntEvenDuringSpeech() {
+        // A fan switched on (+25 dB for good): the detector may call it speech at first, but it
+        // must let go within seconds instead of staying open for ever.
+        var g = Signals.Noise()
+        var vad = VoiceActivityDetector()
+        _ = vad.process(Signals.noise(ms: 1_000, dbfs: -60, &g))
+        _ = vad.process(Signals.noise(ms: 20_000, dbfs: -35, &g))
+        #expect(!vad.isSpeech)
+    }
+}
+
+@Suite struct EndpointerTests {
+    static func settings(preRoll: Int = 300, trailing: Int = 600, min: Int = 500, max: Int = 15_000) -> Endpointer.Settings {
+        var s = Endpointer.Settings()
+        s.preRollSamples = 16 * preRoll
+        s.trailingSilenceSamples = 16 * trailing
+        s.minActivationSamples = 16 * min
+        s.maxActivationSamples = 16 * max
+        return s
+    }
+
+    /// Runs audio through an endpointer; returns the activations as (first sample, samples sent)
+    /// and the events in order.
+    static func run(_ ep: inout Endpointer, _ audio: [Int16]) -> (activations: [(Int, Int)], events: [ListenEvent], actions: [Endpointer.Action]) {
+        var activations: [(Int, Int)] = []
+        var events: [ListenEvent] = []
+        var all: [Endpointer.Action] = []
+        var open = false
+        for c in Signals.chunks(audio) {
+            for a in ep.process(c) {
+                all.append(a)
+                switch a {
+                case .event(let e, _): events.append(e)
+                case .open: #expect(!open); open = true; activations.append((ep.position - c.count, 0))
+                case .audio(let chunk): #expect(open); activations[activations.count - 1].1 += chunk.count
+                case .close: #expect(open); open = false
+                }
+            }
+        }
+        for a in ep.finish() { all.append(a); if case .event(let e, _) = a { events.append(e) } }
+        return (activations, events, all)
+    }
+
+    @Test func twoUtterancesOpenTwoContextsWithPreRoll() {
+        var g = Signals.Noise()
+        let audio = Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 1_000, dbfs: -25, &g)
+            + Signals.noise(ms: 2_000, dbfs: -50, &g) + Signals.speech(ms: 1_200, dbfs: -25, &g)
+            + Signals.noise(ms: 2_000, dbfs: -50, &g)
+        var ep = Endpointer(settings: Self.settings())
+        let r = Self.run(&ep, audio)
+        #expect(r.activations.count == 2, "\(r.activations)")
+        #expect(r.events.filter { $0 == .activate }.count == 2)
+        #expect(r.events.filter { $0 == .deactivate }.count == 2)
+        #expect(!r.events.contains(.timeout))
+        // Each context got its speech plus the pre-roll before it and the trailing silence after.
+        for (i, speechMs) in [1_000, 1_200].enumerated() where i < r.activations.count {
+            let sentMs = r.activations[i].1 / 16
+            #expect(sentMs >= speechMs + 300 + 500 && sentMs <= speechMs + 300 + 600 + 300, "context \(i): \(sentMs) ms")
+        }
+        // The first context's audio starts at most 300 ms before the speech (at 1.0 s).
+        if let first = r.actions.firstIndex(of: .open), case .audio(let preRoll) = r.actions[first + 1] {
+            #expect(preRoll.count <= 16 * 300 + 1_600)
+        }
+    }
+
+    @Test func aLongUtteranceTimesOutAtTheMaximum() {
+        var g = Signals.Noise()
+        let audio = Signals.noise(ms: 500, dbfs: -50, &g) + Signals.speech(ms: 6_000, dbfs: -25, &g)
+        var ep = Endpointer(settings: Self.settings(max: 2_000))
+        let r = Self.run(&ep, audio)
+        #expect(r.events.contains(.timeout))
+        // Re-activates while the speech goes on: no audio is left out between activations.
+        #expect(r.activations.count >= 2)
+        #expect(r.activations.allSatisfy { $0.1 <= 16 * (2_000 + 300 + 100) })
+        if let t = r.events.firstIndex(of: .timeout) { #expect(r.events[t + 1] == .deactivate) }
+    }
+
+    @Test func aBlipIsHeldForTheMinimumLength() {
+        var g = Signals.Noise()
+        let audio = Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 200, dbfs: -20, &g) + Signals.noise(ms: 3_000, dbfs: -50, &g)
+        var ep = Endpointer(settings: Self.settings(preRoll: 0, trailing: 100, min: 1_500))
+        let r = Self.run(&ep, audio)
+        #expect(r.activations.count == 1)
+        #expect((r.activations.first?.1 ?? 0) >= 16 * 1_500)
+    }
+
+    @Test func finishClosesAnOpenActivationOnce() {
+        var g = Signals.Noise()
+        var ep = Endpointer(settings: Self.settings())
+        _ = ep.process(Signals.noise(ms: 500, dbfs: -50, &g))
+        let opened = ep.process(Signals.speech(ms: 500, dbfs: -20, &g))
+        #expect(opened.contains(.open) && ep.isActive)
+        let closing = ep.finish()
+        #expect(closing.last == .close && closing.count == 2)
+        #expect(ep.finish().isEmpty && !ep.isActive)
+    }
+
+    @Test func wakewordMatching() {
+        #expect(ClientOptions.normalizedWords("Hey, Computer!") == ["hey", "computer"])
+        #expect(ClientWorker.contains(["ok", "Hey", "computer,", "lights"], phrase: ["hey", "computer"]))
+        #expect(!ClientWorker.contains(["hey", "there", "computer"], phrase: ["hey", "computer"]))
+        #expect(!ClientWorker.contains([], phrase: ["hey"]))
+    }
+}
