@@ -66,6 +66,11 @@ final class ClientWorker: @unchecked Sendable {
     /// once the server has taken the replay (its `started`), so an outage with several attempts
     /// gives one error naming the whole loss.
     private var pendingLoss: (from: Int, to: Int)?
+    /// After a reconnection: the user-context sample from which the replay buffer still has to
+    /// be sent on the new stream. The replay goes out as the stream drains (like a file), not
+    /// all at once: more than the call's send queue (256 KiB, ~8 s) would fail the new stream.
+    /// Live audio meanwhile is appended to the buffer and follows in order.
+    private var replayCursor: Int?
     /// The last connection state reported, so that only changes are.
     private var connectionState: ConnectionState?
 
@@ -109,11 +114,16 @@ final class ClientWorker: @unchecked Sendable {
             // official clients did the same) and reopened by the next start.
             let idleDeadline = (stream != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
             let deadline = reconnect?.at ?? idleDeadline
-            guard let next = client.nextCommand(wait: !pumping || stream == nil && isFile, deadline: deadline) else {
+            let busy = pumping || replayCursor != nil
+            guard let next = client.nextCommand(wait: !busy || stream == nil && isFile && replayCursor == nil, deadline: deadline) else {
                 if let r = reconnect, Clock.monotonicNanos() >= r.at {
                     attemptReconnect()
-                } else if pumping {
-                    pumpOnce()
+                } else if replayCursor != nil || pumping {
+                    if replayCursor != nil && !pumpReplay() && !pumping {
+                        var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
+                        nanosleep(&ts, nil)
+                    }
+                    if pumping { pumpOnce() }
                 } else if let idleDeadline, Clock.monotonicNanos() >= idleDeadline {
                     client.log(.debug, "closing the idle SLU stream")
                     stream?.finish()
@@ -324,8 +334,8 @@ final class ClientWorker: @unchecked Sendable {
             if let partial = chunker.flush() { sendAudio(partial) }
         }
         stopSent = true
-        client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")")
-        stream?.send(.stop)
+        client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")\(replayCursor != nil ? " (after the replay)" : "")")
+        if replayCursor == nil { stream?.send(.stop) }
         if auto {
             client?.transition { state, _ in
                 if state == .starting || state == .listening { state = .stopping }
@@ -363,10 +373,12 @@ final class ClientWorker: @unchecked Sendable {
         pendingLoss = nil
         authRetried = false
         reconnect = nil
+        replayCursor = nil
         replay.reset()
         contextOpen = false
         stopSent = false
-        pumping = false
+        // While listening the source keeps being read between contexts.
+        if endpointer == nil { pumping = false }
         contextId = ""
         var events = events
         if woken {
@@ -560,7 +572,7 @@ final class ClientWorker: @unchecked Sendable {
     private func rollOverIfDue(before chunk: [Int16]) {
         let limit = 16 * options.contextRolloverMilliseconds
         let sent = contextSamples - serverContextStart
-        guard sent >= limit, reconnect == nil, !stopSent, let stream else { return }
+        guard sent >= limit, reconnect == nil, replayCursor == nil, !stopSent, let stream else { return }
         guard silentRun >= 3_200 || sent >= limit + 16 * 20_000 else { return }
         rolloverFinishes += 1
         serverContextStart = contextSamples
@@ -598,7 +610,7 @@ final class ClientWorker: @unchecked Sendable {
         silentRun = Self.isQuiet(chunk) ? silentRun + chunk.count : 0
         replay.append(chunk)
         contextSamples += chunk.count
-        if reconnect == nil { stream?.send(.audio(chunk)) }
+        if reconnect == nil && replayCursor == nil { stream?.send(.audio(chunk)) }
     }
 
     private func scheduleReconnect(attempt: Int, cause: SpeechClientError) {
@@ -607,6 +619,7 @@ final class ClientWorker: @unchecked Sendable {
         let jitter = Double.random(in: 0.75...1.25)
         let delayMs = UInt64(max(0, base * jitter))
         reconnect = (attempt, Clock.monotonicNanos() + delayMs * 1_000_000, cause)
+        replayCursor = nil
         report(.reconnecting, attempt: attempt, delayMilliseconds: Int(delayMs))
         client?.log(.warning, "connection lost during context \(contextId) (\(cause.message)); reconnecting in \(delayMs) ms, attempt \(attempt) of \(options.reconnectAttempts)")
     }
@@ -651,9 +664,33 @@ final class ClientWorker: @unchecked Sendable {
         silentRun = 0
         assembler.dropUnfinished(context: contextId)
         stream?.send(.start(appId: options.appId ?? "", options: options.contextOptions))
-        for chunk in replay.chunks(from: from) { stream?.send(.audio(chunk)) }
-        if stopSent { stream?.send(.stop) }
-        client?.log(.info, "reconnected; replayed \(Self.seconds(Double(contextSamples - from) / 16_000)) s of audio")
+        replayCursor = from
+        client?.log(.info, "reconnected; replaying \(Self.seconds(Double(contextSamples - from) / 16_000)) s of audio")
+        _ = pumpReplay()
+    }
+
+    /// Sends replay audio while the stream's send backlog is under the file limit; once all of
+    /// it (and the live audio appended meanwhile) is out, a stop already made follows. Returns
+    /// whether it made progress.
+    @discardableResult
+    private func pumpReplay() -> Bool {
+        guard let cursor = replayCursor, let stream, reconnect == nil else { return false }
+        var at = max(cursor, replay.oldestSample)
+        var sent = false
+        for chunk in replay.chunks(from: at) {
+            if stream.backlogBytes > Self.fileBacklogLimit { break }
+            stream.send(.audio(chunk))
+            at += chunk.count
+            sent = true
+        }
+        if at >= replay.endSample {
+            replayCursor = nil
+            if stopSent { stream.send(.stop) }
+            client?.log(.debug, "replay done")
+        } else {
+            replayCursor = at
+        }
+        return sent
     }
 
     /// The error that ends a context whose connection could not be restored: what failed and
