@@ -307,13 +307,13 @@ typedef enum spc_listen_event {
 ** the position where the quiet began). The floor follows quiet audio with the half-time, and
 ** rises to the quietest frame of each 1.5 s, so a steady new noise stops counting as speech. */
 typedef enum spc_vad_param {
-    SPC_VAD_SNR_DB = 0,                  /* default 9, 0..60 */
+    SPC_VAD_SNR_DB = 0,                  /* default 4, 0..60 */
     SPC_VAD_NOISE_GATE_DB = 1,           /* default -50 dBFS, -100..0 */
     SPC_VAD_NOISE_LEARN_HALFTIME_MS = 2, /* default 400, 20..60000 */
     SPC_VAD_WINDOW_FRAMES = 3,           /* default 5, 1..100 */
-    SPC_VAD_ACTIVATION_RATIO = 4,        /* default 0.7, 0.01..1 */
+    SPC_VAD_ACTIVATION_RATIO = 4,        /* default 0.6, 0.01..1 */
     SPC_VAD_RELEASE_RATIO = 5,           /* default 0.2, 0..1, below the activation ratio */
-    SPC_VAD_HOLD_MS = 6                  /* default 200, 0..10000 */
+    SPC_VAD_HOLD_MS = 6                  /* default 300, 0..10000 */
 } spc_vad_param;
 
 /* ---------------------------------------------------------------------------------------------

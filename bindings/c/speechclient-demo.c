@@ -24,6 +24,9 @@
 **   {"type":"start","context_id":"..."}   the server opened the context
 **   {"type":"stop","context_id":"..."}    the context is closed ("" if it never opened)
 **   {"type":"error","code":"<spc_status_str>","status":N,"grpc_status":N,"message":"..."}
+**   {"type":"listen","event":"speech"|"silence"|"activate"|"deactivate"|"timeout","position_ms":N}
+**       hands-free events (--hands-free, --wakeword): position_ms counts audio since the start
+**   {"type":"level","dbfs":-23.5,"position_ms":N}    the level of each chunk (--levels)
 **   {"type":"state","state":"connecting"|"ready"|"reconnecting"|"unavailable"|"suspended"}
 **       a connection state change; "attempt" and "delay_ms" with reconnecting, "message" with
 **       the reason when there is one (unavailable)
@@ -39,6 +42,10 @@
 ** malformed value, no source or two sources, an option value the library rejects).
 **
 ** --verbose passes the library's log lines (debug level) to stderr.
+**
+** Hands-free (--hands-free, or --wakeword PHRASE): the library's voice activity detector opens a
+** context when speech begins and stops it after a pause, as often as the user speaks, until the
+** end of the file or Ctrl-C; with --wakeword only what follows the phrase in a context is shown.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <speechclient.h>
@@ -193,6 +200,34 @@ static void on_state(spc_client *client, spc_connection_state state, int32_t att
     pthread_mutex_unlock(&d->out);
 }
 
+static void on_listen(spc_client *client, spc_listen_event event, int64_t position_ms, void *user_data) {
+    struct demo *d = user_data;
+    static const char *names[] = {"speech", "silence", "activate", "deactivate", "timeout"};
+    const char *name = (unsigned)event < 5 ? names[event] : "unknown";
+    (void)client;
+    pthread_mutex_lock(&d->out);
+    if (d->json) {
+        printf("{\"type\":\"listen\",\"event\":\"%s\",\"position_ms\":%lld}\n", name, (long long)position_ms);
+        fflush(stdout);
+    } else if (event == SPC_LISTEN_TIMEOUT) {
+        clear_live_line(d);
+        fflush(stdout);
+        fprintf(stderr, "speechclient-demo: the utterance reached the maximum length at %.1f s\n", (double)position_ms / 1000);
+    }
+    pthread_mutex_unlock(&d->out);
+}
+
+static void on_level(spc_client *client, float level_dbfs, int64_t position_ms, void *user_data) {
+    struct demo *d = user_data;
+    (void)client;
+    pthread_mutex_lock(&d->out);
+    if (d->json) {
+        printf("{\"type\":\"level\",\"dbfs\":%.1f,\"position_ms\":%lld}\n", (double)level_dbfs, (long long)position_ms);
+        fflush(stdout);
+    }
+    pthread_mutex_unlock(&d->out);
+}
+
 static void on_log(spc_client *client, spc_log_level level, const char *message, void *user_data) {
     struct demo *d = user_data;
     static const char *names[] = {"none", "error", "warning", "info", "debug"};
@@ -220,6 +255,9 @@ static void usage(FILE *to) {
         "  --cache-dir DIR    token and device-id cache\n"
         "  --chunk-ms N       audio message duration, 20-1000 (default 100)\n"
         "  --timeout-ms N     how long to wait for the results of a file (default 120000)\n"
+        "  --hands-free       listen: speech opens a context, a pause closes it (until the end or Ctrl-C)\n"
+        "  --wakeword PHRASE  as --hands-free, showing only contexts where PHRASE was heard\n"
+        "  --levels           with --json: the level of each chunk in dBFS\n"
         "  --json             one JSON object per line (stable format, see the source)\n"
         "  --verbose          library log lines on stderr\n"
         "  --version, --help\n");
@@ -251,7 +289,8 @@ static int usage_error(const char *message, const char *value) {
 ** which is a usage error; 1: an unexpected failure). */
 struct settings {
     const char *url, *app_id, *project_id, *language, *file, *mic, *ca_file, *cache_dir;
-    int insecure, verbose;
+    const char *wakeword;
+    int insecure, verbose, hands_free, levels;
     long chunk_ms;
 };
 
@@ -281,6 +320,14 @@ static int configure(spc_options *o, const struct settings *a, struct demo *d) {
     if ((s = spc_options_set_start_cb(o, on_start, d)) != SPC_OK) return failed("spc_options_set_start_cb", s);
     if ((s = spc_options_set_stop_cb(o, on_stop, d)) != SPC_OK) return failed("spc_options_set_stop_cb", s);
     if ((s = spc_options_set_state_cb(o, on_state, d)) != SPC_OK) return failed("spc_options_set_state_cb", s);
+    if (a->wakeword) {
+        if (spc_options_set_wakeword(o, a->wakeword) != SPC_OK) return usage_error("bad --wakeword (1-8 words)", a->wakeword);
+        if ((s = spc_options_set_activation(o, SPC_ACTIVATION_WAKEWORD)) != SPC_OK) return failed("spc_options_set_activation", s);
+    } else if (a->hands_free && (s = spc_options_set_activation(o, SPC_ACTIVATION_VOICE)) != SPC_OK) {
+        return failed("spc_options_set_activation", s);
+    }
+    if ((s = spc_options_set_listen_cb(o, on_listen, d)) != SPC_OK) return failed("spc_options_set_listen_cb", s);
+    if (a->levels && (s = spc_options_set_level_cb(o, on_level, d)) != SPC_OK) return failed("spc_options_set_level_cb", s);
     return 0;
 }
 
@@ -354,6 +401,9 @@ int main(int argc, char **argv) {
             VALUE();
             if (!parse_number(next, -1, INT32_MAX, &timeout_ms)) return usage_error("--timeout-ms needs a number of milliseconds (-1: no limit), not", next);
         }
+        else if (!strcmp(arg, "--hands-free")) a.hands_free = 1;
+        else if (!strcmp(arg, "--wakeword")) { VALUE(); a.wakeword = next; }
+        else if (!strcmp(arg, "--levels")) a.levels = 1;
         else if (!strcmp(arg, "--json")) d.json = 1;
         else if (!strcmp(arg, "--verbose")) a.verbose = 1;
         else return usage_error("unknown option", arg);

@@ -48,13 +48,22 @@ public struct Endpointer: Sendable {
         let end = position
         var out: [Action] = []
         var spoke = vad.isSpeech
+        var speechAt = at
+        var silenceAt: Int?
         for t in vad.process(chunk) {
             out.append(.event(t.isSpeech ? .speech : .silence, sample: t.sample))
-            if t.isSpeech { spoke = true }
+            if t.isSpeech && !spoke { speechAt = t.sample }
+            if t.isSpeech { spoke = true } else { silenceAt = t.sample }
         }
         if var a = activation {
             out.append(.audio(chunk))
-            if spoke { a.lastSpeech = end }
+            // The trailing silence counts from where the speech ended (the detector reports
+            // that position after its hold time).
+            if vad.isSpeech {
+                a.lastSpeech = end
+            } else if let s = silenceAt {
+                a.lastSpeech = s
+            }
             activation = a
             if end - a.start >= settings.maxActivationSamples {
                 out.append(.event(.timeout, sample: end))
@@ -65,7 +74,7 @@ public struct Endpointer: Sendable {
             }
         } else if spoke {
             activation = (start: at - preRollCount, lastSpeech: end)
-            if settings.announcesActivation { out.append(.event(.activate, sample: at)) }
+            if settings.announcesActivation { out.append(.event(.activate, sample: speechAt)) }
             out.append(.open)
             for c in preRoll { out.append(.audio(c)) }
             preRoll.removeAll()

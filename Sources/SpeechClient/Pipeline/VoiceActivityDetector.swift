@@ -5,7 +5,7 @@ import Glibc
 /// The detector's tunables, named after the Speechly browser client's VAD options.
 public struct VADSettings: Sendable, Equatable {
     /// A frame is loud when its energy is this far above the learnt noise floor.
-    public var snrDecibels = 9.0
+    public var snrDecibels = 4.0
     /// ... and above this absolute level (dBFS): quieter audio is never speech.
     public var noiseGateDecibels = -50.0
     /// How fast the noise floor follows the audio while nobody speaks.
@@ -13,11 +13,11 @@ public struct VADSettings: Sendable, Equatable {
     /// The loud-frame ratio is taken over this many 20 ms frames.
     public var windowFrames = 5
     /// Speech starts when at least this share of the window is loud ...
-    public var activationRatio = 0.7
+    public var activationRatio = 0.6
     /// ... and ends when at most this share is, for `holdMilliseconds` (the gaps between
     /// syllables and words are shorter).
     public var releaseRatio = 0.2
-    public var holdMilliseconds = 200
+    public var holdMilliseconds = 300
 
     public init() {}
 
