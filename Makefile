@@ -25,7 +25,7 @@ SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEAS
 	-Xlinker -z -Xlinker defs -Xlinker -z -Xlinker nodelete \
 	-Xlinker -z -Xlinker now -Xlinker -z -Xlinker relro
 
-.PHONY: all lib demo test test-swift test-c test-abi test-python test-server test-e2e test-faults install clean
+.PHONY: all lib demo examples test test-swift test-c test-abi test-python test-server test-e2e test-faults install clean
 
 all: lib demo
 
@@ -47,6 +47,16 @@ demo: lib
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -pedantic -Iinclude bindings/c/speechclient-demo.c \
 		-L$(BUILD) -lspeechclient -Wl,-rpath,'$$ORIGIN' -o $(DEMO).tmp
 	mv -f $(DEMO).tmp $(DEMO)
+
+# The examples in bindings/c/examples/, against the library already in build/: they never
+# rebuild it (a missing $(LIB) is an error; `make lib` first).
+EXAMPLES := $(BUILD)/poll-loop
+examples: $(EXAMPLES)
+
+$(BUILD)/poll-loop: bindings/c/examples/poll-loop.c include/speechclient.h $(LIB)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -pedantic -Iinclude $< \
+		-L$(BUILD) -lspeechclient -Wl,-rpath,'$$ORIGIN' -o $@.tmp
+	mv -f $@.tmp $@
 
 # NO_BUILD=1 installs what is already in build/ (the C suite installs right after `make lib`).
 install: $(if $(NO_BUILD),,all)

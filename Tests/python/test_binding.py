@@ -303,6 +303,290 @@ def test_application_delivery_with_asyncio(silent_wav, cache_dir):
         sc.ConnectionState.CONNECTING, sc.ConnectionState.UNAVAILABLE]
 
 
+# -- stream(): asyncio on application delivery --------------------------------------------------
+
+def silent_push_client(silent_server, cache_dir, **kw):
+    """Logs in to a server that never answers: its context stays STARTING until close_all(); no
+    reconnection, so one reset ends it."""
+    return sc.Client(silent_server.url, app_id="a", audio=sc.PushAudio(), device_id=DEVICE_ID, cache_dir=cache_dir,
+                     delivery="application", reconnect=(0, 1, 1), **kw)
+
+
+def has_reader(loop, fd):
+    """Whether `loop` watches fd for reading (asyncio has no public query: its selector's key)."""
+    try:
+        key = loop._selector.get_key(fd)
+    except KeyError:
+        return False
+    reader = key.data[0]
+    return reader is not None and not reader.cancelled()
+
+
+async def until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def reset_until_idle(silent_server, client):
+    """Resets the silent server's connections until the client's contexts have ended."""
+    for _ in range(200):
+        silent_server.close_all()
+        if client.wait_idle(0.05):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the client did not become idle")
+
+
+def test_stream_needs_application_delivery_and_checks_its_arguments(silent_wav, cache_dir):
+    with push_client() as t:
+        with pytest.raises(sc.InvalidStateError, match='delivery="application"'):
+            t.stream()
+    with file_client(silent_wav, cache_dir, delivery="application") as c:
+        with pytest.raises(sc.InvalidArgumentError, match="WavFile, not PushAudio"):
+            c.stream(b"\0\0")
+    with push_client(delivery="application") as p:
+        with pytest.raises(sc.InvalidArgumentError, match="not int"):
+            p.stream(42)
+        p.close()
+        with pytest.raises(sc.InvalidStateError, match="closed"):
+            p.stream()
+
+
+@needs_state_and_delivery
+def test_stream_starts_a_context_and_ends_after_its_stop_on_the_loops_thread(silent_wav, cache_dir):
+    threads = set()
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        with file_client(silent_wav, cache_dir, delivery="application",
+                         on_error=lambda e: threads.add(threading.get_ident())) as c:
+            runs = []
+            for _ in range(2):  # the client starts again after a stream
+                runs.append([u async for u in c.stream(timeout=20)])
+                assert not has_reader(loop, c.event_fd)
+                assert c.state == sc.State.IDLE
+            return runs
+
+    runs = asyncio.run(asyncio.wait_for(run(), 30))
+    assert threads == {threading.get_ident()}
+    for updates in runs:
+        assert isinstance(updates[-1], sc.StopEvent)  # the stop ends it
+        assert_unreachable_run(updates)
+
+
+@needs_state_and_delivery
+@pytest.mark.parametrize("kind", ["bytes", "list", "async"])
+def test_stream_pushes_pcm_and_tolerates_a_context_that_ended_first(kind, cache_dir):
+    chunk = array.array("h", [0] * 1600)
+
+    async def agen():
+        for _ in range(3):
+            yield chunk
+            await asyncio.sleep(0)
+
+    pcm = {"bytes": chunk.tobytes(), "list": [chunk] * 3, "async": agen()}[kind]
+
+    async def run():
+        with push_client(delivery="application", cache_dir=cache_dir) as c:
+            updates = [u async for u in c.stream(pcm, timeout=20)]
+            await asyncio.sleep(0.05)  # the feeding task has ended by now: no push_end error surfaced
+            return updates, c.state
+
+    updates, state = asyncio.run(asyncio.wait_for(run(), 30))
+    assert_unreachable_run(updates)
+    assert state == sc.State.IDLE
+
+
+@needs_state_and_delivery
+def test_an_exception_from_the_pcm_iterator_ends_the_stream(silent_server, cache_dir):
+    async def pcm():
+        yield b"\0" * 3200
+        raise ValueError("microphone unplugged")
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        with silent_push_client(silent_server, cache_dir) as c:
+            with pytest.raises(ValueError, match="unplugged"):
+                async for _ in c.stream(pcm(), timeout=20):
+                    pass
+            assert not has_reader(loop, c.event_fd)
+            assert c.state == sc.State.STOPPING  # the stream asked its context to stop
+            await reset_until_idle(silent_server, c)
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+
+
+@needs_state_and_delivery
+def test_breaking_out_of_a_stream_removes_the_reader_and_the_next_stream_is_not_fooled(silent_server, cache_dir):
+    async def run():
+        loop = asyncio.get_running_loop()
+        with silent_push_client(silent_server, cache_dir) as c:
+            fd = c.event_fd
+            async for first in c.stream(timeout=20):
+                assert has_reader(loop, fd)
+                break
+            assert first == sc.StateEvent(sc.ConnectionState.CONNECTING, 0, 0, None)
+            assert not has_reader(loop, fd)  # at once, without awaiting anything
+            assert c.state == sc.State.STOPPING
+
+            # The next stream starts at once (a start queued behind the pending stop) and must not
+            # end on the first context's error and stop.
+            second = []
+
+            async def consume():
+                async for u in c.stream(timeout=20):
+                    second.append(u)
+
+            task = asyncio.ensure_future(consume())
+            await until(lambda: has_reader(loop, fd))
+            assert silent_server.wait_for_connection()
+            silent_server.close_all()  # ends the first context; the queued start connects again
+            await until(lambda: any(isinstance(u, sc.StateEvent) for u in second))
+            assert not task.done()
+            assert silent_server.wait_for_connection()
+            silent_server.close_all()  # ends the second
+            await asyncio.wait_for(task, 20)
+            assert not has_reader(loop, fd)
+            # Nothing was lost: the first context's rest is in the queue updates() reads.
+            first_rest = list(c.updates(timeout=5))
+            return second, first_rest
+
+    second, first_rest = asyncio.run(asyncio.wait_for(run(), 60))
+    for updates in (second, first_rest):
+        updates = without_states(updates)
+        assert [type(u) for u in updates] == [sc.ErrorEvent, sc.StopEvent], updates
+        assert updates[0].code == sc.Status.NETWORK
+
+
+@needs_state_and_delivery
+def test_updates_after_the_streams_stop_are_not_lost(silent_server, cache_dir):
+    """A start queued from the loop body: its events come after the stream's stop, often in the
+    same dispatch; they must reach updates()."""
+    async def run():
+        with silent_push_client(silent_server, cache_dir) as c:
+            seen = []
+            async for u in c.stream(timeout=20):
+                seen.append(u)
+                if len(seen) == 1:
+                    c.stop()
+                    c.start()  # queued behind the stop
+                    assert silent_server.wait_for_connection()
+                    silent_server.close_all()
+            assert silent_server.wait_for_connection()  # the queued start is connecting
+            after = next(iter(c.updates(timeout=5)))
+            await reset_until_idle(silent_server, c)
+            return seen, after
+
+    seen, after = asyncio.run(asyncio.wait_for(run(), 30))
+    assert [type(u) for u in without_states(seen)] == [sc.ErrorEvent, sc.StopEvent]
+    assert after == sc.StateEvent(sc.ConnectionState.CONNECTING, 0, 0, None)
+
+
+@needs_state_and_delivery
+def test_cancelling_a_stream_removes_the_reader_and_stops_the_context(silent_server, cache_dir):
+    async def run():
+        loop = asyncio.get_running_loop()
+        with silent_push_client(silent_server, cache_dir) as c:
+            seen = []
+
+            async def consume():
+                async for u in c.stream():
+                    seen.append(u)
+
+            task = asyncio.ensure_future(consume())
+            await until(lambda: seen)
+            assert has_reader(loop, c.event_fd)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not has_reader(loop, c.event_fd)
+            assert c.state == sc.State.STOPPING
+            await reset_until_idle(silent_server, c)
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+
+
+@needs_state_and_delivery
+def test_stream_timeout_and_one_stream_at_a_time(silent_server, cache_dir):
+    async def run():
+        loop = asyncio.get_running_loop()
+        with silent_push_client(silent_server, cache_dir) as c:
+            async with c.stream(timeout=0.3) as s:
+                assert await s.__anext__() == sc.StateEvent(sc.ConnectionState.CONNECTING, 0, 0, None)
+                with pytest.raises(sc.InvalidStateError, match="another stream"):
+                    await c.stream().__anext__()
+                assert has_reader(loop, c.event_fd)  # the refused one left the running one alone
+                t0 = time.monotonic()
+                with pytest.raises(sc.SpeechTimeoutError, match="stream"):
+                    await s.__anext__()
+                assert 0.25 <= time.monotonic() - t0 < 5
+                assert not has_reader(loop, c.event_fd)
+                with pytest.raises(StopAsyncIteration):
+                    await s.__anext__()
+            await reset_until_idle(silent_server, c)
+            async with c.stream() as s:  # leaving the block ends it
+                await s.__anext__()
+            assert not has_reader(loop, c.event_fd)
+            await s.aclose()  # idempotent
+            await reset_until_idle(silent_server, c)
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+
+
+@needs_state_and_delivery
+def test_a_stream_whose_start_is_refused_leaves_nothing_behind(silent_server, cache_dir):
+    async def run():
+        loop = asyncio.get_running_loop()
+        with silent_push_client(silent_server, cache_dir) as c:
+            c.start()  # a context the stream does not own: its start() is refused
+            with pytest.raises(sc.InvalidStateError, match="start"):
+                async for _ in c.stream():
+                    pass
+            assert not has_reader(loop, c.event_fd)
+            assert c.state == sc.State.STARTING  # the other context was left alone
+            await reset_until_idle(silent_server, c)
+            async for u in c.stream(timeout=20):  # and the slot was released
+                assert u == sc.StateEvent(sc.ConnectionState.CONNECTING, 0, 0, None)
+                break
+            await reset_until_idle(silent_server, c)
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+
+
+@needs_state_and_delivery
+def test_stream_reraises_a_callback_exception(silent_wav, cache_dir):
+    def boom(update):
+        raise RuntimeError("from on_error")
+
+    async def run():
+        with file_client(silent_wav, cache_dir, delivery="application", on_error=boom) as c:
+            with pytest.raises(RuntimeError, match="from on_error"):
+                async for _ in c.stream(timeout=20):
+                    pass
+            assert not has_reader(asyncio.get_running_loop(), c.event_fd)
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+
+
+@needs_state_and_delivery
+def test_close_inside_a_stream_ends_it(silent_server, cache_dir):
+    async def run():
+        loop = asyncio.get_running_loop()
+        c = silent_push_client(silent_server, cache_dir)
+        fd = c.event_fd
+        seen = []
+        async for u in c.stream(timeout=20):
+            seen.append(u)
+            c.close()  # abandons the context: the iterator ends without a StopEvent
+        assert not has_reader(loop, fd)
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(run(), 30))
+    assert seen and not any(isinstance(u, sc.StopEvent) for u in seen)
+
+
 # -- states ------------------------------------------------------------------------------------
 
 def test_calls_in_the_wrong_state_raise_invalid_state():

@@ -5,6 +5,7 @@ import os
 import pathlib
 import re
 import subprocess
+import threading
 import sys
 import time
 import wave
@@ -123,3 +124,91 @@ def test_stop_mid_sentence_delivers_the_words_heard(server, synthesize, cache_di
     assert finals[0].transcript == tentative[-1]
     assert all(w.final for w in finals[0].words)
     assert isinstance(updates[-1], sc.StopEvent)
+
+
+# -- stream(): asyncio on application delivery --------------------------------------------------
+
+def reads(loop, fd):
+    """Whether `loop` watches fd for reading (asyncio has no public query: its selector's key)."""
+    try:
+        return loop._selector.get_key(fd).data[0] is not None
+    except KeyError:
+        return False
+
+
+def assert_kitchen_lights(updates):
+    updates = without_states(updates)
+    assert isinstance(updates[0], sc.StartEvent) and updates[-1] == sc.StopEvent(updates[0].context_id)
+    segments = [u for u in updates if isinstance(u, sc.Segment)]
+    assert segments and all(s.context_id == updates[0].context_id for s in segments)
+    assert any(not s.final for s in segments)  # tentative updates came too
+    final = [s for s in segments if s.final][-1]
+    assert final.transcript == "turn on the kitchen lights"
+    assert final.intent == sc.Intent("turn_on", True)
+    assert final.entities == (sc.Entity("room", "kitchen", 3, 4, True),)
+
+
+def test_stream_transcribes_a_wav_file(server, synthesize, cache_dir):
+    wav = synthesize("turn on the kitchen lights")
+    threads = set()
+
+    async def run():
+        with sc.Client(url=server.url, app_id="py", audio=sc.WavFile(wav), cache_dir=cache_dir,
+                       delivery="application", on_segment=lambda s: threads.add(threading.get_ident())) as c:
+            updates = [update async for update in c.stream(timeout=30)]
+            assert not reads(asyncio.get_running_loop(), c.event_fd)
+            assert c.state == sc.State.IDLE
+            return updates
+
+    assert_kitchen_lights(asyncio.run(asyncio.wait_for(run(), 60)))
+    assert threads == {threading.get_ident()}  # the loop's thread ran every callback
+
+
+@pytest.mark.parametrize("kind", ["async", "self"])
+def test_stream_transcribes_pushed_pcm(kind, server, synthesize, cache_dir):
+    """kind "async": an async generator paced at 4x real time, given to stream(); "self": the
+    loop body pushes the whole utterance after the start event, then push_end()."""
+    with wave.open(str(synthesize("turn on the kitchen lights"))) as w:
+        pcm = w.readframes(w.getnframes())
+
+    async def chunks():
+        for off in range(0, len(pcm), 3200):  # 100 ms
+            yield memoryview(pcm)[off:off + 3200]
+            await asyncio.sleep(0.025)
+
+    async def run():
+        with sc.Client(url=server.url, app_id="py", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir,
+                       delivery="application") as c:
+            updates = []
+            async for update in c.stream(chunks() if kind == "async" else None, timeout=30):
+                updates.append(update)
+                if kind == "self" and isinstance(update, sc.StartEvent):
+                    c.push(pcm)
+                    c.push_end()
+            return updates
+
+    assert_kitchen_lights(asyncio.run(asyncio.wait_for(run(), 60)))
+
+
+def test_breaking_out_of_a_stream_leaves_the_client_usable(server, synthesize, cache_dir):
+    wav = synthesize("turn on the kitchen lights")
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        with sc.Client(url=server.url, app_id="py", audio=sc.WavFile(wav), cache_dir=cache_dir,
+                       delivery="application") as c:
+            fd = c.event_fd
+            async for update in c.stream(timeout=30):
+                if isinstance(update, sc.Segment):
+                    first = update
+                    break
+            assert not reads(loop, fd)  # removed at the break, not later
+            # Right away, while the first context may still be stopping: a whole second run.
+            second = [update async for update in c.stream(timeout=30)]
+            assert not reads(loop, fd)
+            assert c.wait_idle(10) and c.state == sc.State.IDLE
+            return first, second
+
+    first, second = asyncio.run(asyncio.wait_for(run(), 60))
+    assert_kitchen_lights(second)
+    assert first.context_id != without_states(second)[0].context_id

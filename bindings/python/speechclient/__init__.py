@@ -12,10 +12,16 @@
 The library is found through $SPEECHCLIENT_LIBRARY (a path), then
 ctypes.util.find_library("speechclient"), then "libspeechclient.so.0". `speechclient._native`
 is the raw layer: the C header in ctypes.
+
+asyncio, with the event loop running the callbacks (no other thread enters Python):
+
+    client = speechclient.Client(url=..., audio=speechclient.WavFile("speech.wav"), delivery="application")
+    async for update in client.stream():
+        ...
 """
 from . import _native
 from ._native import ConnectionState, Delivery, LogLevel, State, Status
-from .client import Client, copy_segment
+from .client import Client, Stream, copy_segment
 from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError, InvalidArgumentError,
                      InvalidStateError, NetworkError, NoMemoryError, ParseError, SpeechClientError,
                      SpeechTimeoutError, TLSError, error_for)
@@ -41,7 +47,7 @@ def status_text(status: int) -> str:
 
 
 __all__ = [
-    "Client", "copy_segment", "Status", "LogLevel", "State", "ConnectionState", "Delivery",
+    "Client", "Stream", "copy_segment", "Status", "LogLevel", "State", "ConnectionState", "Delivery",
     "Segment", "Word", "Intent", "Entity", "StartEvent", "StopEvent", "ErrorEvent", "StateEvent", "Update",
     "Microphone", "WavFile", "PushAudio", "AudioSource",
     "SpeechClientError", "InvalidArgumentError", "InvalidStateError", "NoMemoryError", "NetworkError", "TLSError",

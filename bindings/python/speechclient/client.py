@@ -4,8 +4,12 @@ Threads. By default the library calls back on its own thread (one per client). T
 given to Client (on_segment, on_error, on_start, on_stop, on_log, on_state) run there, in order,
 one at a time; updates() and aupdates() receive the same events through a queue. With
 delivery="application" no library thread enters Python: callbacks run inside dispatch(),
-updates(), aupdates() (through the event fd and loop.add_reader), wait_idle() and close(), on
-the calling thread.
+updates(), aupdates() and stream() (through the event fd and loop.add_reader), wait_idle() and
+close(), on the calling thread.
+
+asyncio. `async for update in client.stream():` (delivery="application") starts a context and
+yields its updates until its stop event, with no thread besides the event loop's; see
+Client.stream() and Stream. aupdates() consumes updates without starting anything.
 
 Exceptions in callbacks. An exception raised by one of your callbacks never reaches C (that
 would abort the callback thread). The first one is kept and re-raised, once, by the next call on
@@ -30,15 +34,15 @@ import select
 import threading
 import time
 import weakref
-from typing import (Any, AsyncIterator, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional,
-                    Tuple, Union)
+from typing import (Any, AsyncIterable, AsyncIterator, Callable, Deque, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Tuple, Union)
 
 from . import _native as n
 from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, SpeechTimeoutError, error_for
 from .types import (AudioSource, Entity, ErrorEvent, Intent, Microphone, PushAudio, Segment, StartEvent,
                     StateEvent, StopEvent, Update, WavFile, Word)
 
-__all__ = ["Client", "MAX_BUFFERED_UPDATES", "copy_segment"]
+__all__ = ["Client", "Stream", "MAX_BUFFERED_UPDATES", "copy_segment"]
 
 #: Updates kept for updates()/aupdates() while nobody reads them; beyond that the oldest are
 #: dropped (a client used only through its callbacks does not grow without bound).
@@ -233,8 +237,11 @@ def _defer_free(handle: Any) -> None:
 
 _QueueItem = Union[Update, object]
 _WAKE = object()  # put into asyncio queues to make aupdates() look at the client again
-# An aupdates() iterator: its loop, its queue, and the thread running the loop.
-_Sink = Tuple[asyncio.AbstractEventLoop, "asyncio.Queue[_QueueItem]", int]
+# An aupdates() or stream() iterator: its loop, its queue (anything with put_nowait), and the
+# thread running the loop.
+_Sink = Tuple[asyncio.AbstractEventLoop, Any, int]
+# A loop.add_reader on the event fd: the loop, the fd, and the loop's thread.
+_Reader = Tuple[asyncio.AbstractEventLoop, int, int]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,6 +261,9 @@ class Client:
     WavFile(path) or PushAudio(sample_rate, channels). `context_options` maps a key to a value
     or to several. `reconnect` is (max_attempts, initial_delay_ms, max_delay_ms). `delivery` is
     "thread" (the library's callback thread) or "application" (see the module documentation).
+
+    With asyncio and delivery="application", `async for update in client.stream():` starts a
+    context and yields its updates, the event loop running the callbacks (see stream()).
 
     Callbacks: on_segment(Segment), on_error(ErrorEvent), on_start(StartEvent),
     on_stop(StopEvent), on_state(StateEvent), on_log(LogLevel, str). See the module
@@ -285,7 +295,11 @@ class Client:
         self._callback_error: Optional[BaseException] = None
         self._queue: Deque[Update] = collections.deque(maxlen=MAX_BUFFERED_UPDATES)
         self._async_sinks: List[_Sink] = []
-        self._readers: List[Tuple[asyncio.AbstractEventLoop, int, int]] = []
+        self._readers: List[_Reader] = []
+        self._stream_sink: Optional[_Sink] = None  # the running stream()'s, at most one
+        # Contexts whose stream() was left before their stop event: until those stop events,
+        # updates go to the shared queue (for updates()/aupdates()), never to a later stream().
+        self._abandoned = 0
         self._callbacks: Dict[str, Optional[Callable[..., Any]]] = {
             "segment": on_segment, "error": on_error, "start": on_start, "stop": on_stop, "state": on_state,
             "log": on_log}
@@ -489,7 +503,7 @@ class Client:
             self._handle = None
             self._closing = False
             self._cond.notify_all()
-            sinks = list(self._async_sinks)
+            sinks = self._sinks()
         with _clients_lock:
             _clients.pop(self._key, None)
         for sink in sinks:
@@ -707,6 +721,41 @@ class Client:
         finally:
             self._leave()
 
+    def _watch_event_fd(self, loop: asyncio.AbstractEventLoop) -> _Reader:
+        """Dispatches from `loop` whenever the event fd is readable. A loop has one reader per fd,
+        so iterators on the same loop share it: the last one to leave removes it."""
+        fd = self.event_fd
+        reader = (loop, fd, threading.get_ident())
+        with self._cond:
+            shared = any(r[0] is loop and r[1] == fd for r in self._readers)
+            self._readers.append(reader)
+        if not shared:
+            try:
+                loop.add_reader(fd, self._dispatch_quietly)
+            except BaseException:
+                with self._cond:
+                    self._readers.remove(reader)
+                raise
+        return reader
+
+    def _unwatch_event_fd(self, reader: _Reader) -> None:
+        loop, fd, thread = reader
+        with self._cond:
+            if reader not in self._readers:  # close() removed every reader already
+                return
+            self._readers.remove(reader)
+            if any(r[0] is loop and r[1] == fd for r in self._readers):
+                return
+        try:
+            if loop.is_closed():
+                return
+            if thread == threading.get_ident():
+                loop.remove_reader(fd)
+            else:  # a Stream collected on another thread
+                loop.call_soon_threadsafe(loop.remove_reader, fd)
+        except Exception:
+            pass
+
     # -- updates as iterators -----------------------------------------------------------------
 
     def updates(self, timeout: Optional[float] = None) -> Iterator[Update]:
@@ -761,7 +810,8 @@ class Client:
         """updates() for asyncio: the same updates, ending the same way, without blocking the
         event loop. With thread delivery the callback thread hands each update to the loop
         (call_soon_threadsafe); with delivery="application" the loop watches the event fd and
-        runs the callbacks itself."""
+        runs the callbacks itself. It starts nothing; stream() starts a context and ends with
+        its stop event."""
         loop = asyncio.get_running_loop()
         q: "asyncio.Queue[_QueueItem]" = asyncio.Queue()
         sink = (loop, q, threading.get_ident())
@@ -769,12 +819,9 @@ class Client:
             while self._queue:  # updates that arrived before come first
                 q.put_nowait(self._queue.popleft())
             self._async_sinks.append(sink)
-        fd = -1
+        reader = None
         if self.delivery == n.Delivery.APPLICATION and self._handle is not None:
-            fd = self.event_fd
-            loop.add_reader(fd, self._dispatch_quietly)
-            with self._cond:
-                self._readers.append((loop, fd, sink[2]))
+            reader = self._watch_event_fd(loop)
         seen_stop = False
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -811,16 +858,8 @@ class Client:
                 yield item  # type: ignore[misc]
                 deadline = None if timeout is None else time.monotonic() + timeout
         finally:
-            if fd >= 0:
-                with self._cond:
-                    mine = (loop, fd, sink[2]) in self._readers
-                    if mine:
-                        self._readers.remove((loop, fd, sink[2]))
-                if mine:
-                    try:
-                        loop.remove_reader(fd)
-                    except Exception:
-                        pass
+            if reader is not None:
+                self._unwatch_event_fd(reader)
             with self._cond:
                 if sink in self._async_sinks:
                     self._async_sinks.remove(sink)
@@ -831,6 +870,60 @@ class Client:
                     if x is not _WAKE:
                         leftovers.append(x)  # type: ignore[arg-type]
                 self._queue.extendleft(reversed(leftovers))
+
+    def stream(self, pcm: Optional[Union[_Buffer, Iterable[_Buffer], AsyncIterable[_Buffer]]] = None, *,
+               timeout: Optional[float] = None) -> "Stream":
+        """asyncio: starts a context and yields its updates (Segment, StartEvent, ErrorEvent,
+        StateEvent, and last its StopEvent), then ends. Needs delivery="application": the event
+        loop watches the client's event fd (loop.add_reader) and runs the callbacks itself, with
+        no other thread entering Python.
+
+            client = Client(url, app_id="demo", audio=WavFile("speech.wav"), delivery="application")
+            async for update in client.stream():
+                if isinstance(update, Segment) and update.final:
+                    print(update.transcript)
+
+        The context starts at the first iteration (start()). A WavFile context stops by itself at
+        the end of the file; a Microphone one when you call stop() (for example from the loop
+        body: keep iterating until the StopEvent). For a PushAudio client, `pcm` is the audio to
+        push: one buffer, an iterable or an async iterable of buffers (what push() takes); a
+        task on the same loop pushes them as they come, then calls push_end(). Without `pcm` you
+        push() and push_end() (or stop()) yourself, from the loop body or another task.
+
+        Leaving early (break, an exception, cancellation, `timeout` passing) removes the reader at
+        once, stops the context (stop()) and lets the client start again right away: the rest of
+        that context never reaches a later stream(); it goes to the queue that updates() and
+        aupdates() read, as do updates that arrived after the stop event. The cleanup runs when
+        the iterator is dropped (at once in CPython, as after `break`); `async with
+        client.stream() as updates:` or aclose() make it explicit.
+
+        `timeout` bounds the wait for each next update (SpeechTimeoutError). An exception a
+        callback raised, or one from iterating `pcm`, is raised here. After close() the iterator
+        ends (free abandons the context: no StopEvent). One stream() at a time per client.
+
+        InvalidStateError with thread delivery, while another stream() of this client runs, or
+        from start(); InvalidArgumentError for `pcm` given to a client whose audio is not
+        PushAudio."""
+        if self.delivery != n.Delivery.APPLICATION:
+            raise InvalidStateError(n.Status.INVALID_STATE,
+                                    'stream(): needs Client(..., delivery="application") (the event loop runs the '
+                                    'callbacks); with thread delivery use start() and aupdates()')
+        if pcm is not None:
+            if not isinstance(self.audio, PushAudio):
+                raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                           f"stream(pcm=...): the client's audio is {type(self.audio).__name__}, "
+                                           f"not PushAudio")
+            try:
+                memoryview(pcm).release()
+                pcm = (pcm,)  # one buffer
+            except TypeError:
+                if not hasattr(pcm, "__aiter__") and not hasattr(pcm, "__iter__"):
+                    raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                               f"stream(pcm=...): a buffer, an iterable or an async iterable of "
+                                               f"buffers, not {type(pcm).__name__}") from None
+        self._enter()  # closed: InvalidStateError now rather than at the first iteration
+        self._leave()
+        return Stream(self, pcm, timeout)
 
     def _pop(self) -> Optional[Update]:
         with self._cond:
@@ -860,7 +953,7 @@ class Client:
             if self._callback_error is None:
                 self._callback_error = e
             self._cond.notify_all()
-            sinks = list(self._async_sinks)
+            sinks = self._sinks()
         for sink in sinks:
             self._put_async(sink, _WAKE)
 
@@ -881,12 +974,21 @@ class Client:
                 self._remember(e)
         with self._cond:
             sinks = list(self._async_sinks)
+            if self._abandoned:
+                if isinstance(update, StopEvent):
+                    self._abandoned -= 1
+            elif self._stream_sink is not None:
+                sinks.append(self._stream_sink)
             if not sinks:
                 self._queue.append(update)
                 self._cond.notify_all()
                 return
         for sink in sinks:
             self._put_async(sink, update)
+
+    def _sinks(self) -> List[_Sink]:
+        """Every async iterator's sink (under self._cond)."""
+        return self._async_sinks + ([self._stream_sink] if self._stream_sink is not None else [])
 
     def _put_async(self, sink: "_Sink", item: _QueueItem) -> None:
         loop, q, thread = sink
@@ -902,7 +1004,7 @@ class Client:
         """On the loop's thread: into the iterator's queue, or, when that iterator has ended
         meanwhile, back into the shared queue so that no update is lost."""
         with self._cond:
-            if sink not in self._async_sinks:
+            if sink not in self._async_sinks and sink is not self._stream_sink:
                 if item is not _WAKE:
                     self._queue.append(item)  # type: ignore[arg-type]
                     self._cond.notify_all()
@@ -917,6 +1019,204 @@ class Client:
             except ValueError:
                 lvl = level
             user(lvl, message)
+
+
+class _Inbox:
+    """A stream's updates: a deque and a future to wake the waiting iterator. A wait that times
+    out or is cancelled leaves every item in place (asyncio.wait_for on Queue.get may not)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.items: Deque[_QueueItem] = collections.deque()
+        self._loop = loop
+        self._waiter: Optional["asyncio.Future[None]"] = None
+
+    def put_nowait(self, item: _QueueItem) -> None:  # on the loop's thread
+        self.items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self, timeout: Optional[float]) -> None:
+        if self.items:
+            return
+        self._waiter = self._loop.create_future()
+        try:
+            await asyncio.wait({self._waiter}, timeout=timeout)
+        finally:
+            self._waiter = None
+
+
+async def _feed(client: "Client", pcm: Union[Iterable[_Buffer], AsyncIterable[_Buffer]]) -> None:
+    """A stream()'s pcm into the client, then push_end(). Module-level, holding no Stream, so a
+    dropped Stream is not kept alive by its own task."""
+    if hasattr(pcm, "__aiter__"):
+        async for chunk in pcm:  # type: ignore[union-attr]
+            client.push(chunk)
+    else:
+        for chunk in pcm:  # type: ignore[union-attr]
+            client.push(chunk)
+            await asyncio.sleep(0)  # the loop dispatches between chunks
+    try:
+        client.push_end()
+    except InvalidStateError:
+        pass  # the context ended first (its error and stop events say why) or the client closed
+
+
+class Stream:
+    """The async iterator that Client.stream() returns: one context's updates, ending after its
+    StopEvent. Also an async context manager; aclose() ends it early. See Client.stream()."""
+
+    def __init__(self, client: Client, pcm: Optional[Union[Iterable[_Buffer], AsyncIterable[_Buffer]]],
+                 timeout: Optional[float]):
+        self._client = client
+        self._pcm = pcm
+        self._timeout = timeout
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread = 0
+        self._inbox: Optional[_Inbox] = None
+        self._sink: Optional[_Sink] = None
+        self._reader: Optional[_Reader] = None
+        self._feeder: Optional["asyncio.Task[None]"] = None
+        self._begun = False
+        self._started = False  # start() succeeded: a StopEvent is owed
+        self._stopped = False  # that StopEvent has been received
+        self._done = False
+
+    def __repr__(self) -> str:
+        what = "done" if self._done else "running" if self._begun else "not started"
+        return f"<speechclient.Stream {what} on {self._client!r}>"
+
+    def __aiter__(self) -> "Stream":
+        return self
+
+    async def __aenter__(self) -> "Stream":
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        self._finish()
+
+    async def aclose(self) -> None:
+        """Ends the stream now (as leaving the loop early does); idempotent."""
+        self._finish()
+
+    async def __anext__(self) -> Update:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            if not self._begun:
+                self._begun = True
+                self._begin()
+            return await self._next()
+        except BaseException:  # StopAsyncIteration, errors, cancellation: clean up at once
+            self._finish()
+            raise
+
+    def _begin(self) -> None:
+        c = self._client
+        loop = asyncio.get_running_loop()
+        if c._stream_sink is not None:
+            raise InvalidStateError(n.Status.INVALID_STATE, "stream(): another stream() of this client is running "
+                                                            "(leave its loop or aclose() it first)")
+        # What is pending from before belongs to earlier contexts: dispatched now, it goes to the
+        # shared queue (or to a context left early), not to this stream.
+        c._dispatch_all()
+        self._loop, self._thread = loop, threading.get_ident()
+        self._inbox = _Inbox(loop)
+        sink = (loop, self._inbox, self._thread)
+        with c._cond:
+            if c._stream_sink is not None:
+                raise InvalidStateError(n.Status.INVALID_STATE, "stream(): another stream() of this client is running")
+            c._stream_sink = self._sink = sink
+        self._reader = c._watch_event_fd(loop)
+        c.start()
+        self._started = True
+        if self._pcm is not None:
+            inbox = self._inbox
+            self._feeder = loop.create_task(_feed(c, self._pcm))
+            self._feeder.add_done_callback(lambda _task: inbox.put_nowait(_WAKE))
+
+    async def _next(self) -> Update:
+        c, inbox = self._client, self._inbox
+        assert inbox is not None
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            c._raise_callback_error()
+            if inbox.items:
+                item = inbox.items.popleft()
+                if item is _WAKE:
+                    continue
+                if isinstance(item, StopEvent):
+                    self._stopped = True
+                    self._finish()  # updates after the stop go to the shared queue
+                return item  # type: ignore[return-value]
+            if c._handle is None:
+                raise StopAsyncIteration
+            feeder = self._feeder
+            if feeder is not None and feeder.done() and not feeder.cancelled() and feeder.exception() is not None:
+                raise feeder.exception()  # type: ignore[misc]
+            left = None
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): no update within {self._timeout} s")
+            await inbox.wait(left)
+
+    def _finish(self) -> None:
+        """Idempotent, synchronous (it runs from __del__ too), from any thread."""
+        if self._done:
+            return
+        self._done = True
+        c, loop = self._client, self._loop
+        on_loop = self._thread == threading.get_ident()
+        feeder = self._feeder
+        if feeder is not None:
+            if feeder.done():
+                if not feeder.cancelled():
+                    feeder.exception()  # retrieved: asyncio does not log it as lost
+            elif on_loop:
+                feeder.cancel()
+            elif loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(feeder.cancel)
+        if self._reader is not None:
+            c._unwatch_event_fd(self._reader)
+        if self._sink is None:
+            return
+        abandon = False
+        with c._cond:
+            if c._stream_sink is self._sink:
+                c._stream_sink = None
+            inbox = self._inbox
+            leftovers = [x for x in inbox.items if x is not _WAKE] if inbox is not None else []
+            if inbox is not None:
+                inbox.items.clear()
+            if leftovers:  # not lost: for updates()/aupdates()
+                c._queue.extend(leftovers)  # type: ignore[arg-type]
+                c._cond.notify_all()
+            stopped = self._stopped or any(isinstance(x, StopEvent) for x in leftovers)
+            if self._started and not stopped and c._handle is not None and not c._closing:
+                abandon = True
+                c._abandoned += 1
+                handle = c._handle
+                c._busy += 1  # as _enter(), without re-raising a callback's exception here
+        if abandon:
+            try:
+                n.spc_client_stop(handle)  # INVALID_STATE when it is stopping already: fine
+            finally:
+                c._leave()
+
+    def __del__(self) -> None:
+        try:
+            if self._done:
+                return
+            # Collected while this thread holds the client's lock (a cycle collected mid-call):
+            # finish from the loop instead of deadlocking.
+            if not self._client._cond.acquire(blocking=False):
+                if self._loop is not None and not self._loop.is_closed():
+                    self._loop.call_soon_threadsafe(self._finish)
+                return
+            self._client._cond.release()
+            self._finish()
+        except BaseException:
+            pass
 
 
 def _state_name(value: int) -> str:
