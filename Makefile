@@ -112,7 +112,7 @@ clean:
 FUZZ_SECONDS ?= 60
 # FUZZ_RUNS=N stops each target after N executions instead (whichever limit comes first).
 FUZZ_RUNS ?=
-FUZZ_TARGETS := FuzzProtobuf FuzzJSON FuzzURL FuzzWAV FuzzFraming
+FUZZ_TARGETS := FuzzProtobuf FuzzJSON FuzzURL FuzzWAV FuzzFraming FuzzPipeline
 FUZZ_FLAGS   := -c release --scratch-path ../.build-fuzz -Xswiftc -sanitize=fuzzer,address \
 	-Xswiftc -parse-as-library -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld
 .PHONY: fuzz
@@ -121,6 +121,7 @@ fuzz:
 		(cd fuzz && $(SWIFT) build $(FUZZ_FLAGS) --product $$t); \
 		mkdir -p .build-fuzz/corpus/$$t fuzz/corpus/$$t; \
 		if [ $$t = FuzzWAV ]; then python3 fuzz/wav_seeds.py .build-fuzz/corpus/$$t; fi; \
+		if [ $$t = FuzzPipeline ]; then python3 fuzz/pipeline_seeds.py .build-fuzz/corpus/$$t; fi; \
 		if ! .build-fuzz/release/$$t -max_total_time=$(FUZZ_SECONDS) $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS)) -print_final_stats=1 \
 			.build-fuzz/corpus/$$t fuzz/corpus/$$t > .build-fuzz/$$t.log 2>&1; then \
 			tail -40 .build-fuzz/$$t.log; echo "fuzz: $$t FAILED"; exit 1; fi; \

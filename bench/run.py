@@ -227,6 +227,14 @@ def main():
         if r:
             results["paced_replay1s"] = r
             log(f"paced ours N={n} replay 1 s: cpu {r['cpu_s']:.3f} s, rss {r['rss_kb']} KB")
+        # Hands-free listening (issue 8): the same N and pacing, every chunk through the VAD and
+        # endpointer, no context opened: what listening all day costs per stream.
+        n = STREAMS[min(1, len(STREAMS) - 1)]
+        r = run_client(client_cmd("ours", port, "paced", streams=n, warmup=WARMUP, window=WINDOW, activation="voice"),
+                       timeout=WINDOW + WARMUP + 300)
+        if r:
+            results["paced_voice"] = r
+            log(f"paced ours N={n} hands-free listening: cpu {r['cpu_s']:.3f} s, rss {r['rss_kb']} KB")
         # Cold start, plaintext.
         results["cold"] = {}
         for c in clients:
@@ -326,6 +334,10 @@ def figures(res):
                   {"ours": (r1["rss_kb"] - b1) / (r1["streams"] - STREAMS[0])}, True))
         f.append((f"cpu_s_per_stream_hour_n{r1['streams']}_replay1s", "s",
                   {"ours": r1["cpu_s"] * 3600 / WINDOW / r1["streams"]}, True))
+    rv = res.get("paced_voice")
+    if rv:
+        f.append((f"hands_free_listening_cpu_s_per_stream_hour_n{rv['streams']}", "s",
+                  {"ours": rv["cpu_s"] * 3600 / WINDOW / rv["streams"]}, True))
     f.append(("rss_n1", "KB", {c: pick(c, STREAMS[0], "rss_kb") for c in clients}, True))
     f.append(("cold_start_plaintext", "ms", {c: med(res["cold"].get(c, [])) for c in clients}, True))
     f.append(("cold_start_tls", "ms", {c: med(res["cold_tls"].get(c, [])) for c in clients}, True))

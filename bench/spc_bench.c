@@ -6,6 +6,9 @@
 **   spc_bench --url URL --mode cold --launch-ns T          (T: CLOCK_MONOTONIC before exec)
 **   spc_bench --url URL --mode idle --mic DEVICE --window S
 **   paced: [--keep-samples 0] does not store latencies (a soak: memory of the library only)
+**   paced: [--activation voice] listens hands-free instead: the chunks (a steady tone the
+**          detector learns as background) go through the VAD and open no context, so the CPU
+**          figure is what listening all day costs a stream (issue 8)
 **   common: [--ca-file PEM] [--cache-dir DIR] [--replay-ms MS (spc_options_set_replay_buffer_ms)]
 **
 ** paced: N clients in this process, each with push audio (16 kHz mono, 100 ms chunks), all
@@ -133,7 +136,7 @@ static double pct(int64_t *v, size_t n, double p) {
 
 struct args {
     const char *url, *mode, *wav, *ca_file, *cache_dir, *lat_out, *mic;
-    int streams, thread_delivery, replay_ms;
+    int streams, thread_delivery, replay_ms, voice;
     double warmup, window;
     int64_t launch_ns;
 };
@@ -148,6 +151,7 @@ static spc_options *make_options(const struct args *a, struct stream *st, int pu
     if (push) spc_options_set_audio_push(o, 16000, 1);
     spc_options_set_chunk_ms(o, 100);
     if (a->replay_ms) spc_options_set_replay_buffer_ms(o, (uint32_t)a->replay_ms);
+    if (a->voice) spc_options_set_activation(o, SPC_ACTIVATION_VOICE);
     spc_options_set_segment_cb(o, on_segment, st);
     spc_options_set_start_cb(o, on_start, st);
     spc_options_set_stop_cb(o, on_stop, st);
@@ -201,6 +205,14 @@ static int run_paced(const struct args *a) {
     while (__atomic_load_n(&g.started, __ATOMIC_ACQUIRE) < n && now_ns() < deadline) {
         if (ep >= 0) pump(ep, now_ns() + 10000000);
         else usleep(10000);
+        if (a->voice) { /* listening has no start callback: count the clients that listen */
+            int listening = 0;
+            for (int i = 0; i < n; i++) {
+                spc_state st = SPC_STATE_IDLE;
+                if (spc_client_get_state(s[i].client, &st) == SPC_OK && st == SPC_STATE_LISTENING) listening++;
+            }
+            g.started = listening;
+        }
     }
     if (g.started < n) { fprintf(stderr, "spc_bench: only %d of %d streams started\n", g.started, n); return 1; }
     int64_t t0 = now_ns() + 20000000;
@@ -232,7 +244,7 @@ static int run_paced(const struct args *a) {
     }
     for (int i = 0; i < n; i++) spc_client_stop(s[i].client);
     deadline = now_ns() + 20LL * 1000000000;
-    while (__atomic_load_n(&g.stopped, __ATOMIC_ACQUIRE) < n && now_ns() < deadline) {
+    while (!a->voice && __atomic_load_n(&g.stopped, __ATOMIC_ACQUIRE) < n && now_ns() < deadline) {
         if (ep >= 0) pump(ep, now_ns() + 10000000);
         else usleep(10000);
     }
@@ -337,6 +349,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--lat-out")) a.lat_out = v;
         else if (!strcmp(k, "--mic")) a.mic = v;
         else if (!strcmp(k, "--replay-ms")) a.replay_ms = atoi(v);
+        else if (!strcmp(k, "--activation")) a.voice = v && !strcmp(v, "voice");
         else if (!strcmp(k, "--launch-ns")) a.launch_ns = atoll(v);
         else if (!strcmp(k, "--keep-samples")) g.keep_samples = atoi(v);
         else { fprintf(stderr, "spc_bench: unknown option %s\n", k); return 2; }

@@ -7,10 +7,12 @@ let package = Package(
     name: "speechclient-fuzz",
     dependencies: [.package(name: "speechclient", path: "..")],
     targets: [
-        .executableTarget(name: "FuzzProtobuf", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
-        .executableTarget(name: "FuzzJSON", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
-        .executableTarget(name: "FuzzURL", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
-        .executableTarget(name: "FuzzWAV", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
-        .executableTarget(name: "FuzzFraming", dependencies: [.product(name: "SpeechClientCore", package: "speechclient")]),
+        .target(name: "FuzzSupport"),
+        .executableTarget(name: "FuzzProtobuf", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzJSON", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzURL", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzWAV", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzFraming", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzPipeline", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
     ]
 )

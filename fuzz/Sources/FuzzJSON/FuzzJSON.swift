@@ -1,3 +1,4 @@
+import FuzzSupport
 import SpeechClient
 
 // JWT payloads (base64url + JSON) and raw JSON.
@@ -7,18 +8,7 @@ func fuzzOne(_ bytes: [UInt8]) {
     _ = try? JWTClaims.decode("e30." + Base64URL.encode(bytes) + ".x")
 }
 
-// SwiftPM links an executable's entry as `<module>_main`; hand control to libFuzzer's driver.
 @_cdecl("FuzzJSON_main")
 func fuzzerMain(_ argc: Int32, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
-    var count = argc
-    var vector = argv
-    return LLVMFuzzerRunDriver(&count, &vector) { data, size in
-        fuzzOne(data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? [])
-        return 0
-    }
+    runFuzzer(argc, argv, fuzzOne)
 }
-
-@_silgen_name("LLVMFuzzerRunDriver")
-func LLVMFuzzerRunDriver(_ argc: UnsafeMutablePointer<Int32>,
-                         _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-                         _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32) -> Int32
