@@ -616,6 +616,45 @@ static void test_wrong_states(void) {
     CHECK_STATUS(spc_client_free(c), SPC_OK);
 }
 
+static int listen_events;
+static void on_listen_count(spc_client *c, spc_listen_event e, int64_t position_ms, void *ud) {
+    (void)c; (void)e; (void)position_ms; (void)ud;
+    __atomic_add_fetch(&listen_events, 1, __ATOMIC_RELAXED);
+}
+
+/* Hands-free listening that cannot begin (no server): the start fails like a manual one, with
+** the error and then the stop callback (context ""), and the client is idle again. */
+static void test_hands_free_without_a_server(void) {
+    struct record r;
+    record_init(&r);
+    spc_options *o = push_options(&r);
+    CHECK_STATUS(spc_options_set_activation(o, SPC_ACTIVATION_VOICE), SPC_OK);
+    CHECK_STATUS(spc_options_set_listen_cb(o, on_listen_count, NULL), SPC_OK);
+    CHECK_STATUS(spc_options_set_endpointing(o, 300, 800, 300, 10000), SPC_OK);
+    spc_client *c = NULL;
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
+    spc_options_free(o);
+    CHECK_STATUS(spc_client_start(c), SPC_OK);
+    int16_t pcm[1600];
+    for (int i = 0; i < 1600; i++) pcm[i] = (int16_t)((i % 40 < 20) ? 8000 : -8000);
+    for (int k = 0; k < 10; k++) {
+        spc_status s = spc_client_push_audio(c, pcm, 1600);
+        CHECK(s == SPC_OK);
+    }
+    CHECK_STATUS(spc_client_wait_idle(c, 20000), SPC_OK);
+    spc_state state = SPC_STATE_LISTENING;
+    CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
+    CHECK(state == SPC_STATE_IDLE);
+    pthread_mutex_lock(&r.lock);
+    CHECK(r.count == 2);
+    CHECK(r.count >= 2 && strcmp(r.events[0], "error") == 0 && strcmp(r.events[1], "stop:") == 0);
+    CHECK(r.error_code == SPC_ERROR_NETWORK);
+    pthread_mutex_unlock(&r.lock);
+    CHECK(__atomic_load_n(&listen_events, __ATOMIC_RELAXED) == 0);
+    CHECK_STATUS(spc_client_stop(c), SPC_ERROR_INVALID_STATE);
+    CHECK_STATUS(spc_client_free(c), SPC_OK);
+}
+
 static void test_unreachable_server_flow(void) {
     struct record r;
     record_init(&r);
@@ -911,6 +950,7 @@ int main(void) {
     test_version_and_status();
     test_null_handles();
     test_option_values();
+    test_hands_free_without_a_server();
     test_client_new_failures();
     test_wrong_states();
     test_unreachable_server_flow();
