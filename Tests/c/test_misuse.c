@@ -7,7 +7,8 @@
 ** States: IDLE; STARTING and STOPPING on a "silent server" (a socket that listens and never
 ** accepts: the login never gets an answer, so the state holds for as long as the cell needs);
 ** STOPPING with a start queued; SUSPENDED; LISTENING on the reference server, whose URL is
-** argv[1] (run.sh starts it). Without argv[1] the LISTENING column fails: it is not optional.
+** argv[1] (run.sh starts it), and LISTENING hands-free there (SPC_ACTIVATION_VOICE, no context
+** open). Without argv[1] those columns fail: they are not optional.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <speechclient.h>
@@ -43,13 +44,13 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-enum column { IDLE, STARTING, LISTENING, STOPPING, STOPPING_QUEUED, SUSPENDED, COLUMNS };
+enum column { IDLE, STARTING, LISTENING, STOPPING, STOPPING_QUEUED, SUSPENDED, HANDS_FREE, COLUMNS };
 static const char *const column_names[COLUMNS] = {
-    "IDLE", "STARTING", "LISTENING", "STOPPING", "STOPPING+queued start", "SUSPENDED"};
+    "IDLE", "STARTING", "LISTENING", "STOPPING", "STOPPING+queued start", "SUSPENDED", "LISTENING hands-free"};
 /* The spc_state each column is in. */
 static const spc_state column_state[COLUMNS] = {
     SPC_STATE_IDLE, SPC_STATE_STARTING, SPC_STATE_LISTENING, SPC_STATE_STOPPING, SPC_STATE_STOPPING,
-    SPC_STATE_SUSPENDED};
+    SPC_STATE_SUSPENDED, SPC_STATE_LISTENING};
 
 /* ---- the silent server ---- */
 
@@ -83,14 +84,14 @@ static void count_stop(spc_client *client, const char *context_id, void *user_da
     if (user_data) stops_seen++;
 }
 
-static spc_client *make_client(const char *url, spc_delivery delivery) {
+static spc_client *make_client(const char *url, spc_delivery delivery, spc_activation activation) {
     spc_options *o = spc_options_new();
     spc_client *c = NULL;
     if (!o) return NULL;
     if (delivery == SPC_DELIVERY_APPLICATION) spc_options_set_stop_cb(o, count_stop, &stops_seen);
     if (spc_options_set_server_url(o, url) == SPC_OK && spc_options_set_app_id(o, "misuse") == SPC_OK &&
         spc_options_set_cache_dir(o, cache_dir) == SPC_OK && spc_options_set_audio_push(o, 16000, 1) == SPC_OK &&
-        spc_options_set_delivery(o, delivery) == SPC_OK) {
+        spc_options_set_delivery(o, delivery) == SPC_OK && spc_options_set_activation(o, activation) == SPC_OK) {
         if (spc_client_new(o, &c, NULL) != SPC_OK) c = NULL;
     }
     spc_options_free(o);
@@ -113,9 +114,9 @@ static int wait_for_state(spc_client *c, spc_state want, int ms) {
 
 /* A client in the column's state, or NULL (reported) when it could not be brought there. */
 static spc_client *client_in(enum column col) {
-    const char *url = col == LISTENING ? reference_url : silent_url;
+    const char *url = col == LISTENING || col == HANDS_FREE ? reference_url : silent_url;
     if (!url) return NULL;
-    spc_client *c = make_client(url, SPC_DELIVERY_THREAD);
+    spc_client *c = make_client(url, SPC_DELIVERY_THREAD, col == HANDS_FREE ? SPC_ACTIVATION_VOICE : SPC_ACTIVATION_MANUAL);
     if (!c) return NULL;
     int ok = 1;
     switch (col) {
@@ -125,6 +126,7 @@ static spc_client *client_in(enum column col) {
         ok = spc_client_start(c) == SPC_OK;
         break;
     case LISTENING:
+    case HANDS_FREE:
         ok = spc_client_start(c) == SPC_OK && wait_for_state(c, SPC_STATE_LISTENING, 10000);
         break;
     case STOPPING:
@@ -185,23 +187,25 @@ struct row {
     spc_state after[COLUMNS];
 };
 
-/* Columns: IDLE, STARTING, LISTENING, STOPPING, STOPPING+queued start, SUSPENDED. */
+/* Columns: IDLE, STARTING, LISTENING, STOPPING, STOPPING+queued start, SUSPENDED, LISTENING
+** hands-free (a stop there ends listening; with no context open the client is idle at once). */
 static const struct row table[] = {
-    {"start", call_start, {OK, NO, NO, OK, NO, NO},
-     {SPC_STATE_STARTING, SAME, SAME, SPC_STATE_STOPPING, SAME, SAME}},
-    {"stop", call_stop, {NO, OK, OK, NO, OK, NO},
-     {SAME, SPC_STATE_STOPPING, ENDING, SAME, SPC_STATE_STOPPING, SAME}},
-    {"suspend", call_suspend, {OK, OK, OK, OK, OK, NO},
-     {SPC_STATE_SUSPENDED, SPC_STATE_SUSPENDED, SPC_STATE_SUSPENDED, SPC_STATE_SUSPENDED, SPC_STATE_SUSPENDED, SAME}},
-    {"resume", call_resume, {NO, NO, NO, NO, NO, OK}, {SAME, SAME, SAME, SAME, SAME, SPC_STATE_IDLE}},
-    {"push_audio(1600 frames)", call_push, {OK, OK, OK, OK, OK, OK}, {SAME, SAME, SAME, SAME, SAME, SAME}},
-    {"push_audio(NULL, 0)", call_push_empty, {OK, OK, OK, OK, OK, OK}, {SAME, SAME, SAME, SAME, SAME, SAME}},
-    {"push_audio(NULL, 5)", call_push_null, {BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME}},
-    {"push_end", call_push_end, {NO, OK, OK, NO, NO, NO},
-     {SAME, SPC_STATE_STOPPING, ENDING, SAME, SAME, SAME}},
-    {"get_state(NULL)", call_get_state_null, {BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME}},
-    {"wait_idle(0)", call_wait_zero, {OK, TO, TO, TO, TO, OK}, {SAME, SAME, SAME, SAME, SAME, SAME}},
-    {"dispatch (thread delivery)", call_dispatch, {NO, NO, NO, NO, NO, NO}, {SAME, SAME, SAME, SAME, SAME, SAME}},
+    {"start", call_start, {OK, NO, NO, OK, NO, NO, NO},
+     {SPC_STATE_STARTING, SAME, SAME, SPC_STATE_STOPPING, SAME, SAME, SAME}},
+    {"stop", call_stop, {NO, OK, OK, NO, OK, NO, OK},
+     {SAME, SPC_STATE_STOPPING, ENDING, SAME, SPC_STATE_STOPPING, SAME, ENDING}},
+    {"suspend", call_suspend, {OK, OK, OK, OK, OK, NO, OK},
+     {SPC_STATE_SUSPENDED, SPC_STATE_SUSPENDED, SPC_STATE_SUSPENDED, SPC_STATE_SUSPENDED, SPC_STATE_SUSPENDED, SAME,
+      SPC_STATE_SUSPENDED}},
+    {"resume", call_resume, {NO, NO, NO, NO, NO, OK, NO}, {SAME, SAME, SAME, SAME, SAME, SPC_STATE_IDLE, SAME}},
+    {"push_audio(1600 frames)", call_push, {OK, OK, OK, OK, OK, OK, OK}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
+    {"push_audio(NULL, 0)", call_push_empty, {OK, OK, OK, OK, OK, OK, OK}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
+    {"push_audio(NULL, 5)", call_push_null, {BAD, BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
+    {"push_end", call_push_end, {NO, OK, OK, NO, NO, NO, OK},
+     {SAME, SPC_STATE_STOPPING, ENDING, SAME, SAME, SAME, ENDING}},
+    {"get_state(NULL)", call_get_state_null, {BAD, BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
+    {"wait_idle(0)", call_wait_zero, {OK, TO, TO, TO, TO, OK, TO}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
+    {"dispatch (thread delivery)", call_dispatch, {NO, NO, NO, NO, NO, NO, NO}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
 };
 
 static void run_table(void) {
@@ -231,7 +235,7 @@ static void run_table(void) {
 
 /* Application delivery: the same entry points on a client whose callbacks run in dispatch. */
 static void run_application_delivery(void) {
-    spc_client *c = make_client(silent_url, SPC_DELIVERY_APPLICATION);
+    spc_client *c = make_client(silent_url, SPC_DELIVERY_APPLICATION, SPC_ACTIVATION_MANUAL);
     CHECKF(c != NULL, "application-delivery client");
     if (!c) return;
     uint32_t n = 99;
