@@ -918,3 +918,165 @@ def test_cli_errors_and_usage(tmp_path):
 def test_json_strings_are_escaped_like_the_c_demo():
     from speechclient.__main__ import json_string
     assert json_string('a"b\\c\nd\re\tf\x01g\u00e9\x7f') == '"a\\"b\\\\c\\nd\\re\\tf\\u0001g\u00e9\\u007f"'
+
+
+# -- hands-free listening and levels (0.2) -----------------------------------------------------
+
+needs_hands_free = pytest.mark.skipif(not _native.HAS_HANDS_FREE,
+                                      reason="the library has no hands-free listening yet (0.2)")
+
+
+def test_hands_free_enums_are_the_headers():
+    assert {x.name: int(x) for x in sc.Activation} == {"MANUAL": 0, "VOICE": 1, "WAKEWORD": 2}
+    assert {x.name: int(x) for x in sc.Listen} == {
+        "SPEECH": 0, "SILENCE": 1, "ACTIVATE": 2, "DEACTIVATE": 3, "TIMEOUT": 4}
+    assert {x.name: int(x) for x in sc.VadParam} == {
+        "SNR_DB": 0, "NOISE_GATE_DB": 1, "NOISE_LEARN_HALFTIME_MS": 2, "WINDOW_FRAMES": 3, "ACTIVATION_RATIO": 4,
+        "RELEASE_RATIO": 5, "HOLD_MS": 6}
+
+
+def test_binding_version_is_the_headers():
+    assert _native.SPC_VERSION_STRING == "0.2.0" == sc.__version__
+    text = (ROOT / "include" / "speechclient.h").read_text()
+    assert f'#define SPC_VERSION_STRING "{_native.SPC_VERSION_STRING}"' in text
+    assert f"#define SPC_VERSION_NUMBER {_native.SPC_VERSION_NUMBER}" in text
+    assert 'version = "0.2.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
+
+
+@needs_hands_free
+@pytest.mark.parametrize("kwargs, text", [
+    (dict(activation="sometimes"), "activation='sometimes'"),
+    (dict(activation=7), "activation=7"),
+    (dict(wakeword=""), "wakeword=''"),
+    (dict(wakeword="one two three four five six seven eight nine"), "wakeword='one two"),
+    (dict(wakeword=3), "wakeword=3"),
+    (dict(vad={"snr_db": 61}), "vad['snr_db']=61"),
+    (dict(vad={"noise_gate_db": 1}), "vad['noise_gate_db']=1"),
+    (dict(vad={sc.VadParam.HOLD_MS: 10001}), "vad['hold_ms']=10001"),
+    (dict(vad={"snr_db": float("nan")}), "vad['snr_db']=nan"),
+    (dict(vad={"window_frames": 2.5}), "vad['window_frames']=2.5"),
+    (dict(vad={"hold_ms": "300"}), "vad['hold_ms']='300'"),
+    (dict(vad={"hold_ms": True}), "vad['hold_ms']=True"),
+    (dict(vad={"loudness": 3}), "vad['loudness']"),
+    (dict(vad={"release_ratio": 0.7}), "vad['release_ratio']=0.7"),  # not below the default 0.6
+    (dict(vad=[("snr_db", 6)]), "vad=[('snr_db', 6)]"),
+    (dict(endpointing=(300, 50, 500, 15000)), "endpointing=(300, 50, 500, 15000)"),
+    (dict(endpointing=(300, 1000, 5000, 4000)), "endpointing=(300, 1000, 5000, 4000)"),
+    (dict(endpointing=(300, 1000, 500)), "endpointing=(300, 1000, 500)"),
+    (dict(endpointing=(-1, 1000, 500, 15000)), "endpointing=-1"),
+])
+def test_a_rejected_hands_free_option_names_it_and_its_value(kwargs, text):
+    with pytest.raises(sc.InvalidArgumentError) as info:
+        sc.Client(UNREACHABLE, app_id="a", audio=sc.PushAudio(), device_id=DEVICE_ID, **kwargs)
+    assert text in str(info.value)
+    assert info.value.code == sc.Status.INVALID_ARGUMENT
+    assert info.value.option == next(iter(kwargs))
+
+
+@needs_hands_free
+def test_wakeword_activation_without_a_phrase_is_the_librarys_invalid_argument():
+    status, message = _raw_client_new_message(server_url=UNREACHABLE.encode(), app_id=b"a",
+                                              activation=int(sc.Activation.WAKEWORD))
+    assert status == sc.Status.INVALID_ARGUMENT and message
+    with pytest.raises(sc.InvalidArgumentError) as info:
+        sc.Client(UNREACHABLE, app_id="a", audio=sc.PushAudio(), device_id=DEVICE_ID, activation="wakeword")
+    assert info.value.message == message  # spc_client_new's own message, not one of the binding's
+    assert info.value.option is None
+
+
+@needs_hands_free
+def test_every_hands_free_option_is_accepted():
+    common = dict(url=UNREACHABLE, app_id="a", audio=sc.PushAudio(), device_id=DEVICE_ID)
+    # activation_ratio 0.15 alone is refused while release_ratio is still its default 0.2: the
+    # pair must be applied in the order that works.
+    vad = {"snr_db": 6, "noise_gate_db": -60, "noise_learn_halftime_ms": 800, "window_frames": 8,
+           "activation_ratio": 0.15, "release_ratio": 0.1, sc.VadParam.HOLD_MS: 250}
+    with sc.Client(**common, activation="wakeword", wakeword="Hey, Computer", vad=vad,
+                   endpointing=(0, 100, 0, 500), levels=True, on_listen=print, on_level=print) as c:
+        assert c.activation == sc.Activation.WAKEWORD and c.state == sc.State.IDLE
+    with sc.Client(**common, activation=sc.Activation.VOICE) as c:
+        assert c.activation == sc.Activation.VOICE
+    with sc.Client(**common, wakeword="hey computer") as c:  # a phrase alone means wakeword listening
+        assert c.activation == sc.Activation.WAKEWORD
+    with sc.Client(**common) as c:
+        assert c.activation == sc.Activation.MANUAL
+
+
+@needs_hands_free
+def test_voice_listening_against_the_unreachable_server_ends_with_error_and_stop():
+    listened = []
+    with push_client(activation="voice", levels=True, on_listen=listened.append) as c:
+        c.start()
+        assert_unreachable_run(c.updates(timeout=20))
+        assert c.wait_idle(5) and c.state == sc.State.IDLE
+    assert listened == []  # never listening: the connection failed first
+
+
+def test_an_older_library_loads_without_hands_free(tmp_path):
+    old = ROOT / "build" / "libspeechclient.so.0.1.0"
+    if not old.exists():
+        pytest.skip("build/libspeechclient.so.0.1.0 is not there")
+    code = """if True:
+        import speechclient as sc
+        from speechclient import _native
+        assert not _native.HAS_HANDS_FREE and _native.spc_options_set_activation is None
+        with sc.Client("grpc://127.0.0.1:1", app_id="a", audio=sc.PushAudio(), device_id=%r) as c:
+            assert c.activation == sc.Activation.MANUAL
+        for kw in (dict(activation="voice"), dict(wakeword="hey computer"), dict(vad={"snr_db": 6}),
+                   dict(endpointing=(300, 1000, 500, 15000)), dict(levels=True)):
+            try:
+                sc.Client("grpc://127.0.0.1:1", app_id="a", audio=sc.PushAudio(), device_id=%r, **kw)
+            except sc.InvalidArgumentError as e:
+                assert e.option == next(iter(kw)) and "0.1.0" in e.message, e
+            else:
+                raise AssertionError(kw)
+        print("ok", sc.version())
+    """ % (DEVICE_ID, DEVICE_ID)
+    env = dict(os.environ, SPEECHCLIENT_LIBRARY=str(old))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=str(ROOT / "bindings" / "python"), timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok 0.1.0", r.stderr
+
+
+def test_listen_and_level_json_lines_are_the_c_demos():
+    from speechclient.__main__ import event_json
+    assert event_json(sc.ListenEvent(sc.Listen.ACTIVATE, 1080)) == \
+        '{"type":"listen","event":"activate","position_ms":1080}'
+    assert event_json(sc.ListenEvent(sc.Listen.TIMEOUT, 2**40)) == \
+        f'{{"type":"listen","event":"timeout","position_ms":{2**40}}}'
+    assert event_json(sc.ListenEvent(9, 5)) == '{"type":"listen","event":"unknown","position_ms":5}'
+    # dbfs: printf("%.1f", (double)level_dbfs) in C; the same float32 values through libc here,
+    # ties (-23.25, -0.25) and values that round to -0.0 included.
+    libc = ctypes.CDLL(None)
+    buf = ctypes.create_string_buffer(64)
+    for value in (-23.25, -0.25, -0.04, -100.0, 0.0, -23.45, -7.05, -59.95, -31.149999):
+        as_float = ctypes.c_float(value).value  # what the level callback receives
+        libc.snprintf(buf, 64, b"%.1f", ctypes.c_double(as_float))
+        assert event_json(sc.LevelEvent(as_float, 100)) == \
+            f'{{"type":"level","dbfs":{buf.value.decode()},"position_ms":100}}', value
+
+
+def test_listen_and_level_trampolines_make_frozen_updates():
+    from speechclient import client as client_module
+    got = []
+    with push_client(on_listen=got.append, on_level=got.append) as c:
+        listen_cb, level_cb = client_module._TRAMPOLINES[6:]
+        # Called as the library calls them, with the client's key as user_data.
+        listen_cb(None, int(sc.Listen.DEACTIVATE), 3500, c._key)
+        level_cb(None, -23.5, 200, c._key)
+        listen_cb(None, 42, 7, c._key)  # an event newer than the binding: kept as its number
+        assert got == [sc.ListenEvent(sc.Listen.DEACTIVATE, 3500), sc.LevelEvent(-23.5, 200), sc.ListenEvent(42, 7)]
+        assert list(c._queue) == got  # the same updates, in order, for updates()/aupdates()
+    with pytest.raises(Exception):
+        got[0].position_ms = 1  # frozen like the other updates
+
+
+def test_cli_hands_free_usage(tmp_path):
+    wav = tmp_path / "x.wav"
+    import wave
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(b"\0\0" * 1600)
+    # A phrase the library refuses is a usage error (2), as in the C demo.
+    r = _cli("--url", UNREACHABLE, "--file", str(wav), "--wakeword", "a b c d e f g h i")
+    assert r.returncode == 2 and "wakeword='a b c d e f g h i'" in r.stderr, r.stderr
+    assert _cli("--url", UNREACHABLE, "--file", str(wav), "--wakeword").returncode == 2

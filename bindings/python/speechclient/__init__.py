@@ -13,6 +13,15 @@ The library is found through $SPEECHCLIENT_LIBRARY (a path), then
 ctypes.util.find_library("speechclient"), then "libspeechclient.so.0". `speechclient._native`
 is the raw layer: the C header in ctypes.
 
+Hands-free (0.2): with activation="voice" (or wakeword="hey computer") one start() listens, and
+a context opens per utterance; ListenEvent updates say what the detector heard, and levels=True
+adds a LevelEvent per chunk of audio:
+
+    with speechclient.Client(url=..., audio=speechclient.Microphone(), activation="voice") as client:
+        client.start()
+        for update in client.updates():   # until client.stop() from another thread or a callback
+            ...
+
 asyncio, with the event loop running the callbacks (no other thread enters Python):
 
     client = speechclient.Client(url=..., audio=speechclient.WavFile("speech.wav"), delivery="application")
@@ -20,15 +29,15 @@ asyncio, with the event loop running the callbacks (no other thread enters Pytho
         ...
 """
 from . import _native
-from ._native import ConnectionState, Delivery, LogLevel, State, Status
+from ._native import Activation, ConnectionState, Delivery, Listen, LogLevel, State, Status, VadParam
 from .client import Client, Stream, copy_segment
 from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError, InvalidArgumentError,
                      InvalidStateError, NetworkError, NoMemoryError, ParseError, SpeechClientError,
                      SpeechTimeoutError, TLSError, error_for)
-from .types import (AudioSource, Entity, ErrorEvent, Intent, Microphone, PushAudio, Segment, StartEvent, StateEvent,
-                    StopEvent, Update, WavFile, Word)
+from .types import (AudioSource, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
+                    StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def version() -> str:
@@ -48,7 +57,9 @@ def status_text(status: int) -> str:
 
 __all__ = [
     "Client", "Stream", "copy_segment", "Status", "LogLevel", "State", "ConnectionState", "Delivery",
-    "Segment", "Word", "Intent", "Entity", "StartEvent", "StopEvent", "ErrorEvent", "StateEvent", "Update",
+    "Activation", "Listen", "VadParam",
+    "Segment", "Word", "Intent", "Entity", "StartEvent", "StopEvent", "ErrorEvent", "StateEvent", "ListenEvent",
+    "LevelEvent", "Update",
     "Microphone", "WavFile", "PushAudio", "AudioSource",
     "SpeechClientError", "InvalidArgumentError", "InvalidStateError", "NoMemoryError", "NetworkError", "TLSError",
     "SpeechTimeoutError", "AuthError", "APIError", "ParseError", "AudioError", "InternalError", "EXCEPTIONS",

@@ -2,6 +2,11 @@
 
     python -m speechclient --url URL --app-id ID --file F.wav [--json]
     python -m speechclient --url URL --app-id ID --mic [DEVICE] [--json]     (until Ctrl-C)
+    ... [--hands-free | --wakeword PHRASE] [--levels]
+
+Hands-free (--hands-free, or --wakeword PHRASE): the library's voice activity detector opens a
+context when speech begins and stops it after a pause, as often as the user speaks, until the
+end of the file or Ctrl-C; with --wakeword only what follows the phrase in a context is shown.
 
 Without --json: a line per final segment ("transcript  [intent: X]  [type: value]"), and the
 tentative text as a live line on a terminal (a "... text" line otherwise). With --json: the
@@ -12,6 +17,10 @@ C demo's stable JSON lines, one object a line:
     {"type":"stop","context_id":"..."}
     {"type":"error","code":"<spc_status_str>","status":N,"grpc_status":N,"message":"..."}
     {"type":"state","state":"connecting"|"ready"|"reconnecting"|"unavailable"|"suspended",...}
+    {"type":"listen","event":"speech"|"silence"|"activate"|"deactivate"|"timeout","position_ms":N}
+    {"type":"level","dbfs":-23.5,"position_ms":N}    (--levels)
+
+Without --json, a hands-free utterance cut at the maximum length is reported on stderr.
 
 The error line is printed for error events and for a client that could not be created (for
 example a missing WAV file), which then ends the run.
@@ -28,8 +37,8 @@ import sys
 import time
 from typing import List, Optional, TextIO
 
-from . import (Client, ErrorEvent, LogLevel, Microphone, Segment, SpeechClientError, SpeechTimeoutError, StartEvent,
-               StateEvent, Status, StopEvent, WavFile, status_text, version)
+from . import (Client, ErrorEvent, LevelEvent, Listen, ListenEvent, LogLevel, Microphone, Segment, SpeechClientError,
+               SpeechTimeoutError, StartEvent, StateEvent, Status, StopEvent, WavFile, status_text, version)
 
 
 def json_string(s: str) -> str:
@@ -69,6 +78,12 @@ def event_json(update) -> Optional[str]:
     if isinstance(update, (StartEvent, StopEvent)):
         kind = "start" if isinstance(update, StartEvent) else "stop"
         return f'{{"type":"{kind}","context_id":{json_string(update.context_id)}}}'
+    if isinstance(update, ListenEvent):
+        name = update.event.name.lower() if isinstance(update.event, Listen) else "unknown"
+        return f'{{"type":"listen","event":"{name}","position_ms":{update.position_ms}}}'
+    if isinstance(update, LevelEvent):
+        # %.1f of the same double in C and here: both round the exact binary value.
+        return f'{{"type":"level","dbfs":{update.dbfs:.1f},"position_ms":{update.position_ms}}}'
     if isinstance(update, (ErrorEvent, SpeechClientError)):
         grpc = -1 if update.grpc_status is None else update.grpc_status
         return (f'{{"type":"error","code":{json_string(status_text(update.code))},"status":{int(update.code)},'
@@ -144,6 +159,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="audio message duration, 20-1000 ms (default 100)")
     p.add_argument("--timeout-ms", type=_number(-1, 2**31 - 1), default=120000,
                    help="give up when the results take longer (-1: no limit; default %(default)s)")
+    p.add_argument("--hands-free", action="store_true",
+                   help="listen: speech opens a context, a pause closes it (until the end or Ctrl-C)")
+    p.add_argument("--wakeword", metavar="PHRASE",
+                   help="as --hands-free, showing only contexts where PHRASE was heard")
+    p.add_argument("--levels", action="store_true", help="with --json: the level of each chunk in dBFS")
     p.add_argument("--json", action="store_true", help="one JSON object per line (the C demo's stable format)")
     p.add_argument("--verbose", action="store_true", help="the library's debug log on stderr")
     p.add_argument("--version", action="version", version=f"speechclient (Python) with libspeechclient {version()}")
@@ -167,11 +187,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     def on_log(level: LogLevel, message: str) -> None:
         print(f"speechclient [{level.name.lower()}] {message}", file=sys.stderr, flush=True)
 
+    # As the demo: a wakeword means wakeword listening, with or without --hands-free.
+    activation = "wakeword" if args.wakeword is not None else "voice" if args.hands_free else "manual"
     try:
         client = Client(url=args.url, app_id=args.app_id, project_id=args.project_id, language=args.language,
                         cache_dir=args.cache_dir, ca_file=args.ca_file, insecure_tls=args.insecure,
                         audio=WavFile(path) if path is not None else Microphone(device=args.mic),
-                        chunk_ms=args.chunk_ms, log_level=LogLevel.DEBUG if args.verbose else LogLevel.WARNING,
+                        chunk_ms=args.chunk_ms,
+                        activation=activation, wakeword=args.wakeword, levels=args.levels,
+                        log_level=LogLevel.DEBUG if args.verbose else LogLevel.WARNING,
                         on_log=on_log if args.verbose else None)
     except SpeechClientError as e:
         if e.option is not None:  # a value the library rejects: a usage error, as in the C demo
@@ -218,6 +242,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                     text.clear_live()
                     out.flush()
                     print(f"{prog}: {status_text(update.code)}: {update.message}", file=sys.stderr, flush=True)
+                elif isinstance(update, ListenEvent) and update.event == Listen.TIMEOUT:
+                    text.clear_live()
+                    out.flush()
+                    print(f"{prog}: the utterance reached the maximum length at {update.position_ms / 1000:.1f} s",
+                          file=sys.stderr, flush=True)
                 elif isinstance(update, StateEvent) and update.attempt > 0:
                     text.clear_live()
                     out.flush()

@@ -15,15 +15,16 @@ import ctypes
 import ctypes.util
 import enum
 import os
-from ctypes import CFUNCTYPE, POINTER, c_char_p, c_int, c_int16, c_int32, c_size_t, c_uint32, c_void_p
+from ctypes import (CFUNCTYPE, POINTER, c_char_p, c_double, c_float, c_int, c_int16, c_int32, c_int64, c_size_t,
+                    c_uint32, c_void_p)
 from typing import List
 
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h).
 SPC_VERSION_MAJOR = 0
-SPC_VERSION_MINOR = 1
+SPC_VERSION_MINOR = 2
 SPC_VERSION_PATCH = 0
-SPC_VERSION_STRING = "0.1.0"
-SPC_VERSION_NUMBER = 1000
+SPC_VERSION_STRING = "0.2.0"
+SPC_VERSION_NUMBER = 2000
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
@@ -78,6 +79,33 @@ class Delivery(enum.IntEnum):
     APPLICATION = 1
 
 
+class Activation(enum.IntEnum):
+    """spc_activation: how contexts open (since 0.2)."""
+    MANUAL = 0
+    VOICE = 1
+    WAKEWORD = 2
+
+
+class Listen(enum.IntEnum):
+    """spc_listen_event: what the hands-free pipeline reported (since 0.2)."""
+    SPEECH = 0
+    SILENCE = 1
+    ACTIVATE = 2
+    DEACTIVATE = 3
+    TIMEOUT = 4
+
+
+class VadParam(enum.IntEnum):
+    """spc_vad_param: the voice activity detector's tunables (since 0.2)."""
+    SNR_DB = 0
+    NOISE_GATE_DB = 1
+    NOISE_LEARN_HALFTIME_MS = 2
+    WINDOW_FRAMES = 3
+    ACTIVATION_RATIO = 4
+    RELEASE_RATIO = 5
+    HOLD_MS = 6
+
+
 # Opaque objects; only pointers to them are ever handled.
 class spc_options(ctypes.Structure):
     pass
@@ -106,6 +134,9 @@ c_log_level = c_int
 c_state = c_int
 c_connection_state = c_int
 c_delivery = c_int
+c_activation = c_int
+c_listen_event = c_int
+c_vad_param = c_int
 
 
 def _load() -> ctypes.CDLL:
@@ -149,7 +180,7 @@ def _fn(name: str, restype, *argtypes):
 
 def _optional_fn(name: str, restype, *argtypes):
     """For functions added to the header after 0.1.0 shipped (connection states, application
-    delivery): None when the loaded library does not export them yet."""
+    delivery, hands-free listening): None when the loaded library does not export them yet."""
     try:
         return _fn(name, restype, *argtypes)
     except ImportError:
@@ -172,6 +203,10 @@ LOG_CB = CFUNCTYPE(None, client_p, c_log_level, c_char_p, c_void_p)
 # typedef void (*spc_state_cb)(spc_client *client, spc_connection_state state, int32_t attempt,
 #                              int32_t delay_ms, const spc_error *reason, void *user_data);
 STATE_CB = CFUNCTYPE(None, client_p, c_connection_state, c_int32, c_int32, error_p, c_void_p)
+# typedef void (*spc_listen_cb)(spc_client *client, spc_listen_event event, int64_t position_ms, void *user_data);
+LISTEN_CB = CFUNCTYPE(None, client_p, c_listen_event, c_int64, c_void_p)
+# typedef void (*spc_level_cb)(spc_client *client, float level_dbfs, int64_t position_ms, void *user_data);
+LEVEL_CB = CFUNCTYPE(None, client_p, c_float, c_int64, c_void_p)
 
 # ---------------------------------------------------------------------------------------------
 # Version
@@ -259,6 +294,21 @@ spc_options_set_log_cb = _fn("spc_options_set_log_cb", c_status, options_p, LOG_
 spc_options_set_state_cb = _optional_fn("spc_options_set_state_cb", c_status, options_p, STATE_CB, c_void_p)
 # spc_status spc_options_set_delivery(spc_options *options, spc_delivery delivery);
 spc_options_set_delivery = _optional_fn("spc_options_set_delivery", c_status, options_p, c_delivery)
+# Hands-free listening (since 0.2).
+# spc_status spc_options_set_activation(spc_options *options, spc_activation mode);
+spc_options_set_activation = _optional_fn("spc_options_set_activation", c_status, options_p, c_activation)
+# spc_status spc_options_set_wakeword(spc_options *options, const char *phrase);
+spc_options_set_wakeword = _optional_fn("spc_options_set_wakeword", c_status, options_p, c_char_p)
+# spc_status spc_options_set_vad(spc_options *options, spc_vad_param param, double value);
+spc_options_set_vad = _optional_fn("spc_options_set_vad", c_status, options_p, c_vad_param, c_double)
+# spc_status spc_options_set_endpointing(spc_options *options, uint32_t pre_roll_ms, uint32_t trailing_silence_ms,
+#                                        uint32_t min_activation_ms, uint32_t max_activation_ms);
+spc_options_set_endpointing = _optional_fn("spc_options_set_endpointing", c_status, options_p, c_uint32, c_uint32,
+                                           c_uint32, c_uint32)
+# spc_status spc_options_set_listen_cb(spc_options *options, spc_listen_cb cb, void *user_data);
+spc_options_set_listen_cb = _optional_fn("spc_options_set_listen_cb", c_status, options_p, LISTEN_CB, c_void_p)
+# spc_status spc_options_set_level_cb(spc_options *options, spc_level_cb cb, void *user_data);
+spc_options_set_level_cb = _optional_fn("spc_options_set_level_cb", c_status, options_p, LEVEL_CB, c_void_p)
 
 # ---------------------------------------------------------------------------------------------
 # Client
@@ -337,6 +387,9 @@ spc_segment_free = _fn("spc_segment_free", None, segment_p)
 #: Whether the loaded library has the state callback and application delivery.
 HAS_STATE_AND_DELIVERY = None not in (spc_options_set_state_cb, spc_options_set_delivery, spc_client_event_fd,
                                       spc_client_dispatch)
+#: Whether the loaded library has hands-free listening and audio levels (0.2).
+HAS_HANDS_FREE = None not in (spc_options_set_activation, spc_options_set_wakeword, spc_options_set_vad,
+                              spc_options_set_endpointing, spc_options_set_listen_cb, spc_options_set_level_cb)
 
 # ---------------------------------------------------------------------------------------------
 

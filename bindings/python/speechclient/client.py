@@ -1,7 +1,8 @@
 """The Pythonic layer: a Client owns one spc_client.
 
 Threads. By default the library calls back on its own thread (one per client). The callbacks
-given to Client (on_segment, on_error, on_start, on_stop, on_log, on_state) run there, in order,
+given to Client (on_segment, on_error, on_start, on_stop, on_log, on_state, on_listen, on_level)
+run there, in order,
 one at a time; updates() and aupdates() receive the same events through a queue. With
 delivery="application" no library thread enters Python: callbacks run inside dispatch(),
 updates(), aupdates() and stream() (through the event fd and loop.add_reader), wait_idle() and
@@ -10,6 +11,11 @@ close(), on the calling thread.
 asyncio. `async for update in client.stream():` (delivery="application") starts a context and
 yields its updates until its stop event, with no thread besides the event loop's; see
 Client.stream() and Stream. aupdates() consumes updates without starting anything.
+
+Hands-free. With activation="voice" or "wakeword", one start() listens: the library's voice
+activity detector opens a context per utterance (each with its StartEvent and StopEvent) until
+stop() or the end of the audio, and ListenEvents report what it heard. updates(), aupdates() and
+stream() then end when the client is idle again, after every context of that listening.
 
 Exceptions in callbacks. An exception raised by one of your callbacks never reaches C (that
 would abort the callback thread). The first one is kept and re-raised, once, by the next call on
@@ -39,8 +45,8 @@ from typing import (Any, AsyncIterable, AsyncIterator, Callable, Deque, Dict, It
 
 from . import _native as n
 from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, SpeechTimeoutError, error_for
-from .types import (AudioSource, Entity, ErrorEvent, Intent, Microphone, PushAudio, Segment, StartEvent,
-                    StateEvent, StopEvent, Update, WavFile, Word)
+from .types import (AudioSource, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
+                    StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
 
 __all__ = ["Client", "Stream", "MAX_BUFFERED_UPDATES", "copy_segment"]
 
@@ -212,8 +218,73 @@ def _t_state(_client, state, attempt, delay_ms, reason, key):
     _run_callback(key, body)
 
 
+def _t_listen(_client, event, position_ms, key):
+    def body(c: "Client") -> None:
+        try:
+            kind = n.Listen(event)
+        except ValueError:  # an event newer than this binding
+            kind = event
+        c._emit(ListenEvent(kind, int(position_ms)), "listen")
+    _run_callback(key, body)
+
+
+def _t_level(_client, level_dbfs, position_ms, key):
+    _run_callback(key, lambda c: c._emit(LevelEvent(float(level_dbfs), int(position_ms)), "level"))
+
+
 _TRAMPOLINES = (n.SEGMENT_CB(_t_segment), n.ERROR_CB(_t_error), n.START_CB(_t_start), n.STOP_CB(_t_stop),
-                n.LOG_CB(_t_log), n.STATE_CB(_t_state))
+                n.LOG_CB(_t_log), n.STATE_CB(_t_state), n.LISTEN_CB(_t_listen), n.LEVEL_CB(_t_level))
+
+# The voice activity detector's tunables by keyword, with the ranges the header gives.
+_VAD_RANGES = {
+    n.VadParam.SNR_DB: "0-60 dB",
+    n.VadParam.NOISE_GATE_DB: "-100-0 dBFS",
+    n.VadParam.NOISE_LEARN_HALFTIME_MS: "20-60000 ms",
+    n.VadParam.WINDOW_FRAMES: "a whole number of frames, 1-100",
+    n.VadParam.ACTIVATION_RATIO: "0.01-1",
+    n.VadParam.RELEASE_RATIO: "0-1, below activation_ratio",
+    n.VadParam.HOLD_MS: "0-10000 ms",
+}
+_ACTIVATIONS = {"manual": n.Activation.MANUAL, "voice": n.Activation.VOICE, "wakeword": n.Activation.WAKEWORD}
+
+
+def _activation(activation: Any, wakeword: Optional[str]) -> n.Activation:
+    if activation is None:  # a wakeword alone asks for wakeword listening
+        return n.Activation.WAKEWORD if wakeword is not None else n.Activation.MANUAL
+    if isinstance(activation, str):
+        if activation not in _ACTIVATIONS:
+            raise _option_error("activation", f"activation={activation!r}: must be 'manual', 'voice' or 'wakeword'")
+        return _ACTIVATIONS[activation]
+    try:
+        return n.Activation(activation)
+    except (ValueError, TypeError):
+        raise _option_error("activation", f"activation={activation!r}: must be 'manual', 'voice' or 'wakeword'"
+                            ) from None
+
+
+def _vad_settings(vad: Any) -> List[Tuple[n.VadParam, str, float, Any]]:
+    """vad={name or VadParam: number} as (param, name, value, value as given), checked before the
+    library sees them: the library takes any double (a window of 2.5 frames included)."""
+    if not isinstance(vad, Mapping):
+        raise _option_error("vad", f"vad={vad!r}: must be a mapping such as {{'snr_db': 6}}")
+    settings = []
+    for key, value in vad.items():
+        try:
+            param = key if isinstance(key, n.VadParam) else n.VadParam[key.upper()]
+        except (KeyError, AttributeError):
+            names = ", ".join(p.name.lower() for p in n.VadParam)
+            raise _option_error("vad", f"vad[{key!r}]: not a detector tunable (one of {names})") from None
+        name = param.name.lower()
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _option_error("vad", f"vad[{name!r}]={value!r}: must be a number, not {type(value).__name__}")
+        try:
+            number = float(value)
+        except OverflowError:
+            raise _option_error("vad", f"vad[{name!r}]={value!r}: out of range ({_VAD_RANGES[param]})") from None
+        if param == n.VadParam.WINDOW_FRAMES and not number.is_integer():
+            raise _option_error("vad", f"vad[{name!r}]={value!r}: must be a whole number of frames")
+        settings.append((param, name, number, value))
+    return settings
 
 
 @atexit.register
@@ -265,9 +336,23 @@ class Client:
     With asyncio and delivery="application", `async for update in client.stream():` starts a
     context and yields its updates, the event loop running the callbacks (see stream()).
 
+    Hands-free listening (libspeechclient 0.2; see HANDS-FREE LISTENING in the header):
+    `activation` is "manual" (the default: each start() opens one context), "voice" (start()
+    listens and the voice activity detector opens a context per utterance, until stop() or the
+    end of the audio) or "wakeword" (as "voice", delivering a context's segments only from the one
+    that holds `wakeword`, a phrase of 1 to 8 words); an Activation member works too. Giving
+    `wakeword` without `activation` means "wakeword"; activation="wakeword" without one makes the
+    library refuse the client (InvalidArgumentError). `vad` tunes the detector:
+    {"snr_db": 6, "hold_ms": 400, ...}, keys the VadParam names in lower case (or VadParam
+    members), each value a number in the header's range. `endpointing` is (pre_roll_ms,
+    trailing_silence_ms, min_activation_ms, max_activation_ms). The listening reports
+    ListenEvent updates; `levels=True` adds a LevelEvent (dBFS) for each chunk of audio taken in,
+    in every mode.
+
     Callbacks: on_segment(Segment), on_error(ErrorEvent), on_start(StartEvent),
-    on_stop(StopEvent), on_state(StateEvent), on_log(LogLevel, str). See the module
-    documentation for their thread and for exceptions they raise.
+    on_stop(StopEvent), on_state(StateEvent), on_listen(ListenEvent), on_level(LevelEvent)
+    (giving it implies levels=True), on_log(LogLevel, str). See the module documentation for
+    their thread and for exceptions they raise.
     """
 
     def __init__(self, url: str, app_id: Optional[str] = None, *, project_id: Optional[str] = None,
@@ -280,12 +365,17 @@ class Client:
                  log_level: n.LogLevel = n.LogLevel.WARNING, identity_url: Optional[str] = None,
                  reconnect: Optional[Tuple[int, int, int]] = None, replay_buffer_ms: Optional[int] = None,
                  context_limit_ms: Optional[int] = None, delivery: Union[str, n.Delivery] = "thread",
+                 activation: Optional[Union[str, n.Activation]] = None, wakeword: Optional[str] = None,
+                 vad: Optional[Mapping[Union[str, n.VadParam], float]] = None,
+                 endpointing: Optional[Tuple[int, int, int, int]] = None, levels: bool = False,
                  on_segment: Optional[Callable[[Segment], Any]] = None,
                  on_error: Optional[Callable[[ErrorEvent], Any]] = None,
                  on_start: Optional[Callable[[StartEvent], Any]] = None,
                  on_stop: Optional[Callable[[StopEvent], Any]] = None,
                  on_log: Optional[Callable[[n.LogLevel, str], Any]] = None,
-                 on_state: Optional[Callable[[StateEvent], Any]] = None):
+                 on_state: Optional[Callable[[StateEvent], Any]] = None,
+                 on_listen: Optional[Callable[[ListenEvent], Any]] = None,
+                 on_level: Optional[Callable[[LevelEvent], Any]] = None):
         # Everything close() and __del__ touch exists before anything can fail.
         self._handle: Optional[Any] = None
         self._key = next(_keys)
@@ -302,7 +392,14 @@ class Client:
         self._abandoned = 0
         self._callbacks: Dict[str, Optional[Callable[..., Any]]] = {
             "segment": on_segment, "error": on_error, "start": on_start, "stop": on_stop, "state": on_state,
-            "log": on_log}
+            "log": on_log, "listen": on_listen, "level": on_level}
+        # Hands-free starts made, and how many of them an iterator has seen end: listening can end
+        # without any context (so without a StopEvent) and the iterators must still end.
+        self._listens_started = 0
+        self._listens_seen = 0
+        # A stream() left early while listening: the rest of that listening goes to the shared
+        # queue, and the next stream() waits for it to end first.
+        self._abandoned_listen = False
         # The process-wide trampolines, referenced here too: the client relies on them.
         self._trampolines = _TRAMPOLINES
 
@@ -311,6 +408,25 @@ class Client:
                 raise _option_error("delivery", f"delivery={delivery!r}: must be 'thread' or 'application'")
             delivery = n.Delivery.APPLICATION if delivery == "application" else n.Delivery.THREAD
         self.delivery: n.Delivery = n.Delivery(delivery)
+        self.activation: n.Activation = _activation(activation, wakeword)
+        levels = bool(levels) or on_level is not None
+        if not n.HAS_HANDS_FREE:
+            # The wakeword first: given alone it is what asked for wakeword listening.
+            for name, wanted in (("wakeword", wakeword is not None),
+                                 ("activation", self.activation != n.Activation.MANUAL), ("vad", vad is not None),
+                                 ("endpointing", endpointing is not None), ("levels", levels)):
+                if wanted:
+                    raise _option_error(name, f"{name}: {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
+                                              f"without hands-free listening and levels (0.2)")
+        vad_settings = _vad_settings(vad) if vad is not None else []
+        if endpointing is not None:
+            try:
+                pre_roll, trailing, shortest, longest = endpointing
+            except (TypeError, ValueError):
+                raise _option_error("endpointing", f"endpointing={endpointing!r}: must be (pre_roll_ms, "
+                                                   f"trailing_silence_ms, min_activation_ms, max_activation_ms)"
+                                    ) from None
+            endpointing = tuple(_u32("endpointing", v) for v in (pre_roll, trailing, shortest, longest))
         if not isinstance(audio, (Microphone, WavFile, PushAudio)):
             raise _option_error("audio", f"audio={audio!r}: must be Microphone(), WavFile(path) or PushAudio(rate, channels)")
         self.audio: AudioSource = audio
@@ -390,17 +506,45 @@ class Client:
                 raise _option_error("delivery", f"delivery='application': {n.LIBRARY_PATH} does not have "
                                                 f"spc_options_set_delivery")
 
-            segment_cb, error_cb, start_cb, stop_cb, log_cb, state_cb = _TRAMPOLINES
+            if n.HAS_HANDS_FREE:
+                _check_option(n.spc_options_set_activation(opts, int(self.activation)), "activation",
+                              self.activation.name.lower())
+                if wakeword is not None:
+                    _check_option(n.spc_options_set_wakeword(opts, _c_string("wakeword", wakeword)), "wakeword",
+                                  wakeword, "1 to 8 words, at most 256 bytes")
+                # Setters see one tunable at a time, so a pair of ratios may be refused in one order
+                # (release not below the activation ratio meanwhile): a refused one is tried again
+                # once after the others.
+                refused = []
+                for param, name, value, given in vad_settings:
+                    if n.spc_options_set_vad(opts, int(param), value) != n.Status.OK:
+                        refused.append((param, name, value, given))
+                for param, name, value, given in refused:
+                    try:
+                        _check_option(n.spc_options_set_vad(opts, int(param), value), f"vad[{name!r}]", given,
+                                      _VAD_RANGES[param])
+                    except SpeechClientError as e:
+                        e.option = "vad"
+                        raise
+                if endpointing is not None:
+                    _check_option(n.spc_options_set_endpointing(opts, *endpointing), "endpointing", endpointing,
+                                  "pre_roll_ms 0-5000, trailing_silence_ms 100-60000, min_activation_ms 0-60000, "
+                                  "max_activation_ms max(min_activation_ms, 500)-3600000")
+
+            segment_cb, error_cb, start_cb, stop_cb, log_cb, state_cb, listen_cb, level_cb = _TRAMPOLINES
             ud = ctypes.c_void_p(self._key)
             for setter, cb, name in ((n.spc_options_set_segment_cb, segment_cb, "segment"),
                                      (n.spc_options_set_error_cb, error_cb, "error"),
                                      (n.spc_options_set_start_cb, start_cb, "start"),
                                      (n.spc_options_set_stop_cb, stop_cb, "stop"),
-                                     (n.spc_options_set_state_cb, state_cb, "state")):
-                if setter is not None:  # the state callback needs a library that has it
+                                     (n.spc_options_set_state_cb, state_cb, "state"),
+                                     (n.spc_options_set_listen_cb, listen_cb, "listen")):
+                if setter is not None:  # the state and listen callbacks need a library that has them
                     _check_option(setter(opts, cb, ud), f"{name} callback", name)
             if on_log is not None:  # log lines cost a trip into Python only when wanted
                 _check_option(n.spc_options_set_log_cb(opts, log_cb, ud), "log callback", "log")
+            if levels:  # the library measures levels only for a callback
+                _check_option(n.spc_options_set_level_cb(opts, level_cb, ud), "level callback", "level")
 
             with _clients_lock:
                 _clients[self._key] = weakref.ref(self)
@@ -559,11 +703,17 @@ class Client:
 
     def start(self) -> None:
         """Requests a new audio context (see spc_client_start): the start event follows, or an
-        error event and a stop event. InvalidStateError unless IDLE (or STOPPING: then queued)."""
+        error event and a stop event. InvalidStateError unless IDLE (or STOPPING: then queued).
+        With activation "voice" or "wakeword" it begins listening instead (contexts open as the
+        user speaks) until stop() or the end of the audio."""
         self._call("start()", n.spc_client_start)
+        if self.activation != n.Activation.MANUAL:
+            with self._cond:
+                self._listens_started += 1
 
     def stop(self) -> None:
-        """Requests the end of the current context; the stop event follows its last result."""
+        """Requests the end of the current context; the stop event follows its last result.
+        While listening hands-free: ends the activation in progress and the listening."""
         self._call("stop()", n.spc_client_stop)
 
     def suspend(self) -> None:
@@ -759,8 +909,10 @@ class Client:
     # -- updates as iterators -----------------------------------------------------------------
 
     def updates(self, timeout: Optional[float] = None) -> Iterator[Update]:
-        """Yields Segment, StartEvent, StopEvent, ErrorEvent and StateEvent updates in the order
-        they happened, until the client is idle after at least one StopEvent (or closed):
+        """Yields Segment, StartEvent, StopEvent, ErrorEvent, StateEvent, ListenEvent and
+        LevelEvent updates in the order they happened, until the client is idle after at least
+        one StopEvent (or closed); hands-free, until the client is idle after the listening that
+        start() began, every context of it included:
 
             client.start()
             for update in client.updates():   # ends after the context's stop
@@ -783,12 +935,14 @@ class Client:
                 continue
             if self._handle is None:
                 return
-            if seen_stop and self._idle_now():
+            if self._may_end(seen_stop):
+                seen_stop = True  # a hands-free listening ended: that counts as its stop
                 if not self._queue:
                     self._raise_callback_error()
                     return
                 continue
-            wait: float = _IDLE_POLL_S if seen_stop else _WAIT_SLICE_S * 4
+            wait: float = (_IDLE_POLL_S if seen_stop else
+                           _WAIT_SLICE_S if self._listening_unseen() else _WAIT_SLICE_S * 4)
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -834,7 +988,8 @@ class Client:
                 if item is None:
                     if self._handle is None:
                         return
-                    if seen_stop and self._idle_now():
+                    if self._may_end(seen_stop):
+                        seen_stop = True  # a hands-free listening ended: that counts as its stop
                         # Updates the callback thread handed over before it returned may still
                         # wait in the loop's ready queue: let them land first.
                         await asyncio.sleep(0)
@@ -842,7 +997,9 @@ class Client:
                             self._raise_callback_error()
                             return
                         continue
-                    wait: Optional[float] = _IDLE_POLL_S if seen_stop else None
+                    # Hands-free listening can end with no update to wake this wait: look again.
+                    wait: Optional[float] = (_IDLE_POLL_S if seen_stop else
+                                             _WAIT_SLICE_S if self._listening_unseen() else None)
                     if deadline is not None:
                         left = deadline - time.monotonic()
                         if left <= 0:
@@ -897,6 +1054,11 @@ class Client:
         the iterator is dropped (at once in CPython, as after `break`); `async with
         client.stream() as updates:` or aclose() make it explicit.
 
+        Hands-free (activation "voice" or "wakeword"), the iteration is the whole listening: every
+        context it opened, with the ListenEvents, until the client is idle again (the end of the
+        file or of `pcm`, or stop()). Leaving it early stops the listening; its remaining updates
+        go to the shared queue, and the next stream() first waits for that listening to end.
+
         `timeout` bounds the wait for each next update (SpeechTimeoutError). An exception a
         callback raised, or one from iterating `pcm`, is raised here. After close() the iterator
         ends (free abandons the context: no StopEvent). One stream() at a time per client.
@@ -946,6 +1108,24 @@ class Client:
                 return False
             raise
 
+    def _may_end(self, seen_stop: bool) -> bool:
+        """Whether an iterator may end now: idle after a StopEvent it yielded, or idle after a
+        hands-free start() that no iterator has seen end yet (listening may end without any
+        context, so without a StopEvent). Ending marks those starts seen, so the next iterator
+        waits for a new start."""
+        with self._cond:
+            started = self._listens_started
+        if not seen_stop and started == self._listens_seen:
+            return False
+        if not self._idle_now():
+            return False
+        with self._cond:
+            self._listens_seen = max(self._listens_seen, started)
+        return True
+
+    def _listening_unseen(self) -> bool:
+        return self._listens_started != self._listens_seen
+
     # -- from the callback thread -------------------------------------------------------------
 
     def _remember(self, e: BaseException) -> None:
@@ -977,7 +1157,7 @@ class Client:
             if self._abandoned:
                 if isinstance(update, StopEvent):
                     self._abandoned -= 1
-            elif self._stream_sink is not None:
+            elif self._stream_sink is not None and not self._abandoned_listen:
                 sinks.append(self._stream_sink)
             if not sinks:
                 self._queue.append(update)
@@ -1078,8 +1258,9 @@ class Stream:
         self._feeder: Optional["asyncio.Task[None]"] = None
         self._begun = False
         self._started = False  # start() succeeded: a StopEvent is owed
-        self._stopped = False  # that StopEvent has been received
+        self._stopped = False  # that StopEvent has been received (hands-free: the listening ended)
         self._done = False
+        self._hands_free = client.activation != n.Activation.MANUAL
 
     def __repr__(self) -> str:
         what = "done" if self._done else "running" if self._begun else "not started"
@@ -1104,11 +1285,28 @@ class Stream:
         try:
             if not self._begun:
                 self._begun = True
+                await self._wait_for_abandoned_listening()
                 self._begin()
             return await self._next()
         except BaseException:  # StopAsyncIteration, errors, cancellation: clean up at once
             self._finish()
             raise
+
+    async def _wait_for_abandoned_listening(self) -> None:
+        """A hands-free stream() left early has no StopEvent to mark the end of its listening:
+        wait until the client is idle (its updates going to the shared queue meanwhile), so
+        none of them reaches this stream."""
+        c = self._client
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while c._abandoned_listen and c._handle is not None:
+            if c._idle_now():
+                with c._cond:
+                    c._abandoned_listen = False
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): the listening left before did not end "
+                                                           f"within {self._timeout} s")
+            await asyncio.sleep(_IDLE_POLL_S)
 
     def _begin(self) -> None:
         c = self._client
@@ -1144,11 +1342,16 @@ class Stream:
                 item = inbox.items.popleft()
                 if item is _WAKE:
                     continue
-                if isinstance(item, StopEvent):
+                if isinstance(item, StopEvent) and not self._hands_free:
                     self._stopped = True
                     self._finish()  # updates after the stop go to the shared queue
                 return item  # type: ignore[return-value]
             if c._handle is None:
+                raise StopAsyncIteration
+            if self._hands_free and c._may_end(True):
+                if inbox.items:  # dispatched while looking: yield them first
+                    continue
+                self._stopped = True
                 raise StopAsyncIteration
             feeder = self._feeder
             if feeder is not None and feeder.done() and not feeder.cancelled() and feeder.exception() is not None:
@@ -1158,6 +1361,8 @@ class Stream:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): no update within {self._timeout} s")
+            if self._hands_free:  # the listening can end with no update to wake the wait
+                left = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
             await inbox.wait(left)
 
     def _finish(self) -> None:
@@ -1191,10 +1396,13 @@ class Stream:
             if leftovers:  # not lost: for updates()/aupdates()
                 c._queue.extend(leftovers)  # type: ignore[arg-type]
                 c._cond.notify_all()
-            stopped = self._stopped or any(isinstance(x, StopEvent) for x in leftovers)
+            stopped = self._stopped or (not self._hands_free and any(isinstance(x, StopEvent) for x in leftovers))
             if self._started and not stopped and c._handle is not None and not c._closing:
                 abandon = True
-                c._abandoned += 1
+                if self._hands_free:
+                    c._abandoned_listen = True
+                else:
+                    c._abandoned += 1
                 handle = c._handle
                 c._busy += 1  # as _enter(), without re-raising a callback's exception here
         if abandon:

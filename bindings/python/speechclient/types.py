@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import Optional, Tuple, Union
 
-from ._native import ConnectionState, Status
+from ._native import ConnectionState, Listen, Status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +88,23 @@ class StateEvent:
 
 
 @dataclasses.dataclass(frozen=True)
+class ListenEvent:
+    """The hands-free pipeline reported an event (activation "voice" or "wakeword"): speech or
+    silence heard, an activation begun or ended, or an activation cut at the maximum length.
+    position_ms counts the audio since start()."""
+    event: Listen
+    position_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelEvent:
+    """The level of one chunk of audio in dBFS (0: full-scale square wave, -100: digital
+    silence), at position_ms of audio since start(). Only with Client(levels=True)."""
+    dbfs: float
+    position_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Microphone:
     """An ALSA capture device by name."""
     device: str = "default"
@@ -106,5 +123,5 @@ class PushAudio:
     channels: int = 1
 
 
-Update = Union[Segment, StartEvent, StopEvent, ErrorEvent, StateEvent]
+Update = Union[Segment, StartEvent, StopEvent, ErrorEvent, StateEvent, ListenEvent, LevelEvent]
 AudioSource = Union[Microphone, WavFile, PushAudio]
