@@ -496,14 +496,15 @@ SPC_API spc_status spc_options_set_activation(spc_options *options, spc_activati
 SPC_API spc_status spc_options_set_wakeword(spc_options *options, const char *phrase);
 
 /* Sets one tunable of the voice activity detector (see spc_vad_param for defaults and ranges).
-** A value out of range, or a release ratio not below the activation ratio, is rejected.
-** Since 0.2. */
+** A value out of range, a fraction for NOISE_LEARN_HALFTIME_MS, WINDOW_FRAMES or HOLD_MS, or a
+** release ratio not below the activation ratio, is rejected. Since 0.2. */
 SPC_API spc_status spc_options_set_vad(spc_options *options, spc_vad_param param, double value);
 
 /* Endpointing while listening: pre_roll_ms of audio before the detector fired is sent first
 ** (default 300, 0..5000); an activation ends after trailing_silence_ms without speech (default
 ** 1000, 100..60000) once it is min_activation_ms long (default 500, 0..60000), and at
-** max_activation_ms at the latest (default 15000, max(min, 500)..3600000). Since 0.2. */
+** max_activation_ms at the latest (default 15000, max(min, 500)..3600000). Lengths count the
+** audio the context receives, pre-roll included. Since 0.2. */
 SPC_API spc_status spc_options_set_endpointing(spc_options *options, uint32_t pre_roll_ms,
                                                uint32_t trailing_silence_ms,
                                                uint32_t min_activation_ms,

@@ -451,6 +451,8 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_SNR_DB, -1), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_SNR_DB, NAN), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_RELEASE_RATIO, 0.8), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_WINDOW_FRAMES, 2.5), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_WINDOW_FRAMES, 8), SPC_OK);
     CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_SNR_DB, 12), SPC_OK);
     CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_HOLD_MS, 300), SPC_OK);
     CHECK_STATUS(spc_options_set_endpointing(o, 300, 50, 500, 15000), SPC_ERROR_INVALID_ARGUMENT);

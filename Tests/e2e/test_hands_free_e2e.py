@@ -169,3 +169,27 @@ def test_wakeword_false_accepts_and_rejects(tmp_path):
         if not c["activated"]:
             assert c["finals"] == [], (t, c)
     assert len(false_rejects) <= 1 and len(false_accepts) <= 1
+
+
+def test_a_rejected_cached_token_does_not_restart_listening(tmp_path):
+    # The cached token comes from a server that signs with another secret: the first context's
+    # stream is refused, the library logs in again and replays that context's audio. Listening
+    # must not start over (it once re-read the file: every listen event came twice).
+    texts = ["turn on the kitchen lights", "stop the music"]
+    clean, spans = utterances(tmp_path, texts)
+    wav = write(tmp_path / "two.wav", with_noise(clean, spans, 30))
+    first = Server()
+    try:
+        run_demo(first.url, wav, tmp_path, "--hands-free")  # leaves a token in tmp_path/cache
+    finally:
+        first.stop()
+    second = Server()
+    try:
+        events = run_demo(second.url, wav, tmp_path, "--hands-free", "--verbose")
+    finally:
+        second.stop()
+    listen = [e["event"] for e in events if e["type"] == "listen" and e["event"] in ("activate", "deactivate")]
+    assert listen == ["activate", "deactivate"] * len(texts), listen
+    ctx = contexts(events)
+    assert [" ".join(c["finals"]).split()[:len(t.split())] for t, c in zip(texts, ctx)] == [t.split() for t in texts], ctx
+    assert len(ctx) == len(texts)

@@ -212,6 +212,10 @@ public struct ClientOptions: Sendable {
                 throw SpeechClientError(.invalidArgument, "VAD \(name) \(value) is outside \(range.lowerBound)...\(range.upperBound)")
             }
         }
+        // Frame counts and milliseconds are whole numbers: 2.5 frames is a mistake, not 2.
+        if [2, 3, 6].contains(parameter), value.isFinite, value.rounded() != value {
+            throw SpeechClientError(.invalidArgument, "VAD parameter \(parameter) takes a whole number, not \(value)")
+        }
         var v = vad
         switch parameter {
         case 0: try check(0...60, "SNR (dB)"); v.snrDecibels = value

@@ -421,6 +421,14 @@ final class ClientWorker: @unchecked Sendable {
             // A rejected token before the context started: log in afresh (the relay dropped the
             // cached token) and open the context again, once. A file is read again from its
             // start; otherwise a stop already sent is sent again.
+            // While listening, the context's audio is in the replay buffer and the source must
+            // not start over: a fresh login and the replay, as after a connection loss.
+            if contextOpen, endpointer != nil, !authRetried, let error, error.code == .auth {
+                authRetried = true
+                client?.log(.info, "the server rejected the token; logging in again")
+                scheduleReconnect(attempt: 1, cause: error)
+                return
+            }
             if contextOpen, contextId.isEmpty, !authRetried, let error, error.code == .auth {
                 authRetried = true
                 client?.log(.info, "the server rejected the token; logging in again")
@@ -857,6 +865,7 @@ final class ClientWorker: @unchecked Sendable {
         suspended = true
         report(.suspended)
         deferredStart = false
+        if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
         endpointer = nil
         backlog = []
         backlogWaiting = false
