@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 out=$here/out/cxx
 if ! command -v protoc >/dev/null || ! command -v grpc_cpp_plugin >/dev/null || ! pkg-config --exists grpc++ protobuf; then
-    echo "build-cxx: protoc, grpc_cpp_plugin or grpc++ missing (apt-get install libgrpc++-dev protobuf-compiler-grpc)" >&2
+    echo "build-cxx: protoc, grpc_cpp_plugin or grpc++ missing (apt-get install libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc)" >&2
     exit 3
 fi
 mkdir -p "$out/gen"
