@@ -83,7 +83,7 @@ test-c: lib
 test-abi: lib
 	Tests/c/abi-check.sh $(LIB)
 
-test-python: lib
+test-python: lib demo
 	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q Tests/python
 
 # The reference server driven by grpcio's own client.

@@ -48,3 +48,13 @@ def final_segments(stdout: str):
     events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
     events = [e for e in events if e["type"] != "state"]
     return events, [e for e in events if e["type"] == "segment" and e["final"]]
+
+
+def word_errors(ref, hyp):
+    """Word-level edit distance (substitutions, insertions, deletions) between two word lists."""
+    d = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[len(hyp)]

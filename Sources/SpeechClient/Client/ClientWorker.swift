@@ -785,14 +785,7 @@ final class ClientWorker: @unchecked Sendable {
             if cancellation.isCancelled { abandonContext() } else { failContext(error) }
             return
         }
-        var settings = Endpointer.Settings()
-        settings.vad = options.vad
-        settings.preRollSamples = 16 * options.preRollMilliseconds
-        settings.trailingSilenceSamples = 16 * options.trailingSilenceMilliseconds
-        settings.minActivationSamples = 16 * options.minActivationMilliseconds
-        settings.maxActivationSamples = 16 * options.maxActivationMilliseconds
-        settings.announcesActivation = options.activation == .voice
-        endpointer = Endpointer(settings: settings)
+        endpointer = Endpointer(settings: Endpointer.Settings(options: options))
         audioSamples = 0
         backlog = []
         backlogWaiting = false

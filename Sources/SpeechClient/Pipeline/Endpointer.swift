@@ -25,6 +25,16 @@ public struct Endpointer: Sendable {
         /// Voice mode reports activate/deactivate here; wakeword mode reports them itself.
         public var announcesActivation = true
         public init() {}
+
+        /// The settings a client's options describe (milliseconds of 16 kHz audio as samples).
+        public init(options: ClientOptions) {
+            vad = options.vad
+            preRollSamples = 16 * options.preRollMilliseconds
+            trailingSilenceSamples = 16 * options.trailingSilenceMilliseconds
+            minActivationSamples = 16 * options.minActivationMilliseconds
+            maxActivationSamples = 16 * options.maxActivationMilliseconds
+            announcesActivation = options.activation != .wakeword
+        }
     }
 
     public let settings: Settings

@@ -13,12 +13,7 @@ func fuzzOne(_ bytes: [UInt8]) {
     _ = try? o.setVAD(parameter: Int32(bytes[2] % 7), value: Double(bytes[3]) / 100)
     _ = try? o.setEndpointing(preRoll: Int(bytes[4]) * 20, trailingSilence: 100 + Int(bytes[5]) * 10,
                               minActivation: Int(bytes[6]) * 10, maxActivation: 500 + Int(bytes[7]) * 20)
-    var s = Endpointer.Settings()
-    s.vad = o.vad
-    s.preRollSamples = 16 * o.preRollMilliseconds
-    s.trailingSilenceSamples = 16 * o.trailingSilenceMilliseconds
-    s.minActivationSamples = 16 * o.minActivationMilliseconds
-    s.maxActivationSamples = 16 * o.maxActivationMilliseconds
+    let s = Endpointer.Settings(options: o)
     var ep = Endpointer(settings: s)
     var samples: [Int16] = []
     var i = 8
