@@ -279,7 +279,9 @@ typedef enum spc_delivery {
 **   SPC_LISTEN_ACTIVATE    an activation began (VOICE: with the context it opens; WAKEWORD: the
 **                          phrase was heard)
 **   SPC_LISTEN_DEACTIVATE  the activation ended (its context is being stopped)
-**   SPC_LISTEN_TIMEOUT     the activation reached the maximum length; DEACTIVATE follows
+**   SPC_LISTEN_TIMEOUT     the activation reached the maximum length; its context is stopped
+**                          (DEACTIVATE follows in VOICE mode, and in WAKEWORD mode once the
+**                          phrase was heard)
 ** The detector runs only while listening (VOICE and WAKEWORD): MANUAL mode has no listen events.
 **
 ** The level callback (spc_level_cb), in every mode, reports the level of each chunk of audio
