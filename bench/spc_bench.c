@@ -6,6 +6,8 @@
 **   spc_bench --url URL --mode cold --launch-ns T          (T: CLOCK_MONOTONIC before exec)
 **   spc_bench --url URL --mode idle --mic DEVICE --window S
 **   paced: [--keep-samples 0] does not store latencies (a soak: memory of the library only)
+**   paced: [--thread-delivery 1] callbacks on the library's threads (the default delivery) instead
+**          of epoll + dispatch on the main thread; no latency figures then, CPU only
 **   paced: [--activation voice] listens hands-free instead: the chunks (a steady tone the
 **          detector learns as background) go through the VAD and open no context, so the CPU
 **          figure is what listening all day costs a stream (issue 8)
@@ -78,12 +80,14 @@ static struct {
     long tentatives, unmatched, errors, late;
     int started, stopped;
     int64_t first_started_ns;
+    int thread_mode; /* callbacks on library threads: count only */
 } g;
 
 static void on_segment(spc_client *c, const spc_segment *s, void *ud) {
     struct stream *st = ud;
     int64_t t = now_ns();
     (void)c;
+    if (g.thread_mode) { __atomic_add_fetch(&g.tentatives, 1, __ATOMIC_RELAXED); return; }
     g.tentatives++;
     if (st->head == st->tail) { g.unmatched++; return; }
     int64_t sent = st->sent[st->tail++ % RING];
@@ -106,14 +110,14 @@ static void on_start(spc_client *c, const char *id, void *ud) {
     (void)c; (void)id;
     if (!g.first_started_ns) g.first_started_ns = now_ns();
     st->started = 1;
-    g.started++;
+    __atomic_add_fetch(&g.started, 1, __ATOMIC_RELEASE);
 }
 
 static void on_stop(spc_client *c, const char *id, void *ud) {
     struct stream *st = ud;
     (void)c; (void)id;
     st->stopped = 1;
-    g.stopped++;
+    __atomic_add_fetch(&g.stopped, 1, __ATOMIC_RELEASE);
 }
 
 static void on_error(spc_client *c, const spc_error *e, void *ud) {
@@ -189,8 +193,8 @@ static int run_paced(const struct args *a) {
     int16_t chunk[CHUNK_FRAMES];
     for (int i = 0; i < CHUNK_FRAMES; i++) chunk[i] = (int16_t)((i * 37) % 2000 - 1000);
     struct args b = *a;
-    b.thread_delivery = 0; /* the callbacks and the pacing share this thread and its data */
-    int ep = epoll_create1(0);
+    g.thread_mode = a->thread_delivery;
+    int ep = a->thread_delivery ? -1 : epoll_create1(0); /* without: callbacks on library threads */
     for (int i = 0; i < n; i++) {
         s[i].index = i;
         s[i].client = new_client(make_options(&b, &s[i], 1));
@@ -350,6 +354,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--mic")) a.mic = v;
         else if (!strcmp(k, "--replay-ms")) a.replay_ms = atoi(v);
         else if (!strcmp(k, "--activation")) a.voice = v && !strcmp(v, "voice");
+        else if (!strcmp(k, "--thread-delivery")) a.thread_delivery = v && atoi(v) != 0;
         else if (!strcmp(k, "--launch-ns")) a.launch_ns = atoll(v);
         else if (!strcmp(k, "--keep-samples")) g.keep_samples = atoi(v);
         else { fprintf(stderr, "spc_bench: unknown option %s\n", k); return 2; }

@@ -34,8 +34,13 @@ public final class Client: @unchecked Sendable {
     private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
     private let logRelay: LogRelay
 
-    // Guarded by `lock`.
-    private let lock = ConditionLock()
+    // Guarded by `lock`. Its own condition wakes wait_idle callers; the worker and the
+    // callback thread each wait on a condition of their own, so that a command does not wake
+    // the callback thread and an event does not wake the worker (each spurious wake-up is two
+    // context switches, per chunk and per response).
+    private let lock: ConditionLock
+    private let workerWake: Condition
+    private let eventWake: Condition
     private var state = ClientState.idle
     private var pendingStart = false
     private var commands = FIFO<Command>()
@@ -72,6 +77,10 @@ public final class Client: @unchecked Sendable {
     public init(options: ClientOptions, service: (any RecognitionService)? = nil,
                 makeSource: (@Sendable (AudioInput) -> (any AudioSource)?)? = nil,
                 handler: EventHandler?) throws(SpeechClientError) {
+        let lock = ConditionLock()
+        self.lock = lock
+        workerWake = lock.makeCondition()
+        eventWake = lock.makeCondition()
         try options.validateForClient()
         guard let server = options.server else {
             throw SpeechClientError(.invalidArgument, "no server URL")
@@ -306,6 +315,7 @@ public final class Client: @unchecked Sendable {
             }
         }
         events.push(event)
+        eventWake.signal()
         if eventFD >= 0 && !eventFDSignaled {
             eventFDSignaled = true
             var one: UInt64 = 1
@@ -326,7 +336,7 @@ public final class Client: @unchecked Sendable {
 
     private func enqueueLocked(_ command: Command) {
         commands.push(command)
-        lock.broadcast()
+        workerWake.signal()
     }
 
     func enqueue(_ command: Command) {
@@ -343,9 +353,9 @@ public final class Client: @unchecked Sendable {
             }
             while wait && commands.isEmpty && !closing {
                 if let deadline {
-                    if !lock.wait(untilMonotonicNanos: deadline) { break }
+                    if !workerWake.wait(untilMonotonicNanos: deadline) { break }
                 } else {
-                    lock.wait()
+                    workerWake.wait()
                 }
             }
             if closing { return .some(nil) }
@@ -359,7 +369,6 @@ public final class Client: @unchecked Sendable {
         lock.withLock {
             guard !closing else { return }
             pushEventLocked(event)
-            lock.broadcast()
         }
     }
 
@@ -425,7 +434,7 @@ public final class Client: @unchecked Sendable {
     private func callbackLoop() {
         while true {
             let event: ClientEvent? = lock.withLock {
-                while events.isEmpty && !callbacksClosing { lock.wait() }
+                while events.isEmpty && !callbacksClosing { eventWake.wait() }
                 let e = events.pop()
                 if e != nil { delivering = true }
                 return e
@@ -443,6 +452,7 @@ public final class Client: @unchecked Sendable {
         let threads: (NativeThread?, NativeThread?) = lock.withLock {
             closing = true
             lock.broadcast()
+            workerWake.signal()
             let t = (workerThread, callbackThread)
             workerThread = nil
             return t
@@ -453,6 +463,7 @@ public final class Client: @unchecked Sendable {
         lock.withLock {
             callbacksClosing = true
             lock.broadcast()
+            eventWake.signal()
         }
         threads.1?.join()
         lock.withLock { callbackThread = nil }

@@ -6,8 +6,9 @@ import CShims
 /// A mutex with a condition variable, for the few places that must block a thread until
 /// another one signals (queues, waits with a timeout). `Synchronization.Mutex` has no condition.
 public final class ConditionLock: @unchecked Sendable {
-    // The pthread objects are heap-allocated so they never move; only this class touches them.
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    // The pthread objects are heap-allocated so they never move; only this class and its
+    // Conditions touch them.
+    fileprivate let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
 
     public init() {
@@ -42,6 +43,42 @@ public final class ConditionLock: @unchecked Sendable {
     }
 
     public func broadcast() { pthread_cond_broadcast(cond) }
+
+    /// A further condition on this lock's mutex, so that each kind of waiter is woken only for
+    /// what it waits for.
+    public func makeCondition() -> Condition { Condition(lock: self) }
+}
+
+/// A condition variable on a `ConditionLock`'s mutex (from `makeCondition()`); wait and signal
+/// with that lock held.
+public final class Condition: @unchecked Sendable {
+    private let lock: ConditionLock  // kept alive: its mutex is the one waits release
+    private let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var mutex: UnsafeMutablePointer<pthread_mutex_t> { lock.mutex }
+
+    fileprivate init(lock: ConditionLock) {
+        self.lock = lock
+        var attr = pthread_condattr_t()
+        pthread_condattr_init(&attr)
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
+        pthread_cond_init(cond, &attr)
+        pthread_condattr_destroy(&attr)
+    }
+
+    deinit {
+        pthread_cond_destroy(cond)
+        cond.deallocate()
+    }
+
+    public func wait() { pthread_cond_wait(cond, mutex) }
+
+    /// Returns false when the deadline (monotonic ns) passed.
+    public func wait(untilMonotonicNanos deadline: UInt64) -> Bool {
+        var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        return pthread_cond_timedwait(cond, mutex, &ts) != ETIMEDOUT
+    }
+
+    public func signal() { pthread_cond_signal(cond) }
 }
 
 public enum Clock {
