@@ -244,7 +244,20 @@ public final class Client: @unchecked Sendable {
             let samples = converter.process(int16: frames)
             return pushPath?.chunker.append(samples) ?? []
         }
-        if !chunks.isEmpty { enqueue(.audio(chunks)) }
+        guard !chunks.isEmpty else { return }
+        // While the worker is idle (no command queued or in hand, its audio lock free), this
+        // thread sends the chunks itself: one thread hand-off less per chunk. The worker's lock
+        // is only tried, never waited for, so a push never blocks on a connect or a login.
+        let idleWorker: ClientWorker? = lock.withLock {
+            guard commands.isEmpty, !workerBusy, !closing, let w = worker, w.takesDirect, w.audioLock.tryLock() else { return nil }
+            return w
+        }
+        if let idleWorker {
+            idleWorker.takeDirect(chunks)
+            idleWorker.audioLock.unlock()
+        } else {
+            enqueue(.audio(chunks))
+        }
     }
 
     public func pushEnd() throws(SpeechClientError) {

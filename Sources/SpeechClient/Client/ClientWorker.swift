@@ -13,6 +13,10 @@ final class ClientWorker: @unchecked Sendable {
     /// Cancelled by suspend and free (from the API thread) to interrupt a connect or login in
     /// progress; reset here once the suspend is handled.
     let cancellation = Cancellation()
+    /// Held by the worker while it handles a command or pumps, and by a thread pushing audio
+    /// that sends its chunks itself while the worker is idle (`takeDirect`): the state of the
+    /// audio path is only touched under it. Never held while waiting for commands.
+    let audioLock = ConditionLock()
     private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
     private let samplesPerChunk: Int
 
@@ -116,25 +120,42 @@ final class ClientWorker: @unchecked Sendable {
             let deadline = reconnect?.at ?? idleDeadline
             let busy = pumping || replayCursor != nil
             guard let next = client.nextCommand(wait: !busy || stream == nil && isFile && replayCursor == nil, deadline: deadline) else {
-                if let r = reconnect, Clock.monotonicNanos() >= r.at {
-                    attemptReconnect()
-                } else if replayCursor != nil || pumping {
-                    if replayCursor != nil && !pumpReplay() && !pumping {
-                        var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
-                        nanosleep(&ts, nil)
-                    }
-                    if pumping { pumpOnce() }
-                } else if let idleDeadline, Clock.monotonicNanos() >= idleDeadline {
-                    client.log(.debug, "closing the idle SLU stream")
-                    stream?.finish()
-                    stream = nil
-                }
+                audioLock.withLock { idleStep(idleDeadline: idleDeadline) }
                 continue
             }
             lastActivity = Clock.monotonicNanos()
             guard let command = next else { return }
-            handle(command)
+            audioLock.withLock { handle(command) }
         }
+    }
+
+    /// What the worker does between commands: reconnect, replay, pump the source, close an
+    /// idle stream.
+    private func idleStep(idleDeadline: UInt64?) {
+        guard let client else { return }
+        if let r = reconnect, Clock.monotonicNanos() >= r.at {
+            attemptReconnect()
+        } else if replayCursor != nil || pumping {
+            if replayCursor != nil && !pumpReplay() && !pumping {
+                var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
+                nanosleep(&ts, nil)
+            }
+            if pumping { pumpOnce() }
+        } else if let idleDeadline, Clock.monotonicNanos() >= idleDeadline {
+            client.log(.debug, "closing the idle SLU stream")
+            stream?.finish()
+            stream = nil
+        }
+    }
+
+    /// Chunks pushed while the worker is idle, sent from the pushing thread with `audioLock`
+    /// held (the caller took it): the same as the worker taking them, without a thread hand-off
+    /// per chunk. Only in manual activation, where taking a chunk never blocks (listening may
+    /// have to connect to open a context).
+    var takesDirect: Bool { options.activation == .manual }
+
+    func takeDirect(_ chunks: [[Int16]]) {
+        for c in chunks { take(c) }
     }
 
     private var isFile: Bool {
@@ -144,6 +165,10 @@ final class ClientWorker: @unchecked Sendable {
 
     /// Called after the thread was joined: releases the stream and the source.
     func shutdown() {
+        audioLock.withLock { releaseAll() }
+    }
+
+    private func releaseAll() {
         stream?.cancel()
         stream = nil
         source?.close()

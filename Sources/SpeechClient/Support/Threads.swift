@@ -33,6 +33,11 @@ public final class ConditionLock: @unchecked Sendable {
         return try body()
     }
 
+    /// Takes the lock if no one holds it; then the caller must `unlock()` it. For a path that
+    /// may do work itself only when the owner is idle, and must never wait for it.
+    public func tryLock() -> Bool { pthread_mutex_trylock(mutex) == 0 }
+    public func unlock() { pthread_mutex_unlock(mutex) }
+
     /// Call with the lock held (inside `withLock`).
     public func wait() { pthread_cond_wait(cond, mutex) }
 
