@@ -22,6 +22,13 @@ private func update(_ options: OpaquePointer?, _ body: (inout ClientOptions) thr
     }
 }
 
+/// For the callback setters: a callback and its user_data stored in the options.
+private func setCallback(_ options: OpaquePointer?, _ body: (inout CCallbacks) -> Void) -> spc_status {
+    guard let handle = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
+    body(&handle.callbacks)
+    return SPC_OK
+}
+
 /// For setters whose string is required.
 private func required(_ p: UnsafePointer<CChar>?) throws(SpeechClientError) -> String {
     guard let p else { throw SpeechClientError(.invalidArgument, "a required string argument is NULL") }
@@ -132,50 +139,32 @@ public func spc_options_set_log_level(_ options: OpaquePointer?, _ level: spc_lo
 
 @c @implementation
 public func spc_options_set_segment_cb(_ options: OpaquePointer?, _ cb: spc_segment_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
-    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
-    h.callbacks.segment = cb
-    h.callbacks.segmentData = userData
-    return SPC_OK
+    setCallback(options) { $0.segment = cb; $0.segmentData = userData }
 }
 
 @c @implementation
 public func spc_options_set_error_cb(_ options: OpaquePointer?, _ cb: spc_error_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
-    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
-    h.callbacks.error = cb
-    h.callbacks.errorData = userData
-    return SPC_OK
+    setCallback(options) { $0.error = cb; $0.errorData = userData }
 }
 
 @c @implementation
 public func spc_options_set_start_cb(_ options: OpaquePointer?, _ cb: spc_start_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
-    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
-    h.callbacks.start = cb
-    h.callbacks.startData = userData
-    return SPC_OK
+    setCallback(options) { $0.start = cb; $0.startData = userData }
 }
 
 @c @implementation
 public func spc_options_set_stop_cb(_ options: OpaquePointer?, _ cb: spc_stop_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
-    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
-    h.callbacks.stop = cb
-    h.callbacks.stopData = userData
-    return SPC_OK
+    setCallback(options) { $0.stop = cb; $0.stopData = userData }
 }
 
 @c @implementation
 public func spc_options_set_log_cb(_ options: OpaquePointer?, _ cb: spc_log_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
-    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
-    h.callbacks.log = cb
-    h.callbacks.logData = userData
-    return SPC_OK
+    setCallback(options) { $0.log = cb; $0.logData = userData }
 }
 
 @c @implementation
 public func spc_options_set_state_cb(_ options: OpaquePointer?, _ cb: spc_state_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
-    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
-    h.callbacks.state = cb
-    h.callbacks.stateData = userData
-    return SPC_OK
+    setCallback(options) { $0.state = cb; $0.stateData = userData }
 }
 
 @c @implementation
@@ -216,18 +205,12 @@ public func spc_options_set_endpointing(_ options: OpaquePointer?, _ preRollMs: 
 
 @c @implementation
 public func spc_options_set_listen_cb(_ options: OpaquePointer?, _ cb: spc_listen_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
-    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
-    h.callbacks.listen = cb
-    h.callbacks.listenData = userData
-    return SPC_OK
+    setCallback(options) { $0.listen = cb; $0.listenData = userData }
 }
 
 @c @implementation
 public func spc_options_set_level_cb(_ options: OpaquePointer?, _ cb: spc_level_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
-    guard let h = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
-    h.callbacks.level = cb
-    h.callbacks.levelData = userData
     // Levels cost a pass over every chunk: computed only for an application that wants them.
-    h.options.reportLevels = cb != nil
-    return SPC_OK
+    if let h = OptionsHandle.from(options) { h.options.reportLevels = cb != nil }
+    return setCallback(options) { $0.level = cb; $0.levelData = userData }
 }

@@ -118,7 +118,9 @@ final class ClientWorker: @unchecked Sendable {
             // official clients did the same) and reopened by the next start.
             let idleDeadline = (stream != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
             let deadline = reconnect?.at ?? idleDeadline
-            let busy = pumping || replayCursor != nil
+            // A file waits out a reconnection's delay (nothing would take its audio but the
+            // replay buffer, which would overflow); a microphone is read all the same.
+            let busy = (pumping && !(isFile && reconnect != nil)) || replayCursor != nil
             guard let next = client.nextCommand(wait: !busy || stream == nil && isFile && replayCursor == nil, deadline: deadline) else {
                 audioLock.withLock { idleStep(idleDeadline: idleDeadline) }
                 continue
@@ -275,22 +277,20 @@ final class ClientWorker: @unchecked Sendable {
         contextOpen = true
         stopSent = false
         woken = false
-        if !authRetried {
-            contextId = ""
-            lossesWithoutProgress = 0
-            pendingLoss = nil
-            replay.reset()
-            contextSamples = 0
-            finalizedUpTo = 0
-            pendingOffsets = [0]
-            timeOffsets = [:]
-            segmentMap = [:]
-            nextUserSegment = 0
-            rolloverFinishes = 0
-            serverContextStart = 0
-            silentRun = 0
-            nextSegment = 0
-        }
+        contextId = ""
+        lossesWithoutProgress = 0
+        pendingLoss = nil
+        replay.reset()
+        contextSamples = 0
+        finalizedUpTo = 0
+        pendingOffsets = [0]
+        timeOffsets = [:]
+        segmentMap = [:]
+        nextUserSegment = 0
+        rolloverFinishes = 0
+        serverContextStart = 0
+        silentRun = 0
+        nextSegment = 0
         client?.transition({ _, _ in }, contextOpen: true)
         stream?.send(.start(appId: options.appId ?? "", options: options.contextOptions))
     }
@@ -317,8 +317,10 @@ final class ClientWorker: @unchecked Sendable {
     /// more. The microphone is never held back: its audio cannot wait.
     private func pumpOnce() {
         guard pumping, let source, let converter else { pumping = false; return }
-        // A file also waits while an activation waits for the previous context to finish.
-        if case .file = options.audio, backlogWaiting || (stream?.backlogBytes ?? 0) > Self.fileBacklogLimit {
+        // A file also waits while an activation waits for the previous context to finish, and
+        // while a reconnection is pending or its replay still going out.
+        if case .file = options.audio,
+           backlogWaiting || reconnect != nil || replayCursor != nil || (stream?.backlogBytes ?? 0) > Self.fileBacklogLimit {
             var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
             nanosleep(&ts, nil)
             return
@@ -443,32 +445,13 @@ final class ClientWorker: @unchecked Sendable {
         switch event {
         case .closed(let error):
             stream = nil
-            // A rejected token before the context started: log in afresh (the relay dropped the
-            // cached token) and open the context again, once. A file is read again from its
-            // start; otherwise a stop already sent is sent again.
-            // While listening, the context's audio is in the replay buffer and the source must
-            // not start over: a fresh login and the replay, as after a connection loss.
-            if contextOpen, endpointer != nil, !authRetried, let error, error.code == .auth {
+            // A rejected token (expired, or a server restarted with a new secret), before the
+            // context started or during it: the relay has dropped the cached token. Once, log in
+            // afresh and replay the context's audio, as after a connection loss: what was sent
+            // to the refused stream is in the replay buffer, and the source goes on where it is.
+            if contextOpen, !authRetried, let error, error.code == .auth {
                 authRetried = true
-                client?.log(.info, "the server rejected the token; logging in again")
-                scheduleReconnect(attempt: 1, cause: error)
-                return
-            }
-            if contextOpen, contextId.isEmpty, !authRetried, let error, error.code == .auth {
-                authRetried = true
-                client?.log(.info, "the server rejected the token; logging in again")
-                let wasStopped = stopSent
-                contextOpen = false
-                if isFile { closeFileSource() }
-                handleStart()
-                if wasStopped && !isFile { sendStop() }
-                return
-            }
-            // The same mid-context (a reconnection reached a restarted server that signs with a
-            // new secret): the cached token is already dropped; reconnect once with a fresh login.
-            if contextOpen, !contextId.isEmpty, !authRetried, let error, error.code == .auth {
-                authRetried = true
-                client?.log(.info, "the server rejected the token during context \(contextId); logging in again")
+                client?.log(.info, "the server rejected the token\(contextId.isEmpty ? "" : " during context \(contextId)"); logging in again")
                 scheduleReconnect(attempt: 1, cause: error)
                 return
             }
@@ -708,6 +691,8 @@ final class ClientWorker: @unchecked Sendable {
     @discardableResult
     private func pumpReplay() -> Bool {
         guard let cursor = replayCursor, let stream, reconnect == nil else { return false }
+        // Checked first: this runs every 0.3 ms while the stream drains.
+        if stream.backlogBytes > Self.fileBacklogLimit { return false }
         var at = max(cursor, replay.oldestSample)
         var sent = false
         for chunk in replay.chunks(from: at) {
@@ -758,15 +743,16 @@ final class ClientWorker: @unchecked Sendable {
         }
         let actions = ep.process(chunk)
         endpointer = ep
-        perform(actions, base: at - (ep.position - chunk.count))
+        perform(actions)
     }
 
-    /// Carries out the endpointer's actions; `base` turns its sample positions into ours.
-    private func perform(_ actions: [Endpointer.Action], base: Int) {
+    /// Carries out the endpointer's actions. Its sample positions are ours: both count from the
+    /// start of listening.
+    private func perform(_ actions: [Endpointer.Action]) {
         for action in actions {
             switch action {
             case .event(let e, let sample):
-                client?.emit(.listen(e, positionMilliseconds: Int64((base + sample) / 16)))
+                client?.emit(.listen(e, positionMilliseconds: Int64(sample / 16)))
             case .open:
                 if contextOpen {
                     // The previous context is still finishing: this one waits for it.
@@ -827,8 +813,7 @@ final class ClientWorker: @unchecked Sendable {
         } catch {
             client?.emit(.error(SpeechClientError(error.code, "a context could not be opened for the speech heard: \(error.message)", grpcStatus: error.grpcStatus)))
             if var ep = endpointer, ep.isActive {
-                let base = audioSamples - ep.position
-                perform(ep.finish().filter { $0 != .close }, base: base)
+                perform(ep.abandon())
                 endpointer = ep
             }
             backlog = []
@@ -856,10 +841,9 @@ final class ClientWorker: @unchecked Sendable {
     /// delivers its last results, then the client is idle.
     private func stopListening(auto: Bool) {
         guard var ep = endpointer else { return }
-        let base = audioSamples - ep.position
         let actions = ep.finish()
         endpointer = nil
-        perform(actions, base: base)
+        perform(actions)
         pumping = false
         closeFileSource()
         if auto {

@@ -44,6 +44,8 @@ public struct Endpointer: Sendable {
     private var preRoll: [[Int16]] = []
     private var preRollCount = 0
     private var activation: (start: Int, lastSpeech: Int)?
+    /// After an abandoned activation: no new one until the detector hears the speech end.
+    private var waitForSilence = false
 
     public var isActive: Bool { activation != nil }
 
@@ -57,14 +59,17 @@ public struct Endpointer: Sendable {
         position += chunk.count
         let end = position
         var out: [Action] = []
-        var spoke = vad.isSpeech
         var speechAt = at
         var silenceAt: Int?
+        var speechBegan = false
         for t in vad.process(chunk) {
             out.append(.event(t.isSpeech ? .speech : .silence, sample: t.sample))
-            if t.isSpeech && !spoke { speechAt = t.sample }
-            if t.isSpeech { spoke = true } else { silenceAt = t.sample }
+            if t.isSpeech && !speechBegan { speechAt = t.sample; speechBegan = true }
+            if !t.isSpeech { silenceAt = t.sample }
         }
+        // Speech in this chunk: at its end, or begun within it (a short burst).
+        let spoke = vad.isSpeech || speechBegan
+        if waitForSilence && !vad.isSpeech { waitForSilence = false }
         if var a = activation {
             out.append(.audio(chunk))
             // The trailing silence counts from where the speech ended (the detector reports
@@ -82,7 +87,7 @@ public struct Endpointer: Sendable {
                       end - a.start >= settings.minActivationSamples {
                 out += finish()
             }
-        } else if spoke {
+        } else if spoke && !waitForSilence {
             activation = (start: at - preRollCount, lastSpeech: end)
             if settings.announcesActivation { out.append(.event(.activate, sample: speechAt)) }
             out.append(.open)
@@ -97,12 +102,16 @@ public struct Endpointer: Sendable {
                 preRoll.removeFirst()
                 preRollCount -= first.count
             }
-            if settings.preRollSamples == 0 {
-                preRoll.removeAll()
-                preRollCount = 0
-            }
         }
         return out
+    }
+
+    /// Ends an activation whose context could not be opened: deactivate, nothing to close, and
+    /// the speech going on does not open another one (each would fail the same way, every chunk).
+    public mutating func abandon() -> [Action] {
+        guard activation != nil else { return [] }
+        waitForSilence = true
+        return finish().filter { $0 != .close }
     }
 
     /// Ends the activation now (listening stopped, or the audio ended): deactivate and close.

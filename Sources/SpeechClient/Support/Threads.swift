@@ -9,15 +9,10 @@ public final class ConditionLock: @unchecked Sendable {
     // The pthread objects are heap-allocated so they never move; only this class and its
     // Conditions touch them.
     fileprivate let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private let cond = makeMonotonicCondition()
 
     public init() {
         pthread_mutex_init(mutex, nil)
-        var attr = pthread_condattr_t()
-        pthread_condattr_init(&attr)
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
-        pthread_cond_init(cond, &attr)
-        pthread_condattr_destroy(&attr)
     }
 
     deinit {
@@ -43,8 +38,7 @@ public final class ConditionLock: @unchecked Sendable {
 
     /// Call with the lock held. Returns false when the deadline (monotonic ns) passed.
     public func wait(untilMonotonicNanos deadline: UInt64) -> Bool {
-        var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
-        return pthread_cond_timedwait(cond, mutex, &ts) != ETIMEDOUT
+        waitUntil(cond, mutex, deadline)
     }
 
     public func broadcast() { pthread_cond_broadcast(cond) }
@@ -58,16 +52,11 @@ public final class ConditionLock: @unchecked Sendable {
 /// with that lock held.
 public final class Condition: @unchecked Sendable {
     private let lock: ConditionLock  // kept alive: its mutex is the one waits release
-    private let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private let cond = makeMonotonicCondition()
     private var mutex: UnsafeMutablePointer<pthread_mutex_t> { lock.mutex }
 
     fileprivate init(lock: ConditionLock) {
         self.lock = lock
-        var attr = pthread_condattr_t()
-        pthread_condattr_init(&attr)
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
-        pthread_cond_init(cond, &attr)
-        pthread_condattr_destroy(&attr)
     }
 
     deinit {
@@ -79,11 +68,29 @@ public final class Condition: @unchecked Sendable {
 
     /// Returns false when the deadline (monotonic ns) passed.
     public func wait(untilMonotonicNanos deadline: UInt64) -> Bool {
-        var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
-        return pthread_cond_timedwait(cond, mutex, &ts) != ETIMEDOUT
+        waitUntil(cond, mutex, deadline)
     }
 
     public func signal() { pthread_cond_signal(cond) }
+}
+
+/// A heap-allocated condition variable whose timed waits use CLOCK_MONOTONIC (deadlines are
+/// `Clock.monotonicNanos()` values, immune to wall-clock changes).
+private func makeMonotonicCondition() -> UnsafeMutablePointer<pthread_cond_t> {
+    let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    var attr = pthread_condattr_t()
+    pthread_condattr_init(&attr)
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
+    pthread_cond_init(cond, &attr)
+    pthread_condattr_destroy(&attr)
+    return cond
+}
+
+/// Waits on `cond` (with `mutex` held) until signalled or `deadline`; false when it passed.
+private func waitUntil(_ cond: UnsafeMutablePointer<pthread_cond_t>, _ mutex: UnsafeMutablePointer<pthread_mutex_t>,
+                       _ deadline: UInt64) -> Bool {
+    var ts = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+    return pthread_cond_timedwait(cond, mutex, &ts) != ETIMEDOUT
 }
 
 public enum Clock {

@@ -318,6 +318,23 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         #expect(opened2 == 2)
     }
 
+    @Test func audioSentBeforeATokenRejectionIsReplayed() throws {
+        // The fake refuses the first stream at its start; the chunks pushed meanwhile went to
+        // the refused stream. After the fresh login they must reach the server all the same.
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(rejectStreams: 1))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let samples = [Int16](repeating: 1000, count: 16_000 * 3 / 10)   // 300 ms = 3 chunks
+        samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(log.lines.filter { $0.hasPrefix("segment final") } == ["segment final w1 w2 w3"], "\(log.lines)")
+        #expect(log.lines.first == "start ctx-1" && log.lines.last == "stop ctx-1")
+        #expect(service.streamsOpened.load(ordering: .relaxed) == 2)
+    }
+
     @Test func idleStreamIsClosedAndReopenedOnDemand() throws {
         var o = try pushOptions()
         o.idleStreamMilliseconds = 50

@@ -20,6 +20,12 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var hangOpen = false
         /// Opening a stream takes this long (ms) before it succeeds or fails.
         var openDelayMilliseconds = 0
+        /// Stop is never answered (no final words, no finished).
+        var ignoreStop = false
+        /// After a context's finished, the stream is closed by the server.
+        var closeAfterFinished = false
+        /// Opening more than this many streams fails with a network error.
+        var maxStreams = Int.max
     }
 
     let behaviour: Behaviour
@@ -32,6 +38,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) -> any RecognitionStream {
         if behaviour.openDelayMilliseconds > 0 { usleep(UInt32(behaviour.openDelayMilliseconds) * 1000) }
         if let error = behaviour.failConnect { throw error }
+        if streamsOpened.load(ordering: .relaxed) >= behaviour.maxStreams {
+            throw SpeechClientError(.network, "the fake server accepts no more streams")
+        }
         if behaviour.hangOpen {
             let end = Clock.monotonicNanos() + 10_000_000_000
             while Clock.monotonicNanos() < end {
@@ -93,6 +102,8 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     let w = SLUWord(text: "w\(s.chunks)", index: Int32(s.chunks - 1), startMilliseconds: 0, endMilliseconds: 0)
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: w.text, words: [w]))))
                 }
+            case .stop where service.behaviour.ignoreStop:
+                break
             case .stop:
                 if let id = s.context {
                     for i in 0..<s.chunks {
@@ -101,6 +112,10 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     }
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .segmentEnd)))
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
+                    if service.behaviour.closeAfterFinished {
+                        s.closed = true
+                        out.append(.closed(nil))
+                    }
                 }
                 s.context = nil
             }

@@ -94,6 +94,47 @@ import Testing
         if let d = lines.firstIndex(of: "listen deactivate") { #expect(lines[d + 1] == "stop ctx-1") }
     }
 
+    @Test func aContextThatCannotOpenIsAnErrorAndListeningGoesOn() throws {
+        // The server closes the stream after the first context and accepts no new one: the
+        // second utterance gets an error naming it, and the client is still listening.
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(closeAfterFinished: true, maxStreams: 1))
+        let client = try Client(options: try Self.options(.voice), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        var g = Signals.Noise()
+        Self.push(client, Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 800, dbfs: -25, &g)
+                  + Signals.noise(ms: 2_000, dbfs: -50, &g))
+        for _ in 0..<400 where !log.lines.contains("stop ctx-1") { usleepMs(5) }
+        usleepMs(50)  // the server's close after finished
+        Self.push(client, Signals.speech(ms: 800, dbfs: -25, &g) + Signals.noise(ms: 2_000, dbfs: -50, &g))
+        for _ in 0..<400 where !log.lines.contains("error network") { usleepMs(5) }
+        #expect(client.currentState == .listening)
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let lines = log.lines.filter { !$0.hasPrefix("listen speech") && !$0.hasPrefix("listen silence") && !$0.hasPrefix("segment") }
+        #expect(lines == ["listen activate", "listen deactivate", "start ctx-1", "stop ctx-1",
+                          "listen activate", "error network", "listen deactivate"], "\(log.lines.filter { !$0.hasPrefix("segment") })")
+    }
+
+    @Test func speechWaitingForAContextThatNeverFinishesIsBounded() throws {
+        // The server never answers a stop, so the second utterance waits for the first context
+        // for ever; past the backlog's bound (60 s) one error says speech is being dropped.
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(ignoreStop: true))
+        let client = try Client(options: try Self.options(.voice), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        var g = Signals.Noise()
+        Self.push(client, Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 800, dbfs: -25, &g)
+                  + Signals.noise(ms: 2_000, dbfs: -50, &g))
+        for _ in 0..<70 { Self.push(client, Signals.speech(ms: 1_000, dbfs: -25, &g)) }
+        for _ in 0..<400 where !log.lines.contains("error network") { usleepMs(5) }
+        #expect(log.lines.filter { $0 == "error network" }.count == 1, "\(log.lines.suffix(10))")
+        #expect(log.lines.filter { $0.hasPrefix("start") } == ["start ctx-1"])
+        #expect(client.currentState == .listening)
+    }
+
     @Test func wakewordModeNeedsAPhrase() throws {
         #expect(throws: SpeechClientError.self) {
             _ = try Client(options: try Self.options(.wakeword), service: FakeRecognitionService(), handler: nil)

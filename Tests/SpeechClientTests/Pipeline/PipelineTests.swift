@@ -182,6 +182,23 @@ enum Signals {
         #expect(ep.finish().isEmpty && !ep.isActive)
     }
 
+    @Test func anAbandonedActivationWaitsForTheSpeechToEnd() {
+        var g = Signals.Noise()
+        var ep = Endpointer(settings: Self.settings())
+        _ = ep.process(Signals.noise(ms: 500, dbfs: -50, &g))
+        #expect(ep.process(Signals.speech(ms: 300, dbfs: -20, &g)).contains(.open))
+        let abandoned = ep.abandon()
+        #expect(abandoned == [.event(.deactivate, sample: ep.position)] && !ep.isActive)
+        // The same speech goes on: no new activation.
+        for c in Signals.chunks(Signals.speech(ms: 1_000, dbfs: -20, &g)) { #expect(!ep.process(c).contains(.open)) }
+        // After a pause, new speech opens one again.
+        for c in Signals.chunks(Signals.noise(ms: 1_000, dbfs: -50, &g)) { _ = ep.process(c) }
+        var opened = false
+        for c in Signals.chunks(Signals.speech(ms: 500, dbfs: -20, &g)) where ep.process(c).contains(.open) { opened = true }
+        #expect(opened)
+        #expect(ep.abandon().count == 1 && ep.abandon().isEmpty)
+    }
+
     @Test func wakewordMatching() {
         #expect(ClientOptions.normalizedWords("Hey, Computer!") == ["hey", "computer"])
         #expect(ClientWorker.contains(["ok", "Hey", "computer,", "lights"], phrase: ["hey", "computer"]))
