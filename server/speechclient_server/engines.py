@@ -156,9 +156,12 @@ class _PSRecognizer(Recognizer):
         self.last: List[Word] = []
         self.done = False
 
+    def _hypothesis(self) -> List[Word]:
+        return PocketSphinxEngine.words(self.d) if self.d.hyp() is not None else []
+
     def feed(self, pcm: bytes) -> Optional[List[Word]]:
         self.d.process_raw(pcm, False, False)
-        words = PocketSphinxEngine.words(self.d) if self.d.hyp() is not None else []
+        words = self._hypothesis()
         if [w for w, _, _ in words] == [w for w, _, _ in self.last]:
             return None
         self.last = words
@@ -168,14 +171,12 @@ class _PSRecognizer(Recognizer):
         if self.done:
             return []
         self.done = True
-        # What the decoder heard so far, before end_utt: with a grammar, end_utt finds no
-        # hypothesis when the audio stops mid-sentence (a stop while the user still speaks), and
-        # the words already shown as tentative would be lost. They are the final words then.
-        heard = PocketSphinxEngine.words(self.d) if self.d.hyp() is not None else []
         self.d.end_utt()
-        words = PocketSphinxEngine.words(self.d) if self.d.hyp() is not None else []
+        # With a grammar, end_utt finds no hypothesis when the audio stops mid-sentence (a stop
+        # while the user still speaks): empty then. The server keeps the tentative words.
+        words = self._hypothesis()
         self.engine._release(self.d)
-        return words or heard
+        return words
 
     def close(self) -> None:
         if not self.done:

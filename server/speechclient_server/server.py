@@ -105,8 +105,7 @@ class Segment:
         self.start_sample = start_sample   # in the context's 16 kHz audio
         self.silence = 0                   # samples of silence at the end
         self.pending = bytearray()         # audio not yet given to the recognizer
-        self.words: List[str] = []         # the tentative words last sent
-        self.heard: List[Word] = []        # the same with their times
+        self.heard: List[Word] = []        # the tentative words last sent, with their times
         self.intent: Optional[str] = None  # the tentative intent last sent
         self.entities: Tuple = ()          # the tentative entities last sent
 
@@ -339,9 +338,9 @@ class SLU(slu_pb2_grpc.SLUServicer):
         if words is None:
             return
         text = [w for w, _, _ in words]
-        if text == seg.words:
+        if text == [w for w, _, _ in seg.heard]:
             return
-        seg.words, seg.heard = text, words
+        seg.heard = words
         yield self._resp(ctx, seg.id, tentative_transcript=slu_pb2.SLUTentativeTranscript(
             tentative_transcript=" ".join(text), tentative_words=self._words(seg, words)))
         match = self.intents.match(text, final=False)
