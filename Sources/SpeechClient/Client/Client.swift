@@ -318,7 +318,9 @@ public final class Client: @unchecked Sendable {
     /// same segment carries everything a dropped one had, and its final one is never dropped.
     static let maxPendingEvents = 16_384
 
-    /// Queues an event for the application; in application delivery, makes the fd readable.
+    /// Queues an event for the application. Who must be woken for it (the callback thread, or
+    /// the event fd made readable) is done by `announce` once the lock is released: woken under
+    /// the lock, that thread would run straight into it (on a shared core: two more switches).
     private func pushEventLocked(_ event: ClientEvent) {
         if events.count >= Self.maxPendingEvents {
             switch event {
@@ -328,9 +330,27 @@ public final class Client: @unchecked Sendable {
             }
         }
         events.push(event)
-        eventWake.signal()
+        pendingWake.thread = true
         if eventFD >= 0 && !eventFDSignaled {
             eventFDSignaled = true
+            pendingWake.fd = true
+        }
+    }
+
+    private struct Wake { var thread = false, fd = false }
+    /// Set by `pushEventLocked`, taken by `takeWakeLocked` in the same critical section.
+    private var pendingWake = Wake()
+
+    private func takeWakeLocked() -> Wake {
+        let w = pendingWake
+        pendingWake = Wake()
+        return w
+    }
+
+    /// Call without the lock. The client is alive (the caller holds it), so the fd is open.
+    private func announce(_ wake: Wake) {
+        if wake.thread && eventFD < 0 { eventWake.signal() }
+        if wake.fd {
             var one: UInt64 = 1
             _ = write(eventFD, &one, 8)
         }
@@ -378,11 +398,32 @@ public final class Client: @unchecked Sendable {
         }
     }
 
-    func emit(_ event: ClientEvent) {
-        lock.withLock {
-            guard !closing else { return }
-            pushEventLocked(event)
+    /// An event of the client's stream, on the thread that received it (the event loop). A
+    /// segment update is folded in right here while the worker is idle (nothing queued or in
+    /// hand, its audio lock free: tried, never waited for); anything else, or a busy worker,
+    /// queues it for the worker, in order.
+    func streamEvent(_ event: StreamEvent, generation: Int) {
+        let idleWorker: ClientWorker? = lock.withLock {
+            guard commands.isEmpty, !workerBusy, !closing, let w = worker, ClientWorker.isDirectUpdate(event),
+                  w.audioLock.tryLock() else {
+                enqueueLocked(.stream(event, generation: generation))
+                return nil
+            }
+            return w
         }
+        if let idleWorker {
+            idleWorker.takeDirect(event, generation: generation)
+            idleWorker.audioLock.unlock()
+        }
+    }
+
+    func emit(_ event: ClientEvent) {
+        let wake: Wake = lock.withLock {
+            guard !closing else { return Wake() }
+            pushEventLocked(event)
+            return takeWakeLocked()
+        }
+        announce(wake)
     }
 
     func log(_ level: LogLevel, _ message: String) {
@@ -392,12 +433,14 @@ public final class Client: @unchecked Sendable {
 
     /// Worker-side state changes, with the events that announce them queued atomically.
     func transition(_ change: (inout ClientState, inout Bool) -> Void, contextOpen open: Bool? = nil, events newEvents: [ClientEvent] = []) {
-        lock.withLock {
+        let wake: Wake = lock.withLock {
             change(&state, &pendingStart)
             if let open { contextOpen = open }
             if !closing { for e in newEvents { pushEventLocked(e) } }
             lock.broadcast()
+            return takeWakeLocked()
         }
+        announce(wake)
     }
 
     // MARK: - Application delivery
@@ -419,11 +462,11 @@ public final class Client: @unchecked Sendable {
         while maxEvents == 0 || ran < maxEvents {
             let event: ClientEvent? = lock.withLock {
                 guard let e = events.pop() else {
-                    if eventFDSignaled {
-                        var value: UInt64 = 0
-                        _ = read(eventFD, &value, 8)
-                        eventFDSignaled = false
-                    }
+                    // Read even when not marked signaled: a write announced before the last
+                    // drain may have landed after it (it is made outside the lock).
+                    var value: UInt64 = 0
+                    _ = read(eventFD, &value, 8)
+                    eventFDSignaled = false
                     return nil
                 }
                 delivering = true

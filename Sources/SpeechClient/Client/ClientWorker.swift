@@ -160,6 +160,28 @@ final class ClientWorker: @unchecked Sendable {
         for c in chunks { take(c) }
     }
 
+    /// Segment updates (nearly all of a stream's traffic) that may be folded in by the thread
+    /// that received them, with `audioLock` held, while the worker is idle: one thread hand-off
+    /// less per response. They change none of the state the worker's loop decides on (stream,
+    /// context, pumping, reconnection); everything else goes through the worker.
+    static func isDirectUpdate(_ event: StreamEvent) -> Bool {
+        guard case .response(let response) = event else { return false }
+        switch response.payload {
+        case .started, .finished, .rttRequest: return false
+        default: return true
+        }
+    }
+
+    /// A segment update taken on the receiving thread (see `isDirectUpdate`); the caller holds
+    /// `audioLock`. A response the assembler refuses ends the stream through the worker.
+    func takeDirect(_ event: StreamEvent, generation gen: Int) {
+        guard gen == generation, case .response(let response) = event else { return }
+        if let error = applySegmentUpdate(response) {
+            stream?.cancel()
+            client?.enqueue(.stream(.closed(error), generation: gen))
+        }
+    }
+
     private var isFile: Bool {
         if case .file = options.audio { return true }
         return false
@@ -216,7 +238,7 @@ final class ClientWorker: @unchecked Sendable {
         client?.log(.debug, "opening an SLU stream (language \(options.language))")
         do throws(SpeechClientError) {
             stream = try service.openStream(config: config, cancellation: cancellation) { [weak self] event in
-                self?.client?.enqueue(.stream(event, generation: gen))
+                self?.client?.streamEvent(event, generation: gen)
             }
         } catch {
             if reconnect == nil && !cancellation.isCancelled { report(.unavailable, reason: error) }
@@ -527,38 +549,45 @@ final class ClientWorker: @unchecked Sendable {
         case .rttRequest(let id):
             stream?.send(.rttResponse(id: id))
         default:
-            // Into the user's context: its id, continuous segment ids and word times.
-            var mapped = response
-            mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
-            mapped.segmentId = userSegment(context: response.audioContext, segment: response.segmentId)
-            mapped.payload = Self.shift(response.payload, by: timeOffsets[response.audioContext] ?? 0)
-            let applied: Segment?
-            do throws(SpeechClientError) {
-                applied = try assembler.applyChecked(mapped)
-            } catch {
+            if let error = applySegmentUpdate(response) {
                 // A server past the assembler's bounds: end the stream as for a malformed message.
                 stream?.cancel()
                 handleStream(.closed(error))
-                return
             }
-            guard let segment = applied else { return }
-            if segment.isFinal {
-                lossesWithoutProgress = 0
-                nextSegment = max(nextSegment, segment.segmentId &+ 1)
-                if let end = segment.words.map(\.endMilliseconds).max() {
-                    finalizedUpTo = max(finalizedUpTo, Int(end) * 16)
-                    replay.release(upTo: finalizedUpTo)
-                }
-            }
-            if options.activation == .wakeword && !woken {
-                // Withheld until the phrase is heard; from that snapshot on, the context's
-                // segments are delivered.
-                guard Self.contains(segment.words.map(\.text), phrase: options.wakeword) else { return }
-                woken = true
-                client?.emit(.listen(.activate, positionMilliseconds: Int64(audioSamples / 16)))
-            }
-            client?.emit(.segment(segment))
         }
+    }
+
+    /// Folds a segment update into the user's context (its id, continuous segment ids and word
+    /// times) and emits the segment. Returns the error when the assembler refuses it.
+    private func applySegmentUpdate(_ response: SLUResponse) -> SpeechClientError? {
+        var mapped = response
+        mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
+        mapped.segmentId = userSegment(context: response.audioContext, segment: response.segmentId)
+        mapped.payload = Self.shift(response.payload, by: timeOffsets[response.audioContext] ?? 0)
+        let applied: Segment?
+        do throws(SpeechClientError) {
+            applied = try assembler.applyChecked(mapped)
+        } catch {
+            return error
+        }
+        guard let segment = applied else { return nil }
+        if segment.isFinal {
+            lossesWithoutProgress = 0
+            nextSegment = max(nextSegment, segment.segmentId &+ 1)
+            if let end = segment.words.map(\.endMilliseconds).max() {
+                finalizedUpTo = max(finalizedUpTo, Int(end) * 16)
+                replay.release(upTo: finalizedUpTo)
+            }
+        }
+        if options.activation == .wakeword && !woken {
+            // Withheld until the phrase is heard; from that snapshot on, the context's
+            // segments are delivered.
+            guard Self.contains(segment.words.map(\.text), phrase: options.wakeword) else { return nil }
+            woken = true
+            client?.emit(.listen(.activate, positionMilliseconds: Int64(audioSamples / 16)))
+        }
+        client?.emit(.segment(segment))
+        return nil
     }
 
     /// Whether the words hold the phrase (normalised words, contiguous).
