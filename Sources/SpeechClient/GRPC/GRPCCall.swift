@@ -1,8 +1,9 @@
 import Synchronization
 
 /// One gRPC call on one HTTP/2 stream: frames requests, reassembles responses, reads the status
-/// from the trailers (or a Trailers-Only response) and delivers events to its handler on the
-/// event loop thread, in order, ending with exactly one `.closed` unless cancelled first.
+/// from the trailers (or a Trailers-Only response) and delivers events to its handler inside
+/// the event loop's work (its thread, or a thread running a task inline: see `EventLoop`), in
+/// order, ending with exactly one `.closed` unless cancelled first.
 ///
 /// Backpressure policy (what protects a real-time audio path): `send` never blocks the caller.
 /// Request bytes wait in a per-call queue until HTTP/2 flow control lets them out. When a

@@ -17,7 +17,8 @@ public struct TLSSettings: Sendable, Equatable, Hashable {
     }
 }
 
-/// One message or the end of a streaming call, delivered in order on the event-loop thread.
+/// One message or the end of a streaming call, delivered in order inside the event loop's work
+/// (see `EventLoop`: usually its thread; a handler must not block).
 public enum GRPCCallEvent: Sendable {
     case message([UInt8])
     /// The call ended. nil means gRPC status OK; otherwise the error carries the status
@@ -43,8 +44,8 @@ public protocol GRPCStreamingCall: AnyObject, Sendable {
 /// client in the process. The connection is opened on first use and replaced after it fails or
 /// the server sends GOAWAY.
 ///
-/// Thread-safety: all methods may be called from any thread except the event-loop thread (a
-/// call's handler runs there, so calling `unary` or `openStreamingCall` from inside a handler
+/// Thread-safety: all methods may be called from any thread except inside the event loop's work
+/// (a call's handler runs there, so calling `unary` or `openStreamingCall` from inside a handler
 /// would wait for itself: it throws `.invalidState` instead).
 public final class GRPCChannel: GRPCCalling, Sendable {
     /// Limits and timers; part of the sharing key.

@@ -9,8 +9,8 @@ import Synchronization
 /// non-blocking byte stream (TCP or TLS), registered with the event loop. Many concurrent
 /// streams share it. Owns the session, the byte stream and the I/O buffers.
 ///
-/// Thread-safety: everything runs on the event loop thread except `isUsable`, which any thread
-/// may read. The connection stays alive while registered with the loop (the loop holds it).
+/// Thread-safety: everything runs inside the event loop's work (its thread, or a task run
+/// inline under its lock) except `isUsable`, which any thread may read. The connection stays alive while registered with the loop (the loop holds it).
 final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     let loop: EventLoop
     let peer: String

@@ -1,5 +1,5 @@
-/// What an HTTP/2 stream reports to its owner (a gRPC call). Every method runs on the event
-/// loop thread, from inside the nghttp2 session, so implementations must not block.
+/// What an HTTP/2 stream reports to its owner (a gRPC call). Every method runs inside the event
+/// loop's work, from inside the nghttp2 session, so implementations must not block.
 protocol HTTP2StreamDelegate: AnyObject {
     /// A complete header block: the response headers, or the trailers (`endStream` true).
     func http2Headers(_ headers: [(name: String, value: String)], endStream: Bool)

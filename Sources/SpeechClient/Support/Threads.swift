@@ -31,6 +31,8 @@ public final class ConditionLock: @unchecked Sendable {
     /// Takes the lock if no one holds it; then the caller must `unlock()` it. For a path that
     /// may do work itself only when the owner is idle, and must never wait for it.
     public func tryLock() -> Bool { pthread_mutex_trylock(mutex) == 0 }
+    /// For a lock held across a loop's turns (see `EventLoop`); everywhere else, `withLock`.
+    public func lock() { pthread_mutex_lock(mutex) }
     public func unlock() { pthread_mutex_unlock(mutex) }
 
     /// Call with the lock held (inside `withLock`).

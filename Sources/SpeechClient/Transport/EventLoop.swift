@@ -10,13 +10,19 @@ protocol EventLoopHandler: AnyObject {
     func handleEvents(_ events: UInt32)
 }
 
-/// The one event-loop thread of the process. It owns every socket, nghttp2 session and OpenSSL
-/// object once a connection is up; other threads talk to it only through `execute` (a task
-/// queue plus an eventfd wake-up). It is started lazily by `EventLoop.shared()` and lives as long
-/// as the process (the library is linked `-z nodelete`, so it is never unloaded under it).
+/// The one event loop of the process. It owns every socket, nghttp2 session and OpenSSL object
+/// once a connection is up; other threads talk to it only through `execute`. Its state is
+/// guarded by `loopLock`, which the loop thread holds except while it sleeps in epoll_wait.
+/// A task posted while the loop sleeps runs at once on the posting thread, under that lock
+/// (after the tasks queued before it): sending a chunk then costs no wake-up of the loop thread
+/// and no two context switches. Otherwise it is queued and the loop woken (an eventfd). The
+/// loop is started lazily by `EventLoop.shared()` and lives as long as the process (the library
+/// is linked `-z nodelete`, so it is never unloaded under it).
 ///
 /// Thread-safety: `execute`, `executeAndWait` and `isInLoop` may be called from any thread;
-/// everything else (`register`, `modify`, `unregister`, timers) only on the loop thread.
+/// everything else (`register`, `modify`, `unregister`, timers) only inside the loop's work
+/// (`isInLoop`: on the loop thread, or inside a task run inline). Tasks, and what they call,
+/// must never block waiting for another thread.
 final class EventLoop: @unchecked Sendable {
     // Cross-thread state: the task queue, behind a mutex.
     private struct Queue {
@@ -24,6 +30,10 @@ final class EventLoop: @unchecked Sendable {
         var wakePending = false
     }
     private let queue = Locked(Queue())
+    /// Held by whoever runs the loop's work: the loop thread while awake, or a thread running a
+    /// task inline. `owner` names that thread (0: no one), so that it can tell it holds it.
+    private let loopLock = ConditionLock()
+    private let owner = Atomic<UInt>(0)
     private let loopThreadID = Atomic<UInt>(0)
     private let epfd: Int32
     private let wakeFd: Int32
@@ -73,28 +83,50 @@ final class EventLoop: @unchecked Sendable {
         thread = try NativeThread(name: "spc-eventloop") { [self] in self.run() }
     }
 
-    var isInLoop: Bool { loopThreadID.load(ordering: .acquiring) == UInt(pthread_self()) }
+    /// True inside the loop's work: on the loop thread while awake, or in a task run inline.
+    var isInLoop: Bool { owner.load(ordering: .relaxed) == UInt(pthread_self()) }
 
-    /// Runs `task` on the loop thread, after the tasks posted before it.
+    private var isLoopThread: Bool { loopThreadID.load(ordering: .relaxed) == UInt(pthread_self()) }
+
+    /// Runs `task` inside the loop's work, after the tasks posted before it: at once on this
+    /// thread when the loop is asleep (or busy elsewhere: never waits for it), else queued.
     func execute(_ task: @escaping @Sendable () -> Void) {
+        if !isInLoop, loopLock.tryLock() {
+            owner.store(UInt(pthread_self()), ordering: .relaxed)
+            _ = runTasks()  // posted before this one: they go first
+            task()
+            // What it posted (a flush), and what that posted; a few rounds, then the loop
+            // thread takes the rest (woken: a post made in here wrote no wake-up).
+            var rounds = 0
+            while runTasks() {
+                rounds += 1
+                if rounds == 4 { wakeUp(); break }
+            }
+            owner.store(0, ordering: .relaxed)
+            loopLock.unlock()
+            return
+        }
         let wake = queue.withLock { q -> Bool in
             q.tasks.append(task)
             if q.wakePending { return false }
             q.wakePending = true
             return true
         }
-        if wake && !isInLoop {
-            var one: UInt64 = 1
-            _ = Glibc.write(wakeFd, &one, 8)
-        }
+        // Inside the loop's work, whoever runs it drains the queue before it lets go.
+        if wake && !isInLoop { wakeUp() }
     }
 
-    /// Runs `task` on the loop thread and waits for it; inline when already on the loop thread.
+    /// Runs `task` inside the loop's work and waits for it; inline when already inside it.
     func executeAndWait<T: Sendable>(_ task: @escaping @Sendable () -> T) -> T {
         if isInLoop { return task() }
         let done = OneShot<T>()
         execute { done.set(task()) }
         return done.wait()
+    }
+
+    private func wakeUp() {
+        var one: UInt64 = 1
+        _ = Glibc.write(wakeFd, &one, 8)
     }
 
     // MARK: loop-thread API
@@ -128,6 +160,8 @@ final class EventLoop: @unchecked Sendable {
         let id = nextTimerID
         nextTimerID += 1
         timers[id] = Timer(deadline: Clock.monotonicNanos() + UInt64(max(milliseconds, 0)) * 1_000_000, body: body)
+        // Added inline while the loop thread sleeps: it must compute its timeout again.
+        if !isLoopThread { wakeUp() }
         return id
     }
 
@@ -136,14 +170,22 @@ final class EventLoop: @unchecked Sendable {
     // MARK: the loop
 
     private func run() {
-        loopThreadID.store(UInt(pthread_self()), ordering: .releasing)
+        let me = UInt(pthread_self())
+        loopThreadID.store(me, ordering: .releasing)
         let capacity = 256
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
         defer { events.deallocate() }
+        loopLock.lock()
+        owner.store(me, ordering: .relaxed)
         while true {
-            runTasks()
+            _ = runTasks()
             let timeout = runDueTimersAndComputeTimeout()
+            // Asleep: other threads may run tasks inline meanwhile.
+            owner.store(0, ordering: .relaxed)
+            loopLock.unlock()
             let n = epoll_wait(epfd, events, Int32(capacity), timeout)
+            loopLock.lock()
+            owner.store(me, ordering: .relaxed)
             if n < 0 { continue }  // EINTR
             for i in 0..<Int(n) {
                 let fd = events[i].data.fd
@@ -153,13 +195,16 @@ final class EventLoop: @unchecked Sendable {
                     _ = Glibc.read(wakeFd, &value, 8)
                     continue
                 }
-                // A handler run earlier in this batch may have unregistered this fd.
+                // A handler run earlier in this batch (or a task run inline while the loop
+                // slept) may have unregistered this fd; a stale readiness for a reused fd only
+                // makes its handler try a read that would block.
                 handlers[fd]?.handleEvents(mask)
             }
         }
     }
 
-    private func runTasks() {
+    /// Runs the tasks queued so far; returns whether more were posted meanwhile.
+    private func runTasks() -> Bool {
         // Bounded: tasks posted while these run wait for the next turn, so timers and I/O keep going.
         let batch = queue.withLock { q -> [@Sendable () -> Void] in
             q.wakePending = false
@@ -167,7 +212,9 @@ final class EventLoop: @unchecked Sendable {
             q.tasks.removeAll(keepingCapacity: true)
             return t
         }
+        if batch.isEmpty { return false }
         for task in batch { task() }
+        return queue.withLock { !$0.tasks.isEmpty }
     }
 
     /// Returns the epoll_wait timeout: 0 when tasks are waiting, else until the next timer (-1: none).

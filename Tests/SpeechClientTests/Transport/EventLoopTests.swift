@@ -3,7 +3,7 @@ import Synchronization
 import Testing
 @testable import SpeechClient
 
-@Suite struct EventLoopTests {
+@Suite(.serialized) struct EventLoopTests {
     @Test func tasksRunInOrderOnTheLoopThread() throws {
         let loop = try EventLoop.shared()
         #expect(!loop.isInLoop)
@@ -29,5 +29,59 @@ import Testing
         }
         #expect(done.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
         #expect(fired.withLock { $0 } == ["early", "late"])
+    }
+
+    /// A task posted while another holds the loop is queued; once the loop is free, a task run
+    /// inline on the posting thread still comes after the queued ones, and every task runs with
+    /// the loop held (`isInLoop`).
+    @Test func inlineTasksRunAfterTheQueuedOnesAndInsideTheLoop() throws {
+        let loop = try EventLoop.shared()
+        let seen = Locked<[Int]>([])
+        let outside = Locked<Int>(0)
+        let holding = OneShot<Bool>()
+        let release = OneShot<Bool>()
+        let blocker = Thread {
+            loop.execute {
+                holding.set(true)
+                _ = release.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000)
+            }
+        }
+        blocker.start()
+        #expect(holding.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
+        for i in 0..<100 {
+            loop.execute {
+                if !loop.isInLoop { outside.withLock { $0 += 1 } }
+                seen.withLock { $0.append(i) }
+            }
+        }
+        #expect(seen.withLock { $0.count } == 0)  // the loop is held: all queued
+        release.set(true)
+        for i in 100..<200 {
+            loop.execute {
+                if !loop.isInLoop { outside.withLock { $0 += 1 } }
+                seen.withLock { $0.append(i) }
+            }
+        }
+        _ = loop.executeAndWait { 0 }
+        #expect(seen.withLock { $0 } == Array(0..<200))
+        #expect(outside.withLock { $0 } == 0)
+    }
+
+    /// A timer added by a task run inline (the loop thread asleep with no deadline) still fires:
+    /// the loop thread is woken to take it into account.
+    @Test func timerAddedInlineWakesTheLoop() throws {
+        let loop = try EventLoop.shared()
+        // Let the loop thread fall asleep (with no deadline, or a far one), so that this
+        // thread's task runs inline.
+        usleep(100_000)
+        let fired = OneShot<UInt64>()
+        let added = Clock.monotonicNanos()
+        for _ in 0..<3 {
+            // Whether this runs inline or on the loop thread, the timer must fire.
+            loop.execute { loop.addTimer(milliseconds: 30) { fired.set(Clock.monotonicNanos()) } }
+        }
+        let at = fired.wait(untilMonotonicNanos: Clock.monotonicNanos() + 2_000_000_000)
+        #expect(at != nil)
+        if let at { #expect(at >= added + 29_000_000) }
     }
 }
