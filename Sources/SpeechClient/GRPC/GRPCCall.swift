@@ -26,8 +26,12 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     // Loop thread only.
     private var connection: HTTP2Connection?
     private var streamID: Int32 = 0
-    private var body: [UInt8] = []
-    private var bodyOffset = 0
+    /// Request messages not yet taken by HTTP/2, in order, unframed: the 5-byte gRPC prefix is
+    /// written as they are taken (no copy of a message into a framed buffer, no buffer kept
+    /// between chunks). `taken` counts the bytes of the first one already out, prefix included.
+    private var outgoing = FIFO<[UInt8]>()
+    private var current: [UInt8]?
+    private var taken = 0
     private var halfClosed = false
     private var deferred = false
     private var finished = false
@@ -49,12 +53,15 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         self.deframer = MessageDeframer(maxMessageBytes: maxReceiveMessageBytes)
     }
 
-    /// Opens the stream (loop thread). `initialBody` is sent first; `endOfBody` half-closes at once.
-    func start(on connection: HTTP2Connection, headers: [(String, String)], initialBody: [UInt8] = [],
+    /// Opens the stream (inside the loop's work). `initialMessage` is sent first; `endOfBody`
+    /// half-closes at once.
+    func start(on connection: HTTP2Connection, headers: [(String, String)], initialMessage: [UInt8]? = nil,
                endOfBody: Bool = false, timeoutMilliseconds: Int? = nil) -> SpeechClientError? {
         self.connection = connection
-        body = initialBody
-        queuedBytes.add(initialBody.count, ordering: .relaxed)
+        if let initialMessage {
+            outgoing.push(initialMessage)
+            queuedBytes.add(initialMessage.count + 5, ordering: .relaxed)
+        }
         halfClosed = endOfBody
         do {
             streamID = try connection.openStream(headers: headers, delegate: self)
@@ -75,8 +82,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     // MARK: GRPCStreamingCall (any thread)
 
     func send(_ message: [UInt8]) {
-        let frame = MessageDeframer.frame(message)
-        let total = queuedBytes.add(frame.count, ordering: .relaxed).newValue
+        let total = queuedBytes.add(message.count + 5, ordering: .relaxed).newValue
         if total > maxQueuedSendBytes {
             let limit = maxQueuedSendBytes
             loop.execute { [self] in
@@ -87,7 +93,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         }
         loop.execute { [self] in
             guard !self.finished else { return }
-            self.body.append(contentsOf: frame)
+            self.outgoing.push(message)
             self.wakeBody()
         }
     }
@@ -136,7 +142,8 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         guard !finished else { return }
         finished = true
         stopDeadline()
-        body = []
+        outgoing.removeAll()
+        current = nil
         handler(.closed(error))
     }
 
@@ -207,7 +214,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
                                        grpcStatus: GRPCStatus.internal)
         }
         // The call is over even if we were still sending: stop the request side.
-        if !(halfClosed && body.count == bodyOffset) {
+        if !(halfClosed && current == nil && outgoing.isEmpty) {
             connection?.reset(stream: streamID, errorCode: 8)
         }
         finish(result)
@@ -235,26 +242,40 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     }
 
     func http2ReadBody(into buffer: UnsafeMutableRawBufferPointer) -> (count: Int, endOfBody: Bool)? {
-        let available = body.count - bodyOffset
-        if available == 0 {
+        guard let to = buffer.baseAddress else { return nil }
+        var n = 0
+        while n < buffer.count {
+            if current == nil {
+                guard let next = outgoing.pop() else { break }
+                current = next
+                taken = 0
+            }
+            guard let message = current else { break }
+            // The prefix: no compression, then the length, big-endian.
+            while taken < 5 && n < buffer.count {
+                let length = UInt32(truncatingIfNeeded: message.count)
+                to.storeBytes(of: taken == 0 ? 0 : UInt8(truncatingIfNeeded: length >> (8 * UInt32(4 - taken))),
+                              toByteOffset: n, as: UInt8.self)
+                taken += 1
+                n += 1
+            }
+            let count = min(message.count - (taken - 5), buffer.count - n)
+            if count > 0 {
+                message.withUnsafeBytes { src in
+                    guard let from = src.baseAddress else { return }
+                    (to + n).copyMemory(from: from + (taken - 5), byteCount: count)
+                }
+                taken += count
+                n += count
+            }
+            if taken == message.count + 5 { current = nil }
+        }
+        if n == 0 {
             if halfClosed || finished { return (0, true) }
             deferred = true
             return nil
         }
-        let n = min(available, buffer.count)
-        body.withUnsafeBytes { src in
-            guard let from = src.baseAddress, let to = buffer.baseAddress else { return }
-            to.copyMemory(from: from + bodyOffset, byteCount: n)
-        }
-        bodyOffset += n
         queuedBytes.subtract(n, ordering: .relaxed)
-        if bodyOffset == body.count {
-            body.removeAll(keepingCapacity: body.count <= 64 * 1024)
-            bodyOffset = 0
-        } else if bodyOffset >= 64 * 1024 {
-            body.removeFirst(bodyOffset)
-            bodyOffset = 0
-        }
-        return (n, halfClosed && body.isEmpty)
+        return (n, halfClosed && current == nil && outgoing.isEmpty)
     }
 }

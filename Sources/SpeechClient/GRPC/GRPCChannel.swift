@@ -107,7 +107,7 @@ public final class GRPCChannel: GRPCCalling, Sendable {
             // Keeps the first message and counts the rest (bounded whatever the server sends).
             let result = OneShot<Result<([UInt8]?, Int), SpeechClientError>>()
             let collected = Locked<([UInt8]?, Int)>((nil, 0))
-            let call = try open(path: path, metadata: metadata, initialBody: MessageDeframer.frame(request),
+            let call = try open(path: path, metadata: metadata, initialMessage: request,
                                 endOfBody: true, timeoutMilliseconds: remaining, cancellation: cancellation) { event in
                 switch event {
                 case .message(let bytes):
@@ -152,11 +152,11 @@ public final class GRPCChannel: GRPCCalling, Sendable {
     /// none arrive after `cancel()` returns.
     public func openStreamingCall(path: String, metadata: [(String, String)], cancellation: Cancellation? = nil,
                                   handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> any GRPCStreamingCall {
-        try open(path: path, metadata: metadata, initialBody: [], endOfBody: false, timeoutMilliseconds: nil,
+        try open(path: path, metadata: metadata, initialMessage: nil, endOfBody: false, timeoutMilliseconds: nil,
                  cancellation: cancellation, handler: handler)
     }
 
-    private func open(path: String, metadata: [(String, String)], initialBody: [UInt8], endOfBody: Bool,
+    private func open(path: String, metadata: [(String, String)], initialMessage: [UInt8]?, endOfBody: Bool,
                       timeoutMilliseconds: Int?, cancellation: Cancellation?,
                       handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> GRPCCall {
         let loop = try EventLoop.shared()
@@ -172,9 +172,9 @@ public final class GRPCChannel: GRPCCalling, Sendable {
             let call = GRPCCall(path: path, loop: loop, peer: connection.peer,
                                 maxReceiveMessageBytes: configuration.maxReceiveMessageBytes,
                                 maxQueuedSendBytes: configuration.maxQueuedSendBytes, handler: handler)
-            let body = initialBody
+            let message = initialMessage
             let error = loop.executeAndWait {
-                call.start(on: connection, headers: headers, initialBody: body, endOfBody: endOfBody,
+                call.start(on: connection, headers: headers, initialMessage: message, endOfBody: endOfBody,
                            timeoutMilliseconds: timeoutMilliseconds)
             }
             guard let error else { return call }
