@@ -652,7 +652,10 @@ final class ClientWorker: @unchecked Sendable {
     /// Every chunk of the context is kept for replay, then sent when connected.
     private func sendAudio(_ chunk: [Int16]) {
         rollOverIfDue(before: chunk)
-        silentRun = Self.isQuiet(chunk) ? silentRun + chunk.count : 0
+        // Only the pause before the rollover point matters (200 ms of it): the chunks are only
+        // measured from shortly before it.
+        let nearLimit = contextSamples - serverContextStart + chunk.count + 3_200 >= 16 * options.contextRolloverMilliseconds
+        silentRun = nearLimit && Self.isQuiet(chunk) ? silentRun + chunk.count : 0
         replay.append(chunk)
         contextSamples += chunk.count
         if reconnect == nil && replayCursor == nil { stream?.send(.audio(chunk)) }
