@@ -575,8 +575,10 @@ SPC_API spc_status spc_client_get_state(const spc_client *client, spc_state *out
 /* Pushes frame_count interleaved 16-bit frames (frame_count * channels samples) for a client
 ** whose source is SPC push audio. Samples pushed outside a context are dropped (while listening
 ** in VOICE or WAKEWORD activation, between spc_client_start() and spc_client_stop(), all are
-** taken). The data is
-** copied. frame_count 0 is allowed. Not a push client: SPC_ERROR_INVALID_STATE. */
+** taken). The data is copied. frame_count 0 is allowed. Not a push client:
+** SPC_ERROR_INVALID_STATE. Never waits for a connect, a login or the library's threads (it
+** takes only short locks): with SPC_ACTIVATION_MANUAL and those threads idle, a full chunk is
+** encoded and written to the socket on the calling thread; otherwise it is queued. */
 SPC_API spc_status spc_client_push_audio(spc_client *client, const int16_t *frames,
                                          size_t frame_count);
 
