@@ -17,9 +17,15 @@ struct ssl_ctx_st;
 /* SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION); returns 1 on success. */
 int speechclient_shim_ssl_ctx_require_tls12(struct ssl_ctx_st *ctx);
 /* SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
-   | SSL_MODE_RELEASE_BUFFERS). */
+   | SSL_MODE_RELEASE_BUFFERS), and SSL_OP_IGNORE_UNEXPECTED_EOF. */
 void speechclient_shim_ssl_ctx_set_nonblocking_modes(struct ssl_ctx_st *ctx);
 /* SSL_set_tlsext_host_name(ssl, name) (SNI); returns 1 on success. */
 int speechclient_shim_ssl_set_sni(struct ssl_st *ssl, const char *name);
+/* SSL_connect / SSL_read / SSL_write / SSL_shutdown with SIGPIPE kept from the process: a write
+   into a connection the peer reset raises none (see shims.c). Same results and errno. */
+int speechclient_shim_ssl_connect(struct ssl_st *ssl);
+int speechclient_shim_ssl_read(struct ssl_st *ssl, void *buf, int count);
+int speechclient_shim_ssl_write(struct ssl_st *ssl, const void *buf, int count);
+int speechclient_shim_ssl_shutdown(struct ssl_st *ssl);
 
 #endif

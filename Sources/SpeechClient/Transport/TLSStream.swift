@@ -56,7 +56,7 @@ final class TLSStream: ByteStream {
     func close() {
         // A best-effort close_notify; the socket is non-blocking so this never waits.
         if socket.fd >= 0 {
-            _ = SSL_shutdown(ssl)
+            _ = speechclient_shim_ssl_shutdown(ssl)
             socket.close()
         }
         ERR_clear_error()
@@ -73,7 +73,7 @@ final class TLSStream: ByteStream {
     func handshake(deadline: UInt64, cancellation: Cancellation? = nil) throws(SpeechClientError) {
         ERR_clear_error()
         while true {
-            let rc = SSL_connect(ssl)
+            let rc = speechclient_shim_ssl_connect(ssl)
             if rc == 1 { break }
             let err = SSL_get_error(ssl, rc)
             let events: Int16
@@ -136,15 +136,19 @@ final class TLSStream: ByteStream {
         return SpeechClientError(.tls, "TLS handshake with \(peer) failed" + (reason.isEmpty ? "" : ": \(reason)"))
     }
 
+    // Each call starts with an empty error queue (it is per thread, and this may run on an
+    // application thread that left something there): SSL_get_error needs that.
     func read(into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
-        let n = SSL_read(ssl, buffer.baseAddress, Int32(min(buffer.count, Int(Int32.max))))
+        ERR_clear_error()
+        let n = speechclient_shim_ssl_read(ssl, buffer.baseAddress, Int32(min(buffer.count, Int(Int32.max))))
         if n > 0 { return .bytes(Int(n)) }
         return ioError(SSL_get_error(ssl, n), function: "SSL_read")
     }
 
     func write(_ bytes: UnsafeRawBufferPointer) -> IOResult {
         if bytes.isEmpty { return .bytes(0) }
-        let n = SSL_write(ssl, bytes.baseAddress, Int32(min(bytes.count, Int(Int32.max))))
+        ERR_clear_error()
+        let n = speechclient_shim_ssl_write(ssl, bytes.baseAddress, Int32(min(bytes.count, Int(Int32.max))))
         if n > 0 { return .bytes(Int(n)) }
         return ioError(SSL_get_error(ssl, n), function: "SSL_write")
     }

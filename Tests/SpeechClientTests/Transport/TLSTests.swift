@@ -106,6 +106,64 @@ private func tlsError(host: String, port: UInt16, tls: TLSSettings) -> SpeechCli
         #expect(e?.code == .tls)
         #expect(e?.message.contains("/nonexistent/ca.pem") == true)
     }
+
+    /// A server that drops the connection without close_notify (a FIN, or an RST) is a lost
+    /// connection, which the client answers by reconnecting: reading reports it as closed, not
+    /// as a TLS error (which is not retried). And going on writing into it, then closing it,
+    /// raises no SIGPIPE (OpenSSL writes with write(2); the default action ends the process,
+    /// and these calls may run on an application thread).
+    @Test(.serialized, arguments: ["eof", "reset"]) func droppedConnectionIsClosedWithoutSIGPIPE(mode: String) throws {
+        let certs = try TestCertificates.get()
+        let peer = try server("drop-" + mode, script: "tls_drop_server.py", [certs.serverCert, certs.serverKey, "--mode", mode])
+        let counter = SIGPIPECounter()
+        defer { counter.restore() }
+        let stream = try Connector.open(host: "localhost", port: peer.port, useTLS: true,
+                                        tls: TLSSettings(caFile: certs.caFile), timeoutMilliseconds: 5000)
+        let chunk = [UInt8](repeating: 7, count: 16 * 1024)
+        _ = chunk.withUnsafeBytes { stream.write($0) }  // the server drops the connection on it
+        var pfd = pollfd(fd: stream.fd, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&pfd, 1, 5000) == 1)
+        Thread.sleep(forTimeInterval: 0.05)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 1)
+        defer { buffer.deallocate() }
+        var read = stream.read(into: buffer)
+        while case .bytes = read { read = stream.read(into: buffer) }
+        switch read {
+        case .closed: break
+        default: Issue.record("read after the drop: \(read), not .closed")
+        }
+        for _ in 0..<3 {
+            _ = chunk.withUnsafeBytes { stream.write($0) }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        stream.close()
+        #expect(counter.count == 0, "SIGPIPE raised \(counter.count) time(s) on this thread")
+    }
+}
+
+/// Counts the SIGPIPEs raised on the creating thread (instead of the process dying of one) until
+/// `restore`, which puts the previous disposition back.
+private final class SIGPIPECounter: @unchecked Sendable {
+    nonisolated(unsafe) static var thread: pthread_t = 0
+    static let hits = Atomic<Int>(0)
+    private var previous = sigaction()
+
+    init() {
+        Self.thread = pthread_self()
+        Self.hits.store(0, ordering: .relaxed)
+        var action = sigaction()
+        action.__sigaction_handler.sa_handler = { _ in
+            if pthread_equal(pthread_self(), SIGPIPECounter.thread) != 0 {
+                SIGPIPECounter.hits.add(1, ordering: .relaxed)
+            }
+        }
+        sigemptyset(&action.sa_mask)
+        sigaction(SIGPIPE, &action, &previous)
+    }
+
+    var count: Int { Self.hits.load(ordering: .relaxed) }
+
+    func restore() { sigaction(SIGPIPE, &previous, nil) }
 }
 
 @Suite(.timeLimit(.minutes(1))) struct ConnectTimeoutTests {
