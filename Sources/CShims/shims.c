@@ -28,30 +28,53 @@ void speechclient_shim_ssl_ctx_set_nonblocking_modes(struct ssl_ctx_st *ctx) {
 
 /* OpenSSL writes to its socket with write(2), without MSG_NOSIGNAL: writing into a connection
    the peer has reset raises SIGPIPE on the calling thread, which may be an application thread
-   (a pushed chunk is sent on it), and SIGPIPE's default action ends the process. So SIGPIPE is
-   blocked around each call, and one it raised is taken off the pending set before the mask is
-   restored. errno is kept for SSL_get_error's callers. */
-struct sigpipe_guard { sigset_t old; int was_pending; };
+   (a pushed chunk is sent on it), and SIGPIPE's default action ends the process. The library's
+   own threads block SIGPIPE for good when they start (a SIGPIPE raised there stays pending and
+   harmless, and their calls cost nothing more); on any other thread it is blocked around each
+   call, and one the call raised (its write failed with EPIPE) is taken off the pending set
+   before the thread's mask is restored. errno is kept for the callers of SSL_get_error. */
+static __thread int sigpipe_blocked_for_good;
 
-static void sigpipe_block(struct sigpipe_guard *g) {
-    sigset_t set, pending;
+void speechclient_shim_block_sigpipe_for_thread(void) {
+    sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, &g->old);
-    sigpending(&pending);
-    g->was_pending = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    sigpipe_blocked_for_good = 1;
 }
 
-static void sigpipe_restore(const struct sigpipe_guard *g) {
-    int saved = errno;
-    sigset_t pending;
-    sigpending(&pending);
-    if (!g->was_pending && sigismember(&pending, SIGPIPE) == 1) {
+struct sigpipe_guard { sigset_t old; int active; };
+
+static void sigpipe_block(struct sigpipe_guard *g) {
+    g->active = !sigpipe_blocked_for_good;
+    if (g->active) {
         sigset_t set;
         sigemptyset(&set);
         sigaddset(&set, SIGPIPE);
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {}
+        pthread_sigmask(SIG_BLOCK, &set, &g->old);
+        /* Blocked already by the application: what it raises is the application's business. */
+        if (sigismember(&g->old, SIGPIPE) == 1) {
+            pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+            g->active = 0;
+        }
+    }
+    errno = 0;
+}
+
+/* rc: the SSL call's result. Only a failed call (or one whose last write failed) can have
+   raised SIGPIPE: only then is the pending set looked at. */
+static void sigpipe_restore(const struct sigpipe_guard *g, int rc) {
+    if (!g->active) return;
+    int saved = errno;
+    if (rc <= 0 || saved == EPIPE) {
+        sigset_t set, pending;
+        sigemptyset(&set);
+        sigaddset(&set, SIGPIPE);
+        sigpending(&pending);
+        if (sigismember(&pending, SIGPIPE) == 1) {
+            struct timespec zero = {0, 0};
+            while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {}
+        }
     }
     pthread_sigmask(SIG_SETMASK, &g->old, NULL);
     errno = saved;
@@ -61,7 +84,7 @@ int speechclient_shim_ssl_connect(struct ssl_st *ssl) {
     struct sigpipe_guard g;
     sigpipe_block(&g);
     int rc = SSL_connect(ssl);
-    sigpipe_restore(&g);
+    sigpipe_restore(&g, rc);
     return rc;
 }
 
@@ -69,7 +92,7 @@ int speechclient_shim_ssl_read(struct ssl_st *ssl, void *buf, int count) {
     struct sigpipe_guard g;
     sigpipe_block(&g);
     int rc = SSL_read(ssl, buf, count);
-    sigpipe_restore(&g);
+    sigpipe_restore(&g, rc);
     return rc;
 }
 
@@ -77,7 +100,7 @@ int speechclient_shim_ssl_write(struct ssl_st *ssl, const void *buf, int count) 
     struct sigpipe_guard g;
     sigpipe_block(&g);
     int rc = SSL_write(ssl, buf, count);
-    sigpipe_restore(&g);
+    sigpipe_restore(&g, rc);
     return rc;
 }
 
@@ -85,7 +108,7 @@ int speechclient_shim_ssl_shutdown(struct ssl_st *ssl) {
     struct sigpipe_guard g;
     sigpipe_block(&g);
     int rc = SSL_shutdown(ssl);
-    sigpipe_restore(&g);
+    sigpipe_restore(&g, rc);
     return rc;
 }
 

@@ -23,6 +23,7 @@ void speechclient_shim_ssl_ctx_set_nonblocking_modes(struct ssl_ctx_st *ctx);
 int speechclient_shim_ssl_set_sni(struct ssl_st *ssl, const char *name);
 /* SSL_connect / SSL_read / SSL_write / SSL_shutdown with SIGPIPE kept from the process: a write
    into a connection the peer reset raises none (see shims.c). Same results and errno. */
+void speechclient_shim_block_sigpipe_for_thread(void);
 int speechclient_shim_ssl_connect(struct ssl_st *ssl);
 int speechclient_shim_ssl_read(struct ssl_st *ssl, void *buf, int count);
 int speechclient_shim_ssl_write(struct ssl_st *ssl, const void *buf, int count);

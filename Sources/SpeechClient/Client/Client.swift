@@ -115,9 +115,13 @@ public final class Client: @unchecked Sendable {
         if options.prepareOnInit {
             try worker.prepare(client: nil)
         }
-        self.worker = worker
         cancellation = worker.cancellation
-        worker.client = self
+        // Under the lock: with prepare-on-init the stream is open and the event loop may
+        // already deliver its events (`streamEvent` reads `worker`).
+        lock.withLock {
+            self.worker = worker
+            worker.client = self
+        }
         logRelay.client = self
         worker.announcePrepared()
         if let warning = identity.warning { log(.warning, warning) }
@@ -404,7 +408,7 @@ public final class Client: @unchecked Sendable {
     /// queues it for the worker, in order.
     func streamEvent(_ event: StreamEvent, generation: Int) {
         let idleWorker: ClientWorker? = lock.withLock {
-            guard commands.isEmpty, !workerBusy, !closing, let w = worker, ClientWorker.isDirectUpdate(event),
+            guard ClientWorker.isDirectUpdate(event), commands.isEmpty, !workerBusy, !closing, let w = worker,
                   w.audioLock.tryLock() else {
                 enqueueLocked(.stream(event, generation: generation))
                 return nil

@@ -242,7 +242,10 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     }
 
     func http2ReadBody(into buffer: UnsafeMutableRawBufferPointer) -> (count: Int, endOfBody: Bool)? {
-        guard let to = buffer.baseAddress else { return nil }
+        guard let to = buffer.baseAddress else {
+            deferred = true
+            return nil
+        }
         var n = 0
         while n < buffer.count {
             if current == nil {

@@ -119,6 +119,7 @@ public final class NativeThread: @unchecked Sendable {
     public init(name: String, _ body: @escaping @Sendable () -> Void) throws(SpeechClientError) {
         let box = Unmanaged.passRetained(Box({
             speechclient_shim_set_thread_name(name)
+            speechclient_shim_block_sigpipe_for_thread()
             body()
         })).toOpaque()
         var thread = pthread_t()

@@ -34,6 +34,9 @@ final class EventLoop: @unchecked Sendable {
     /// task inline. `owner` names that thread (0: no one), so that it can tell it holds it.
     private let loopLock = ConditionLock()
     private let owner = Atomic<UInt>(0)
+    /// The loop thread woke up and waits for `loopLock`: no task runs inline meanwhile, so a
+    /// thread pushing audio back to back cannot keep it from reading the sockets.
+    private let loopWaiting = Atomic<Bool>(false)
     private let loopThreadID = Atomic<UInt>(0)
     private let epfd: Int32
     private let wakeFd: Int32
@@ -89,11 +92,11 @@ final class EventLoop: @unchecked Sendable {
     private var isLoopThread: Bool { loopThreadID.load(ordering: .relaxed) == UInt(pthread_self()) }
 
     /// Runs `task` inside the loop's work, after the tasks posted before it: at once on this
-    /// thread when the loop is asleep (or busy elsewhere: never waits for it), else queued.
+    /// thread when the loop is asleep with nothing queued, else queued (never waits for it).
     func execute(_ task: @escaping @Sendable () -> Void) {
-        if !isInLoop, loopLock.tryLock() {
+        if !isInLoop, !loopWaiting.load(ordering: .relaxed), queue.withLock({ $0.tasks.isEmpty }), loopLock.tryLock() {
             owner.store(UInt(pthread_self()), ordering: .relaxed)
-            _ = runTasks()  // posted before this one: they go first
+            _ = runTasks()  // posted before this one since the check: they go first
             task()
             // What it posted (a flush), and what that posted; a few rounds, then the loop
             // thread takes the rest (woken: a post made in here wrote no wake-up).
@@ -184,7 +187,9 @@ final class EventLoop: @unchecked Sendable {
             owner.store(0, ordering: .relaxed)
             loopLock.unlock()
             let n = epoll_wait(epfd, events, Int32(capacity), timeout)
+            loopWaiting.store(true, ordering: .relaxed)
             loopLock.lock()
+            loopWaiting.store(false, ordering: .relaxed)
             owner.store(me, ordering: .relaxed)
             if n < 0 { continue }  // EINTR
             for i in 0..<Int(n) {
