@@ -29,6 +29,12 @@ def cpu_s() -> float:
     return u.ru_utime + u.ru_stime
 
 
+def ctx_switches() -> int:
+    """Context switches of the whole process (all threads), voluntary and not."""
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_nvcsw + u.ru_nivcsw
+
+
 def rss_kb() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -147,17 +153,17 @@ async def main(a) -> None:
 
     async def window():
         await asyncio.sleep(max(0, win_start - time.monotonic_ns()) / 1e9)
-        c0 = cpu_s()
+        c0, x0 = cpu_s(), ctx_switches()
         st.measuring = True
         await asyncio.sleep(max(0, win_end - time.monotonic_ns()) / 1e9)
         st.measuring = False
-        return cpu_s() - c0, rss_kb()
+        return cpu_s() - c0, ctx_switches() - x0, rss_kb()
 
     sents = [collections.deque() for _ in range(n)]
     readers = [asyncio.ensure_future(reader(c, s)) for c, s in zip(calls, sents)]
     win = asyncio.ensure_future(window())
     await asyncio.gather(*(writer(i, c, s) for i, (c, s) in enumerate(zip(calls, sents))))
-    cpu, rss = await win
+    cpu, ctx, rss = await win
     for c in calls:
         await c.write(stop)
     await asyncio.wait_for(asyncio.gather(*readers, return_exceptions=True), 20)
@@ -170,7 +176,7 @@ async def main(a) -> None:
     def pct(v, p):
         return v[int(p * (len(v) - 1) + 0.5)] / 1e6 if v else -1
 
-    print(json.dumps({"client": "grpcio", "mode": "paced", "streams": n, "window_s": a.window, "cpu_s": cpu,
+    print(json.dumps({"client": "grpcio", "mode": "paced", "streams": n, "window_s": a.window, "cpu_s": cpu, "ctx_switches": ctx,
                       "rss_kb": rss, "chunks": counters["chunks"], "samples": len(added), "late": st.late,
                       "errors": st.errors, "unmatched": st.unmatched,
                       "added_p50_ms": pct(added, .5), "added_p99_ms": pct(added, .99),

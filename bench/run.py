@@ -322,6 +322,11 @@ def figures(res):
             f.append((f"added_latency_{p}_n{n}", "ms", {c: pick(c, n, f"added_{p}_ms") for c in clients}, True))
     for n in STREAMS:
         f.append((f"late_chunks_n{n}", "chunks", {c: pick(c, n, "late") for c in clients}, True))
+    for n in STREAMS:
+        # Thread wake-ups are most of the client's CPU here (see the README's profile).
+        f.append((f"context_switches_per_chunk_n{n}", "switches",
+                  {c: (None if pick(c, n, "ctx_switches") is None or not pick(c, n, "chunks")
+                       else pick(c, n, "ctx_switches") / pick(c, n, "chunks")) for c in clients}, True))
     for n in STREAMS[1:]:
         base = {c: pick(c, STREAMS[0], "rss_kb") for c in clients}
         f.append((f"rss_per_extra_stream_n{n}", "KB",

@@ -50,6 +50,13 @@ static double cpu_s(void) {
     return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + (double)u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
 }
 
+/* Context switches of the whole process (all threads), voluntary and not. */
+static long ctx_switches(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_nvcsw + u.ru_nivcsw;
+}
+
 static long status_kb(const char *key) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
@@ -223,12 +230,12 @@ static int run_paced(const struct args *a) {
     for (int i = 0; i < n; i++) s[i].next_due = t0 + PERIOD_NS * i / n;
     int64_t win_start = t0 + (int64_t)(a->warmup * 1e9), win_end = win_start + (int64_t)(a->window * 1e9);
     double cpu0 = 0, cpu1 = 0;
-    long rss = 0, chunks = 0;
+    long rss = 0, chunks = 0, ctx0 = 0, ctx1 = 0;
     int next = 0; /* streams are due in index order within each period */
     for (;;) {
         int64_t now = now_ns();
-        if (!g.measuring && now >= win_start && cpu0 == 0) { cpu0 = cpu_s(); g.measuring = 1; }
-        if (now >= win_end) { cpu1 = cpu_s(); g.measuring = 0; rss = status_kb("VmRSS"); break; }
+        if (!g.measuring && now >= win_start && cpu0 == 0) { cpu0 = cpu_s(); ctx0 = ctx_switches(); g.measuring = 1; }
+        if (now >= win_end) { cpu1 = cpu_s(); ctx1 = ctx_switches(); g.measuring = 0; rss = status_kb("VmRSS"); break; }
         int64_t due = s[next].next_due;
         if (due <= now) {
             struct stream *st = &s[next];
@@ -261,10 +268,10 @@ static int run_paced(const struct args *a) {
     size_t m = g.n;
     qsort(g.added, m, sizeof *g.added, cmp64);
     qsort(g.raw, m, sizeof *g.raw, cmp64);
-    printf("{\"client\":\"ours\",\"mode\":\"paced\",\"streams\":%d,\"window_s\":%.3f,\"cpu_s\":%.4f,"
+    printf("{\"client\":\"ours\",\"mode\":\"paced\",\"streams\":%d,\"window_s\":%.3f,\"cpu_s\":%.4f,\"ctx_switches\":%ld,"
            "\"rss_kb\":%ld,\"rss_idle_kb\":%ld,\"chunks\":%ld,\"samples\":%zu,\"late\":%ld,\"errors\":%ld,"
            "\"unmatched\":%ld,\"added_p50_ms\":%.4f,\"added_p99_ms\":%.4f,\"raw_p50_ms\":%.4f,\"raw_p99_ms\":%.4f}\n",
-           n, a->window, cpu1 - cpu0, rss, rss_idle, chunks, m, g.late, g.errors, g.unmatched,
+           n, a->window, cpu1 - cpu0, ctx1 - ctx0, rss, rss_idle, chunks, m, g.late, g.errors, g.unmatched,
            pct(g.added, m, 0.5), pct(g.added, m, 0.99), pct(g.raw, m, 0.5), pct(g.raw, m, 0.99));
     return 0;
 }

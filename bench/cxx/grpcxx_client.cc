@@ -37,6 +37,12 @@ static double cpu_s() {
     getrusage(RUSAGE_SELF, &u);
     return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
 }
+// Context switches of the whole process (all threads), voluntary and not.
+static long ctx_switches() {
+    rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_nvcsw + u.ru_nivcsw;
+}
 static long rss_kb() {
     std::ifstream f("/proc/self/status");
     std::string line;
@@ -242,13 +248,13 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) streams[i]->next_due = t0 + PERIOD * i / n;
         int64_t win_start = t0 + int64_t(warmup * 1e9), win_end = win_start + int64_t(window * 1e9);
         double c0 = -1, c1 = 0;
-        long rss = 0, chunks = 0;
+        long rss = 0, chunks = 0, x0 = 0, x1 = 0;
         int next = 0;
         g_audio.set_audio(std::string(3200, '\x01'));
         for (;;) {
             int64_t now = now_ns();
-            if (c0 < 0 && now >= win_start) { c0 = cpu_s(); g.measuring = true; }
-            if (now >= win_end) { c1 = cpu_s(); g.measuring = false; rss = rss_kb(); break; }
+            if (c0 < 0 && now >= win_start) { c0 = cpu_s(); x0 = ctx_switches(); g.measuring = true; }
+            if (now >= win_end) { c1 = cpu_s(); x1 = ctx_switches(); g.measuring = false; rss = rss_kb(); break; }
             Stream *s = streams[next].get();
             if (s->next_due <= now) {
                 if (g.measuring && now - s->next_due > 10000000) g.late++;
@@ -272,10 +278,10 @@ int main(int argc, char **argv) {
         }
         std::sort(g.added.begin(), g.added.end());
         std::sort(g.raw.begin(), g.raw.end());
-        printf("{\"client\":\"grpcxx\",\"mode\":\"paced\",\"streams\":%d,\"window_s\":%.3f,\"cpu_s\":%.4f,"
+        printf("{\"client\":\"grpcxx\",\"mode\":\"paced\",\"streams\":%d,\"window_s\":%.3f,\"cpu_s\":%.4f,\"ctx_switches\":%ld,"
                "\"rss_kb\":%ld,\"chunks\":%ld,\"samples\":%zu,\"late\":%ld,\"errors\":%ld,\"unmatched\":%ld,"
                "\"added_p50_ms\":%.4f,\"added_p99_ms\":%.4f,\"raw_p50_ms\":%.4f,\"raw_p99_ms\":%.4f}\n",
-               n, window, c1 - c0, rss, chunks, g.added.size(), g.late, g.errors, g.unmatched,
+               n, window, c1 - c0, x1 - x0, rss, chunks, g.added.size(), g.late, g.errors, g.unmatched,
                pct(g.added, 0.5), pct(g.added, 0.99), pct(g.raw, 0.5), pct(g.raw, 0.99));
         fflush(stdout);
         for (auto &s : streams) s->ctx.TryCancel();
