@@ -322,9 +322,11 @@ public final class Client: @unchecked Sendable {
     /// same segment carries everything a dropped one had, and its final one is never dropped.
     static let maxPendingEvents = 16_384
 
-    /// Queues an event for the application. Who must be woken for it (the callback thread, or
-    /// the event fd made readable) is done by `announce` once the lock is released: woken under
-    /// the lock, that thread would run straight into it (on a shared core: two more switches).
+    /// Queues an event for the application. The callback thread is signalled by `announce`
+    /// once the lock is released (woken under it, it would run straight into the lock: on a
+    /// shared core, two more switches). The event fd is made readable here, under the lock:
+    /// spc_client_event_fd promises it is readable exactly while events are pending, and a
+    /// write made after the lock could land after a dispatch drained the queue.
     private func pushEventLocked(_ event: ClientEvent) {
         if events.count >= Self.maxPendingEvents {
             switch event {
@@ -337,11 +339,12 @@ public final class Client: @unchecked Sendable {
         pendingWake.thread = true
         if eventFD >= 0 && !eventFDSignaled {
             eventFDSignaled = true
-            pendingWake.fd = true
+            var one: UInt64 = 1
+            _ = write(eventFD, &one, 8)
         }
     }
 
-    private struct Wake { var thread = false, fd = false }
+    private struct Wake { var thread = false }
     /// Set by `pushEventLocked`, taken by `takeWakeLocked` in the same critical section.
     private var pendingWake = Wake()
 
@@ -351,13 +354,9 @@ public final class Client: @unchecked Sendable {
         return w
     }
 
-    /// Call without the lock. The client is alive (the caller holds it), so the fd is open.
+    /// Call without the lock.
     private func announce(_ wake: Wake) {
         if wake.thread && eventFD < 0 { eventWake.signal() }
-        if wake.fd {
-            var one: UInt64 = 1
-            _ = write(eventFD, &one, 8)
-        }
     }
 
     private func checkOpen() throws(SpeechClientError) {
@@ -466,11 +465,11 @@ public final class Client: @unchecked Sendable {
         while maxEvents == 0 || ran < maxEvents {
             let event: ClientEvent? = lock.withLock {
                 guard let e = events.pop() else {
-                    // Read even when not marked signaled: a write announced before the last
-                    // drain may have landed after it (it is made outside the lock).
-                    var value: UInt64 = 0
-                    _ = read(eventFD, &value, 8)
-                    eventFDSignaled = false
+                    if eventFDSignaled {
+                        var value: UInt64 = 0
+                        _ = read(eventFD, &value, 8)
+                        eventFDSignaled = false
+                    }
                     return nil
                 }
                 delivering = true

@@ -258,6 +258,42 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         try client.close()
     }
 
+    /// The event fd is readable exactly while events are pending (spc_client_event_fd's
+    /// promise): a dispatcher racing a busy producer never finds it readable with nothing to
+    /// run, and it is quiet once everything ran.
+    @Test func applicationDeliveryFdIsReadableOnlyWhileEventsArePending() throws {
+        var o = try pushOptions(chunkMs: 20)
+        o.delivery = .application
+        let stopped = Atomic<Bool>(false)
+        let client = try Client(options: o, service: FakeRecognitionService()) { _, event in
+            if case .stop = event { stopped.store(true, ordering: .relaxed) }
+        }
+        try client.start()
+        let pusher = try NativeThread(name: "test-pusher") {
+            let samples = [Int16](repeating: 7, count: 320)
+            for _ in 0..<1000 { samples.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+            try? client.pushEnd()
+        }
+        defer { pusher.join() }
+        var emptyWakes = 0
+        var ran = 0
+        var pfd = pollfd(fd: client.eventFD, events: Int16(POLLIN), revents: 0)
+        let deadline = Clock.monotonicNanos() + 30_000_000_000
+        while !stopped.load(ordering: .relaxed) && Clock.monotonicNanos() < deadline {
+            pfd.revents = 0
+            guard poll(&pfd, 1, 100) == 1 else { continue }
+            let n = try client.dispatch(maxEvents: 0)
+            if n == 0 { emptyWakes += 1 }
+            ran += n
+        }
+        let stoppedNow = stopped.load(ordering: .relaxed)
+        #expect(stoppedNow)
+        #expect(emptyWakes == 0, "readable with nothing pending \(emptyWakes) time(s), \(ran) events run")
+        pfd.revents = 0
+        #expect(poll(&pfd, 1, 0) == 0)
+        try client.close()
+    }
+
     @Test func applicationDeliveryFreeRunsPendingCallbacksAndRefusesFromInside() throws {
         let refused = Atomic<Bool>(false)
         let log = EventLog()
