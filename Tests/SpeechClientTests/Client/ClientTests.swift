@@ -258,6 +258,22 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         try client.close()
     }
 
+    /// A response past the assembler's bounds ends the stream and the context: one parse error,
+    /// then the stop, and the client is idle. Taken on the receiving thread while the worker is
+    /// idle (`later`: the stream is then ended through the worker), or by the worker.
+    @Test(arguments: [true, false]) func aMalformedResponseEndsTheContext(later: Bool) throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(badWordAtChunk: 2, badWordLater: later))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let chunk = [Int16](repeating: 1000, count: 1600)
+        for _ in 0..<2 { chunk.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        for _ in 0..<400 where !log.lines.contains("stop ctx-1") { usleepMs(5) }
+        #expect(log.lines.filter { !$0.hasPrefix("segment") } == ["start ctx-1", "error parse", "stop ctx-1"], "\(log.lines)")
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+    }
+
     /// The event fd is readable exactly while events are pending (spc_client_event_fd's
     /// promise): a dispatcher racing a busy producer never finds it readable with nothing to
     /// run, and it is quiet once everything ran.

@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 @testable import SpeechClient
 
@@ -26,6 +27,11 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var closeAfterFinished = false
         /// Opening more than this many streams fails with a network error.
         var maxStreams = Int.max
+        /// Audio chunk N is answered with a word index outside the assembler's bounds; with
+        /// `badWordLater`, 20 ms later and from another thread (as the network thread would,
+        /// while the worker is idle), else at once on the sending thread.
+        var badWordAtChunk: Int?
+        var badWordLater = true
     }
 
     let behaviour: Behaviour
@@ -78,6 +84,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
         service.requests.withLock { $0.append(request) }
         let delay = service.behaviour.answerDelayMilliseconds
         var out: [StreamEvent] = []
+        var later: [StreamEvent] = []
         state.withLock { s in
             if s.closed { return }
             switch request {
@@ -98,7 +105,11 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     out.append(.closed(error))
                     return
                 }
-                if let id = s.context {
+                if let id = s.context, s.chunks == service.behaviour.badWordAtChunk {
+                    let w = SLUWord(text: "bad", index: -1, startMilliseconds: 0, endMilliseconds: 0)
+                    let bad = StreamEvent.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: w.text, words: [w])))
+                    if service.behaviour.badWordLater { later.append(bad) } else { out.append(bad) }
+                } else if let id = s.context {
                     let w = SLUWord(text: "w\(s.chunks)", index: Int32(s.chunks - 1), startMilliseconds: 0, endMilliseconds: 0)
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: w.text, words: [w]))))
                 }
@@ -122,6 +133,14 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
         }
         if delay > 0, case .audio = request {} else if delay > 0 { usleepMs(delay) }
         for e in out { handler(e) }
+        if !later.isEmpty {
+            let handler = self.handler
+            let events = later
+            Thread.detachNewThread {
+                usleepMs(20)
+                for e in events { handler(e) }
+            }
+        }
     }
 
     func finish() {
