@@ -322,11 +322,11 @@ public final class Client: @unchecked Sendable {
     /// same segment carries everything a dropped one had, and its final one is never dropped.
     static let maxPendingEvents = 16_384
 
-    /// Queues an event for the application. The callback thread is signalled by `announce`
-    /// once the lock is released (woken under it, it would run straight into the lock: on a
-    /// shared core, two more switches). The event fd is made readable here, under the lock:
-    /// spc_client_event_fd promises it is readable exactly while events are pending, and a
-    /// write made after the lock could land after a dispatch drained the queue.
+    /// Queues an event for the application. The callback thread is signalled by the caller
+    /// once the lock is released (`wakeCallbackThread`: woken under it, it would run straight
+    /// into the lock: on a shared core, two more switches). The event fd is made readable here,
+    /// under the lock: spc_client_event_fd promises it is readable exactly while events are
+    /// pending, and a write made after the lock could land after a dispatch drained the queue.
     private func pushEventLocked(_ event: ClientEvent) {
         if events.count >= Self.maxPendingEvents {
             switch event {
@@ -336,7 +336,6 @@ public final class Client: @unchecked Sendable {
             }
         }
         events.push(event)
-        pendingWake.thread = true
         if eventFD >= 0 && !eventFDSignaled {
             eventFDSignaled = true
             var one: UInt64 = 1
@@ -344,19 +343,9 @@ public final class Client: @unchecked Sendable {
         }
     }
 
-    private struct Wake { var thread = false }
-    /// Set by `pushEventLocked`, taken by `takeWakeLocked` in the same critical section.
-    private var pendingWake = Wake()
-
-    private func takeWakeLocked() -> Wake {
-        let w = pendingWake
-        pendingWake = Wake()
-        return w
-    }
-
-    /// Call without the lock.
-    private func announce(_ wake: Wake) {
-        if wake.thread && eventFD < 0 { eventWake.signal() }
+    /// After queuing events, without the lock.
+    private func wakeCallbackThread() {
+        if eventFD < 0 { eventWake.signal() }
     }
 
     private func checkOpen() throws(SpeechClientError) {
@@ -421,12 +410,12 @@ public final class Client: @unchecked Sendable {
     }
 
     func emit(_ event: ClientEvent) {
-        let wake: Wake = lock.withLock {
-            guard !closing else { return Wake() }
+        let queued: Bool = lock.withLock {
+            guard !closing else { return false }
             pushEventLocked(event)
-            return takeWakeLocked()
+            return true
         }
-        announce(wake)
+        if queued { wakeCallbackThread() }
     }
 
     func log(_ level: LogLevel, _ message: String) {
@@ -436,14 +425,14 @@ public final class Client: @unchecked Sendable {
 
     /// Worker-side state changes, with the events that announce them queued atomically.
     func transition(_ change: (inout ClientState, inout Bool) -> Void, contextOpen open: Bool? = nil, events newEvents: [ClientEvent] = []) {
-        let wake: Wake = lock.withLock {
+        let queued: Bool = lock.withLock {
             change(&state, &pendingStart)
             if let open { contextOpen = open }
             if !closing { for e in newEvents { pushEventLocked(e) } }
             lock.broadcast()
-            return takeWakeLocked()
+            return !closing && !newEvents.isEmpty
         }
-        announce(wake)
+        if queued { wakeCallbackThread() }
     }
 
     // MARK: - Application delivery
