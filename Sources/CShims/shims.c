@@ -80,37 +80,23 @@ static void sigpipe_restore(const struct sigpipe_guard *g, int rc) {
     errno = saved;
 }
 
-int speechclient_shim_ssl_connect(struct ssl_st *ssl) {
-    struct sigpipe_guard g;
-    sigpipe_block(&g);
-    int rc = SSL_connect(ssl);
-    sigpipe_restore(&g, rc);
-    return rc;
-}
+/* Returns `call`'s result, made with SIGPIPE kept from the process (above). */
+#define WITHOUT_SIGPIPE(call)                                                                  \
+    do {                                                                                       \
+        struct sigpipe_guard g;                                                                \
+        sigpipe_block(&g);                                                                     \
+        int rc = (call);                                                                       \
+        sigpipe_restore(&g, rc);                                                               \
+        return rc;                                                                             \
+    } while (0)
 
-int speechclient_shim_ssl_read(struct ssl_st *ssl, void *buf, int count) {
-    struct sigpipe_guard g;
-    sigpipe_block(&g);
-    int rc = SSL_read(ssl, buf, count);
-    sigpipe_restore(&g, rc);
-    return rc;
-}
+int speechclient_shim_ssl_connect(struct ssl_st *ssl) { WITHOUT_SIGPIPE(SSL_connect(ssl)); }
 
-int speechclient_shim_ssl_write(struct ssl_st *ssl, const void *buf, int count) {
-    struct sigpipe_guard g;
-    sigpipe_block(&g);
-    int rc = SSL_write(ssl, buf, count);
-    sigpipe_restore(&g, rc);
-    return rc;
-}
+int speechclient_shim_ssl_read(struct ssl_st *ssl, void *buf, int count) { WITHOUT_SIGPIPE(SSL_read(ssl, buf, count)); }
 
-int speechclient_shim_ssl_shutdown(struct ssl_st *ssl) {
-    struct sigpipe_guard g;
-    sigpipe_block(&g);
-    int rc = SSL_shutdown(ssl);
-    sigpipe_restore(&g, rc);
-    return rc;
-}
+int speechclient_shim_ssl_write(struct ssl_st *ssl, const void *buf, int count) { WITHOUT_SIGPIPE(SSL_write(ssl, buf, count)); }
+
+int speechclient_shim_ssl_shutdown(struct ssl_st *ssl) { WITHOUT_SIGPIPE(SSL_shutdown(ssl)); }
 
 int speechclient_shim_ssl_set_sni(struct ssl_st *ssl, const char *name) {
     return (int)SSL_set_tlsext_host_name(ssl, name);
