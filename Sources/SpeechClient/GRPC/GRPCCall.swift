@@ -254,11 +254,8 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
                 taken = 0
             }
             guard let message = current else { break }
-            // The prefix: no compression, then the length, big-endian.
             while taken < 5 && n < buffer.count {
-                let length = UInt32(truncatingIfNeeded: message.count)
-                to.storeBytes(of: taken == 0 ? 0 : UInt8(truncatingIfNeeded: length >> (8 * UInt32(4 - taken))),
-                              toByteOffset: n, as: UInt8.self)
+                to.storeBytes(of: MessageDeframer.prefixByte(taken, length: message.count), toByteOffset: n, as: UInt8.self)
                 taken += 1
                 n += 1
             }

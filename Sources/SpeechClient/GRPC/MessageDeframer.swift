@@ -54,15 +54,9 @@ public struct MessageDeframer {
         }
     }
 
-    /// Frames one outgoing message: flag 0 (not compressed), big-endian length, bytes.
-    public static func frame(_ message: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(message.count + 5)
-        let n = UInt32(truncatingIfNeeded: message.count)
-        out.append(0)
-        out.append(UInt8(n >> 24)); out.append(UInt8((n >> 16) & 0xff))
-        out.append(UInt8((n >> 8) & 0xff)); out.append(UInt8(n & 0xff))
-        out.append(contentsOf: message)
-        return out
+    /// Byte `index` (0..<5) of the prefix of a message of `length` bytes: no compression, then
+    /// the length, big-endian. Written byte by byte, so that a prefix may span two DATA frames.
+    public static func prefixByte(_ index: Int, length: Int) -> UInt8 {
+        index == 0 ? 0 : UInt8(truncatingIfNeeded: UInt32(truncatingIfNeeded: length) >> (8 * UInt32(4 - index)))
     }
 }

@@ -16,7 +16,7 @@ import Testing
     @Test(arguments: [1, 2, 3, 5, 7, 64, 100_000])
     func reassemblesAcrossAnySplit(chunk: Int) throws {
         let messages: [[UInt8]] = [[], [1], Array(repeating: 9, count: 300), Array(0..<200).map { UInt8($0) }]
-        let wire = messages.flatMap(MessageDeframer.frame)
+        let wire = messages.flatMap(frame)
         var d = MessageDeframer(maxMessageBytes: 1000)
         #expect(try feed(&d, wire, chunk: chunk) == messages)
         #expect(!d.isMidMessage)
@@ -25,9 +25,14 @@ import Testing
         #expect(partial.isMidMessage)
     }
 
+    /// A message on the wire: the prefix GRPCCall writes, then the bytes.
+    func frame(_ message: [UInt8]) -> [UInt8] {
+        (0..<5).map { MessageDeframer.prefixByte($0, length: message.count) } + message
+    }
+
     @Test func framePrefix() {
-        #expect(MessageDeframer.frame([0xAA, 0xBB]) == [0, 0, 0, 0, 2, 0xAA, 0xBB])
-        #expect(MessageDeframer.frame(Array(repeating: 0, count: 0x010203)).prefix(5) == [0, 0, 1, 2, 3])
+        #expect(frame([0xAA, 0xBB]) == [0, 0, 0, 0, 2, 0xAA, 0xBB])
+        #expect(frame(Array(repeating: 0, count: 0x010203)).prefix(5) == [0, 0, 1, 2, 3])
     }
 
     @Test func rejectsCompressedAndOversized() {
