@@ -4,8 +4,10 @@
 The request's :path picks the behaviour (/fault/<Name>); see SCENARIOS below. Anything else
 is answered with one message "ok" and status OK.
 
-Usage: h2_fault_server.py [--tls CERT KEY | --tls-no-alpn CERT KEY]
+Usage: h2_fault_server.py [--tls CERT KEY | --tls-no-alpn CERT KEY] [--drop eof|reset]
 Prints "PORT <n>" once listening on 127.0.0.1, serves until stdin closes.
+--drop: no HTTP/2 at all; each connection is dropped after the TLS handshake and the client's
+first bytes, without a close_notify: closed (eof, a FIN) or aborted (reset, an RST).
 """
 import socket
 import ssl
@@ -195,7 +197,22 @@ SCENARIOS = {
 }
 
 
+def drop(sock, mode):
+    try:
+        sock.recv(1)
+    except OSError:
+        pass
+    if mode == "reset":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # an SSLSocket's close() sends no close_notify
+
+
 def main():
+    drop_mode = None
+    if "--drop" in sys.argv:
+        i = sys.argv.index("--drop")
+        drop_mode = sys.argv[i + 1]
+        del sys.argv[i:i + 2]
     tls_context = None
     if len(sys.argv) == 4 and sys.argv[1] in ("--tls", "--tls-no-alpn"):
         tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -218,6 +235,9 @@ def main():
                 except (ssl.SSLError, OSError):
                     sock.close()
                     continue
+            if drop_mode:
+                drop(sock, drop_mode)
+                continue
             threading.Thread(target=Connection(sock).serve, daemon=True).start()
 
     threading.Thread(target=accept_loop, daemon=True).start()

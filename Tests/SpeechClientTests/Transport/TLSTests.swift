@@ -114,7 +114,7 @@ private func tlsError(host: String, port: UInt16, tls: TLSSettings) -> SpeechCli
     /// and these calls may run on an application thread).
     @Test(.serialized, arguments: ["eof", "reset"]) func droppedConnectionIsClosedWithoutSIGPIPE(mode: String) throws {
         let certs = try TestCertificates.get()
-        let peer = try server("drop-" + mode, script: "tls_drop_server.py", [certs.serverCert, certs.serverKey, "--mode", mode])
+        let peer = try server("drop-" + mode, script: "h2_fault_server.py", ["--tls", certs.serverCert, certs.serverKey, "--drop", mode])
         let counter = SIGPIPECounter()
         defer { counter.restore() }
         let stream = try Connector.open(host: "localhost", port: peer.port, useTLS: true,
