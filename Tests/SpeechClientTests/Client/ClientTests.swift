@@ -42,6 +42,14 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
     return o
 }
 
+/// 300 ms (3 chunks) pushed, then the end of the audio; returns once the client is idle.
+func pushThreeChunksAndEnd(_ client: Client) throws {
+    let samples = [Int16](repeating: 1000, count: 16_000 * 3 / 10)
+    samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+    try client.pushEnd()
+    #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+}
+
 @Suite struct ClientTests {
     @Test func pushedAudioIsTranscribedAndEventsComeInOrder() throws {
         let log = EventLog()
@@ -49,10 +57,7 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
         defer { try? client.close() }
         try client.start()
-        let samples = [Int16](repeating: 1000, count: 16_000 * 3 / 10)   // 300 ms = 3 chunks
-        samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        try pushThreeChunksAndEnd(client)
         let lines = log.lines
         #expect(lines.first == "start ctx-1")
         #expect(lines.last == "stop ctx-1")
@@ -378,10 +383,7 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
         let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
         defer { try? client.close() }
         try client.start()
-        let samples = [Int16](repeating: 1000, count: 16_000 * 3 / 10)   // 300 ms = 3 chunks
-        samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        try pushThreeChunksAndEnd(client)
         #expect(log.lines.filter { $0.hasPrefix("segment final") } == ["segment final w1 w2 w3"], "\(log.lines)")
         #expect(log.lines.first == "start ctx-1" && log.lines.last == "stop ctx-1")
         #expect(service.streamsOpened.load(ordering: .relaxed) == 2)

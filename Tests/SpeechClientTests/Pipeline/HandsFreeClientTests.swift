@@ -16,12 +16,16 @@ import Testing
         samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
     }
 
+    /// One utterance in noise: `leadingNoise` ms of noise, 800 ms of speech, 2 s of noise.
+    static func utterance(_ g: inout Signals.Noise, leadingNoise: Int = 1_000) -> [Int16] {
+        (leadingNoise > 0 ? Signals.noise(ms: leadingNoise, dbfs: -50, &g) : [])
+            + Signals.speech(ms: 800, dbfs: -25, &g) + Signals.noise(ms: 2_000, dbfs: -50, &g)
+    }
+
     /// Two utterances in noise, pushed faster than real time.
     static func twoUtterances() -> [Int16] {
         var g = Signals.Noise()
-        return Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 800, dbfs: -25, &g)
-            + Signals.noise(ms: 2_000, dbfs: -50, &g) + Signals.speech(ms: 800, dbfs: -25, &g)
-            + Signals.noise(ms: 2_000, dbfs: -50, &g)
+        return utterance(&g) + utterance(&g, leadingNoise: 0)
     }
 
     @Test func voiceActivationOpensAContextPerUtterance() throws {
@@ -103,11 +107,10 @@ import Testing
         defer { try? client.close() }
         try client.start()
         var g = Signals.Noise()
-        Self.push(client, Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 800, dbfs: -25, &g)
-                  + Signals.noise(ms: 2_000, dbfs: -50, &g))
+        Self.push(client, Self.utterance(&g))
         for _ in 0..<400 where !log.lines.contains("stop ctx-1") { usleepMs(5) }
         usleepMs(50)  // the server's close after finished
-        Self.push(client, Signals.speech(ms: 800, dbfs: -25, &g) + Signals.noise(ms: 2_000, dbfs: -50, &g))
+        Self.push(client, Self.utterance(&g, leadingNoise: 0))
         for _ in 0..<400 where !log.lines.contains("error network") { usleepMs(5) }
         #expect(client.currentState == .listening)
         try client.stop()
@@ -126,8 +129,7 @@ import Testing
         defer { try? client.close() }
         try client.start()
         var g = Signals.Noise()
-        Self.push(client, Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 800, dbfs: -25, &g)
-                  + Signals.noise(ms: 2_000, dbfs: -50, &g))
+        Self.push(client, Self.utterance(&g))
         for _ in 0..<70 { Self.push(client, Signals.speech(ms: 1_000, dbfs: -25, &g)) }
         for _ in 0..<400 where !log.lines.contains("error network") { usleepMs(5) }
         #expect(log.lines.filter { $0 == "error network" }.count == 1, "\(log.lines.suffix(10))")
