@@ -8,6 +8,8 @@
 **   paced: [--keep-samples 0] does not store latencies (a soak: memory of the library only)
 **   paced: [--thread-delivery 1] callbacks on the library's threads (the default delivery) instead
 **          of epoll + dispatch on the main thread; no latency figures then, CPU only
+**   paced: [--io application] the clients' connections are read on the main thread too
+**          (SPC_IO_APPLICATION: spc_io_fd() in the same epoll set, spc_io_process() when ready)
 **   paced: [--activation voice] listens hands-free instead: the chunks (a steady tone the
 **          detector learns as background) go through the VAD and open no context, so the CPU
 **          figure is what listening all day costs a stream (issue 8)
@@ -147,7 +149,7 @@ static double pct(int64_t *v, size_t n, double p) {
 
 struct args {
     const char *url, *mode, *wav, *ca_file, *cache_dir, *lat_out, *mic;
-    int streams, thread_delivery, replay_ms, voice;
+    int streams, thread_delivery, replay_ms, voice, app_io;
     double warmup, window;
     int64_t launch_ns;
 };
@@ -168,6 +170,7 @@ static spc_options *make_options(const struct args *a, struct stream *st, int pu
     spc_options_set_stop_cb(o, on_stop, st);
     spc_options_set_error_cb(o, on_error, st);
     spc_options_set_delivery(o, a->thread_delivery ? SPC_DELIVERY_THREAD : SPC_DELIVERY_APPLICATION);
+    if (a->app_io) spc_options_set_io(o, SPC_IO_APPLICATION);
     return o;
 }
 
@@ -190,7 +193,8 @@ static void pump(int ep, int64_t until) {
     int n = epoll_wait(ep, ev, 256, ms);
     for (int i = 0; i < n; i++) {
         struct stream *st = ev[i].data.ptr;
-        spc_client_dispatch(st->client, 0, NULL);
+        if (st) spc_client_dispatch(st->client, 0, NULL);
+        else spc_io_process(NULL); /* spc_io_fd(): the network work of SPC_IO_APPLICATION */
     }
 }
 
@@ -202,6 +206,10 @@ static int run_paced(const struct args *a) {
     struct args b = *a;
     g.thread_mode = a->thread_delivery;
     int ep = a->thread_delivery ? -1 : epoll_create1(0); /* without: callbacks on library threads */
+    if (ep >= 0 && a->app_io) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+        epoll_ctl(ep, EPOLL_CTL_ADD, spc_io_fd(), &ev);
+    }
     for (int i = 0; i < n; i++) {
         s[i].index = i;
         s[i].client = new_client(make_options(&b, &s[i], 1));
@@ -361,6 +369,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--mic")) a.mic = v;
         else if (!strcmp(k, "--replay-ms")) a.replay_ms = atoi(v);
         else if (!strcmp(k, "--activation")) a.voice = v && !strcmp(v, "voice");
+        else if (!strcmp(k, "--io")) a.app_io = v && !strcmp(v, "application");
         else if (!strcmp(k, "--thread-delivery")) a.thread_delivery = v && atoi(v) != 0;
         else if (!strcmp(k, "--launch-ns")) a.launch_ns = atoll(v);
         else if (!strcmp(k, "--keep-samples")) g.keep_samples = atoi(v);

@@ -53,7 +53,8 @@
 **   - spc_options is not thread-safe: fill it from one thread, then hand it to spc_client_new().
 **   - spc_client functions may be called from any thread, concurrently.
 **   - The library owns its threads: one callback thread per client, plus audio and network
-**     threads. All callbacks of one client run on that client's callback thread (or, with
+**     threads (with SPC_IO_APPLICATION, the application's thread does some network work, in
+**     spc_io_process()). All callbacks of one client run on that client's callback thread (or, with
 **     SPC_DELIVERY_APPLICATION, inside spc_client_dispatch() on the application's thread), in the
 **     order the events happened, one at a time. A slow callback delays only its own client.
 **   - Inside a callback you may call spc_client_start(), spc_client_stop(),
@@ -89,10 +90,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 2
+#define SPC_VERSION_MINOR 3
 #define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.2.0"
-#define SPC_VERSION_NUMBER 2000
+#define SPC_VERSION_STRING "0.3.0"
+#define SPC_VERSION_NUMBER 3000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -245,6 +246,34 @@ typedef enum spc_delivery {
     SPC_DELIVERY_THREAD = 0,
     SPC_DELIVERY_APPLICATION = 1
 } spc_delivery;
+
+/* ---------------------------------------------------------------------------------------------
+** APPLICATION-DRIVEN NETWORK I/O (since 0.3)
+**
+** Who reads a client's connection. SPC_IO_LIBRARY (the default): the library's network thread.
+** SPC_IO_APPLICATION: the application's thread, inside spc_io_process(), which it calls when
+** the one process-wide descriptor from spc_io_fd() is readable. A response then wakes only the
+** application's thread, not the network thread first: with SPC_DELIVERY_APPLICATION, one
+** wake-up per response instead of two, as with a gRPC completion queue. Worth it for many
+** streams in one process; a handful of clients will not notice. Clients with
+** SPC_IO_APPLICATION share connections only with each other.
+**
+** The safety net: while spc_io_process() has not been called for 250 ms (the application has
+** not started polling yet, is busy in a long callback, or stopped), the network thread reads
+** those connections itself, until the next call; spc_client_wait_idle() and spc_client_free()
+** hand them over to it at once. An application that is late delays responses, flow control and
+** keepalive answers by at most that long; nothing breaks and nothing is lost. Audio is sent as
+** it is pushed, whoever reads.
+**
+**     int io = spc_io_fd();            // once per process
+**     // in the poll set beside each client's spc_client_event_fd():
+**     //   io readable        -> spc_io_process(NULL);
+**     //   event fd readable  -> spc_client_dispatch(client, 0, NULL);
+*/
+typedef enum spc_io {
+    SPC_IO_LIBRARY = 0,
+    SPC_IO_APPLICATION = 1
+} spc_io;
 
 /* ---------------------------------------------------------------------------------------------
 ** HANDS-FREE LISTENING (since 0.2)
@@ -489,6 +518,10 @@ SPC_API spc_status spc_options_set_state_cb(spc_options *options, spc_state_cb c
 /* Where callbacks run (see DELIVERY). Default SPC_DELIVERY_THREAD. */
 SPC_API spc_status spc_options_set_delivery(spc_options *options, spc_delivery delivery);
 
+/* Who reads the client's connection (see APPLICATION-DRIVEN NETWORK I/O). Default
+** SPC_IO_LIBRARY. Since 0.3. */
+SPC_API spc_status spc_options_set_io(spc_options *options, spc_io io);
+
 /* How contexts open (see HANDS-FREE LISTENING). Default SPC_ACTIVATION_MANUAL. With
 ** SPC_ACTIVATION_WAKEWORD, spc_client_new() fails with SPC_ERROR_INVALID_ARGUMENT unless a
 ** wakeword is set. Since 0.2. */
@@ -609,6 +642,22 @@ SPC_API int spc_client_event_fd(const spc_client *client);
 ** the calling thread: no event is lost and none runs after it. */
 SPC_API spc_status spc_client_dispatch(spc_client *client, uint32_t max_events,
                                        uint32_t *out_count);
+
+/* The process-wide descriptor of application-driven I/O (an epoll fd, see APPLICATION-DRIVEN
+** NETWORK I/O): readable while a connection of an SPC_IO_APPLICATION client has input, or room
+** for output it waits to write. The same for the whole process, whether or not such clients
+** exist yet; owned by the library: do not read, write or close it. -1 when the library's
+** network thread could not be started (out of file descriptors or threads). Since 0.3. */
+SPC_API int spc_io_fd(void);
+
+/* Does, on the calling thread, the network work that is ready for SPC_IO_APPLICATION clients:
+** reads responses, answers flow control and keepalive, writes what waited for room; never
+** waits for input, and runs no callback (the events it produces go to each client's event fd
+** or callback thread, as always). Stores in *out_ready (may be NULL) how many connections were
+** ready. Any thread may call it, also from inside a callback; concurrent calls run one after
+** the other. Calling it when spc_io_fd() is not readable is harmless. SPC_ERROR_INTERNAL when
+** the network thread could not be started. Since 0.3. */
+SPC_API spc_status spc_io_process(uint32_t *out_ready);
 
 /* ---------------------------------------------------------------------------------------------
 ** SEGMENTS

@@ -145,6 +145,23 @@ public func spc_client_event_fd(_ client: OpaquePointer?) -> Int32 {
 }
 
 @c @implementation
+public func spc_io_fd() -> Int32 {
+    (try? ApplicationIO.fd()) ?? -1
+}
+
+@c @implementation
+public func spc_io_process(_ outReady: UnsafeMutablePointer<UInt32>?) -> spc_status {
+    outReady?.pointee = 0
+    do throws(SpeechClientError) {
+        let ready = try ApplicationIO.process()
+        outReady?.pointee = UInt32(clamping: ready)
+        return SPC_OK
+    } catch {
+        return .from(error)
+    }
+}
+
+@c @implementation
 public func spc_client_dispatch(_ client: OpaquePointer?, _ maxEvents: UInt32, _ outCount: UnsafeMutablePointer<UInt32>?) -> spc_status {
     outCount?.pointee = 0
     guard let c = clientFrom(client) else { return SPC_ERROR_INVALID_ARGUMENT }

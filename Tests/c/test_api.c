@@ -294,6 +294,7 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_endpointing(NULL, 300, 1000, 500, 15000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_listen_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_level_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_io(NULL, SPC_IO_APPLICATION), SPC_ERROR_INVALID_ARGUMENT);
     /* Every client function with a NULL handle. */
     spc_state state = SPC_STATE_IDLE;
     int16_t pcm[4] = {0, 0, 0, 0};
@@ -439,6 +440,10 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_state_cb(o, NULL, NULL), SPC_OK);
     CHECK_STATUS(spc_options_set_delivery(o, (spc_delivery)2), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_delivery(o, SPC_DELIVERY_THREAD), SPC_OK);
+    /* Application-driven I/O (0.3). */
+    CHECK_STATUS(spc_options_set_io(o, (spc_io)2), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_io(o, SPC_IO_APPLICATION), SPC_OK);
+    CHECK_STATUS(spc_options_set_io(o, SPC_IO_LIBRARY), SPC_OK);
     /* Hands-free options (0.2): enums, ranges, phrases. */
     CHECK_STATUS(spc_options_set_activation(o, (spc_activation)3), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_activation(o, SPC_ACTIVATION_WAKEWORD), SPC_OK);
@@ -746,7 +751,8 @@ static void on_state(spc_client *c, spc_connection_state state, int32_t attempt,
     if (reason) st->reason = spc_error_code(reason);
 }
 
-static void test_poll_loop_delivery(void) {
+/* app_io: the loop also serves the process-wide descriptor of application-driven I/O (0.3). */
+static void test_poll_loop_delivery(int app_io) {
     struct record r;
     record_init(&r);
     struct states st;
@@ -755,22 +761,35 @@ static void test_poll_loop_delivery(void) {
     spc_options *o = push_options(&r);
     CHECK_STATUS(spc_options_set_delivery(o, SPC_DELIVERY_APPLICATION), SPC_OK);
     CHECK_STATUS(spc_options_set_state_cb(o, on_state, &st), SPC_OK);
+    if (app_io) CHECK_STATUS(spc_options_set_io(o, SPC_IO_APPLICATION), SPC_OK);
     spc_client *c = NULL;
     CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
     spc_options_free(o);
     int fd = spc_client_event_fd(c);
     CHECK(fd >= 0);
+    int io = spc_io_fd();
+    CHECK(io >= 0 && io != fd && spc_io_fd() == io); /* one descriptor for the whole process */
+    uint32_t ready = 99;
+    CHECK_STATUS(spc_io_process(&ready), SPC_OK);
+    CHECK(ready == 0); /* no connection of this process is application-driven yet */
+    CHECK_STATUS(spc_io_process(NULL), SPC_OK);
     CHECK_STATUS(spc_client_start(c), SPC_OK);
     /* A plain poll loop until the stop arrives; callbacks run here, on the main thread. */
-    struct pollfd p;
-    p.fd = fd;
-    p.events = POLLIN;
-    p.revents = 0;
+    struct pollfd p[2];
+    p[0].fd = fd;
+    p[0].events = POLLIN;
+    p[0].revents = 0;
+    p[1].fd = app_io ? io : -1;
+    p[1].events = POLLIN;
+    p[1].revents = 0;
     for (int i = 0; i < 200 && r.count < 2; i++) {
-        if (poll(&p, 1, 100) > 0) {
-            uint32_t ran = 0;
-            CHECK_STATUS(spc_client_dispatch(c, 0, &ran), SPC_OK);
-            CHECK(ran > 0);
+        if (poll(p, 2, 100) > 0) {
+            if (p[1].revents & POLLIN) CHECK_STATUS(spc_io_process(NULL), SPC_OK);
+            if (p[0].revents & POLLIN) {
+                uint32_t ran = 0;
+                CHECK_STATUS(spc_client_dispatch(c, 0, &ran), SPC_OK);
+                CHECK(ran > 0);
+            }
         }
     }
     CHECK(r.count == 2);
@@ -782,8 +801,8 @@ static void test_poll_loop_delivery(void) {
     CHECK(r.free_from_cb == SPC_ERROR_INVALID_STATE);
     CHECK(r.wait_from_cb == SPC_ERROR_INVALID_STATE);
     /* Nothing pending: the descriptor is quiet. */
-    p.revents = 0;
-    CHECK(poll(&p, 1, 0) == 0);
+    p[0].revents = 0;
+    CHECK(poll(p, 1, 0) == 0);
     CHECK_STATUS(spc_client_free(c), SPC_OK);
 }
 
@@ -961,7 +980,8 @@ int main(void) {
     test_free_with_an_open_context();
     test_clients_on_many_threads();
     test_wait_timeout_and_free_while_starting();
-    test_poll_loop_delivery();
+    test_poll_loop_delivery(0);
+    test_poll_loop_delivery(1);
     if (failures) {
         fprintf(stderr, "test_api: %d of %d checks FAILED\n", failures, checks);
         return 1;

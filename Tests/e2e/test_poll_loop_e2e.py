@@ -41,6 +41,17 @@ def test_poll_loop_transcribes_a_wav_file(poll_loop, server, speech, tmp_path):
     assert "outside" not in r.stderr and "error" not in r.stderr
 
 
+def test_poll_loop_reads_the_network_itself(poll_loop, server, speech, tmp_path):
+    """--io application: the same words, and the loop's own thread did network work."""
+    wav = speech("turn on the kitchen lights")
+    r = run(poll_loop, "--url", server.url, "--cache-dir", tmp_path / "cache", "--io", "application", wav)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["turn on the kitchen lights"]
+    served = [int(line.split()[1]) for line in r.stderr.splitlines() if line.startswith("io: ")]
+    assert served and served[0] > 0, r.stderr
+    assert "outside" not in r.stderr and "error" not in r.stderr
+
+
 def test_stdin_is_part_of_the_loop(poll_loop, server, speech, tmp_path):
     wav = speech("turn on the kitchen lights")
     args = [str(poll_loop), "--url", server.url, "--cache-dir", str(tmp_path / "cache"), str(wav)]
@@ -77,3 +88,4 @@ def test_poll_loop_errors(poll_loop, speech, tmp_path):
     assert run(poll_loop).returncode == 2
     assert run(poll_loop, "--url", "http://x/y", wav).returncode == 2
     assert run(poll_loop, "--timeout-ms", "0", wav).returncode == 2
+    assert run(poll_loop, "--io", "kernel", wav).returncode == 2

@@ -59,6 +59,16 @@ def test_version_of_the_loaded_library():
             _native.SPC_VERSION_MAJOR * 1_000_000 + _native.SPC_VERSION_MINOR * 1000 + _native.SPC_VERSION_PATCH)
 
 
+@pytest.mark.skipif(not _native.HAS_APPLICATION_IO, reason="the library has no application-driven I/O (0.3)")
+def test_the_application_io_descriptor_is_one_per_process():
+    fd = sc.io_fd()
+    assert fd >= 0 and sc.io_fd() == fd
+    os.fstat(fd)  # an open descriptor (the library owns it)
+    assert sc.io_process() == 0  # no connection of this process is application-driven: nothing ready
+    with sc.Client(url=UNREACHABLE, app_id="a", io="application") as c:
+        assert c.io == sc.NetworkIO.APPLICATION
+
+
 def test_the_library_is_the_one_named_by_the_environment():
     assert os.path.realpath(_native.LIBRARY_PATH) == os.path.realpath(os.environ["SPEECHCLIENT_LIBRARY"])
 
@@ -134,6 +144,8 @@ def test_exceptions_fit_pythons_own_hierarchy():
     (dict(app_id="a\0b"), "NUL"),
     (dict(audio="mic"), "audio='mic'"),
     (dict(delivery="sometimes"), "delivery='sometimes'"),
+    (dict(io="kernel"), "io='kernel'"),
+    (dict(io=7), "7"),
     (dict(reconnect=(101, 200, 5000)), "reconnect=(101, 200, 5000)"),
 ])
 def test_a_rejected_option_raises_invalid_argument_naming_it_and_its_value(kwargs, text):
@@ -936,11 +948,11 @@ def test_hands_free_enums_are_the_headers():
 
 
 def test_binding_version_is_the_headers():
-    assert _native.SPC_VERSION_STRING == "0.2.0" == sc.__version__
+    assert _native.SPC_VERSION_STRING == "0.3.0" == sc.__version__
     text = (ROOT / "include" / "speechclient.h").read_text()
     assert f'#define SPC_VERSION_STRING "{_native.SPC_VERSION_STRING}"' in text
     assert f"#define SPC_VERSION_NUMBER {_native.SPC_VERSION_NUMBER}" in text
-    assert 'version = "0.2.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
+    assert 'version = "0.3.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
 
 
 @needs_hands_free

@@ -165,6 +165,30 @@ def test_stream_transcribes_a_wav_file(server, synthesize, cache_dir):
     assert threads == {threading.get_ident()}  # the loop's thread ran every callback
 
 
+def test_application_io_in_an_asyncio_loop(server, synthesize, cache_dir):
+    """io="application": the loop's thread reads the connection (io_process on io_fd) and runs the
+    callbacks; the words are those of the library-read case."""
+    wav = synthesize("turn on the kitchen lights")
+    served = []
+
+    def process():
+        served.append(sc.io_process())
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        loop.add_reader(sc.io_fd(), process)
+        try:
+            with sc.Client(url=server.url, app_id="py", audio=sc.WavFile(wav), cache_dir=cache_dir,
+                           delivery="application", io="application") as c:
+                assert c.io == sc.NetworkIO.APPLICATION
+                return [update async for update in c.stream(timeout=30)]
+        finally:
+            loop.remove_reader(sc.io_fd())
+
+    assert_kitchen_lights(asyncio.run(asyncio.wait_for(run(), 60)))
+    assert sum(served) > 0  # responses were read on the loop's thread
+
+
 @pytest.mark.parametrize("kind", ["async", "self"])
 def test_stream_transcribes_pushed_pcm(kind, server, synthesize, cache_dir):
     """kind "async": an async generator paced at 4x real time, given to stream(); "self": the

@@ -146,10 +146,14 @@ public final class Client: @unchecked Sendable {
     /// The real service: gRPC channels shared per server, login with the token cache.
     static func speechlyService(options: ClientOptions, server: ServerURL, deviceId: String, log: LogRelay) -> SpeechlyService {
         let tls = TLSSettings(caFile: options.caFile, insecure: options.insecureTLS)
-        let channel = GRPCChannel.shared(server: server, tls: tls, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds)
+        var configuration = GRPCChannel.Configuration()
+        configuration.http2.applicationDrivenIO = options.io == .application
+        let channel = GRPCChannel.shared(server: server, tls: tls, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
+                                         configuration: configuration)
         let identityServer = options.identityServer ?? server
         let identityChannel = identityServer == server ? channel
-            : GRPCChannel.shared(server: identityServer, tls: tls, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds)
+            : GRPCChannel.shared(server: identityServer, tls: tls, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
+                                 configuration: configuration)
         let cache = TokenCache(directory: options.cacheDir ?? DeviceIdentity.defaultCacheDirectory())
         let identity = IdentityClient(channel: identityChannel, cache: cache, deviceId: deviceId,
                                       appId: options.appId, projectId: options.projectId)
@@ -290,6 +294,7 @@ public final class Client: @unchecked Sendable {
             throw SpeechClientError(.invalidState, "wait_idle called from the client's own callback would wait for itself")
         }
         let deadline = timeoutMilliseconds < 0 ? nil : Clock.monotonicNanos() + UInt64(timeoutMilliseconds) * 1_000_000
+        if !lock.withLock({ isIdleLocked }) { applicationWillBlock() }
         return lock.withLock {
             while !isIdleLocked {
                 if let deadline {
@@ -307,7 +312,14 @@ public final class Client: @unchecked Sendable {
         if isOnCallbackThread {
             throw SpeechClientError(.invalidState, "spc_client_free called from the client's own callback: free it after the callback returns")
         }
+        applicationWillBlock()
         shutdownThreads()
+    }
+
+    /// With application-driven I/O, the calling thread (likely the one that serves the
+    /// application's set) is about to wait for the network: the loop thread takes over.
+    private func applicationWillBlock() {
+        if options.io == .application, let loop = try? EventLoop.shared() { loop.applicationWillBlock() }
     }
 
     // MARK: - Internals shared with the worker

@@ -33,6 +33,11 @@ public enum ConnectionState: Int32, Sendable {
     case connecting = 0, ready = 1, reconnecting = 2, unavailable = 3, suspended = 4
 }
 
+/// Raw values are the C `spc_io` values: who reads the client's connection.
+public enum NetworkIO: Int32, Sendable {
+    case library = 0, application = 1
+}
+
 /// Raw values are the C `spc_delivery` values.
 public enum Delivery: Int32, Sendable {
     case thread = 0, application = 1

@@ -30,6 +30,8 @@ public struct ClientOptions: Sendable {
     public var contextOptions: [ContextOption] = []
     public var logLevel = LogLevel.warning
     public var delivery = Delivery.thread
+    /// Who reads the connection: the network thread, or the application in `ApplicationIO.process()`.
+    public var io = NetworkIO.library
     /// How long to wait for a TCP connection (and, later, TLS) before a timeout error.
     public var connectTimeoutMilliseconds = 5_000
     /// An SLU stream with no context is closed after this long and reopened by the next start.

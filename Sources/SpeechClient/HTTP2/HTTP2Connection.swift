@@ -84,7 +84,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         guard src == 0 else { throw HTTP2Connection.error("nghttp2_submit_settings", src, peer: peer) }
         _ = nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0,
                                                   max(settings.connectionWindowBytes, 65_535))
-        try loop.register(fd: io.fd, events: EPOLLIN.rawValue, handler: self)
+        try loop.register(fd: io.fd, events: EPOLLIN.rawValue, handler: self, applicationDriven: settings.applicationDrivenIO)
         lastReceiveNanos = Clock.monotonicNanos()
         armKeepalive()
         flush()

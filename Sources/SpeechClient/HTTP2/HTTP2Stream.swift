@@ -28,6 +28,8 @@ public struct HTTP2Settings: Sendable, Hashable {
     public var streamWindowBytes: Int32
     /// The receive window of the whole connection.
     public var connectionWindowBytes: Int32
+    /// The socket is in the application's epoll set (spc_io_fd), served by `ApplicationIO.process()`.
+    public var applicationDrivenIO = false
 
     public init(keepaliveIntervalMilliseconds: Int = 30_000, keepaliveTimeoutMilliseconds: Int = 10_000,
                 streamWindowBytes: Int32 = 1 << 20, connectionWindowBytes: Int32 = 16 << 20) {

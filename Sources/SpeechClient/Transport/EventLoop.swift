@@ -19,10 +19,19 @@ protocol EventLoopHandler: AnyObject {
 /// loop is started lazily by `EventLoop.shared()` and lives as long as the process (the library
 /// is linked `-z nodelete`, so it is never unloaded under it).
 ///
-/// Thread-safety: `execute`, `executeAndWait` and `isInLoop` may be called from any thread;
-/// everything else (`register`, `modify`, `unregister`, timers) only inside the loop's work
-/// (`isInLoop`: on the loop thread, or inside a task run inline). Tasks, and what they call,
-/// must never block waiting for another thread.
+/// Application-driven I/O (spc_io_fd / spc_io_process): sockets registered `applicationDriven`
+/// go into a second epoll set, which the application polls and serves with
+/// `processApplicationIO()` on its own thread, under the same lock: a response then wakes only
+/// the application's thread, as a gRPC completion queue does. While the application serves the
+/// set, the loop thread does not watch it; a watchdog gives it back to the loop thread when the
+/// application has not called `processApplicationIO()` for `applicationPatienceMilliseconds`
+/// (a stalled or blocked application delays those connections, never breaks them), and
+/// `applicationWillBlock()` gives it back at once. Until the first call, the loop serves it.
+///
+/// Thread-safety: `execute`, `executeAndWait`, `isInLoop`, `processApplicationIO` and
+/// `applicationWillBlock` may be called from any thread; everything else (`register`, `modify`,
+/// `unregister`, timers) only inside the loop's work (`isInLoop`: on the loop thread, or inside
+/// a task run inline). Tasks, and what they call, must never block waiting for another thread.
 final class EventLoop: @unchecked Sendable {
     // Cross-thread state: the task queue, behind a mutex.
     private struct Queue {
@@ -40,10 +49,22 @@ final class EventLoop: @unchecked Sendable {
     private let loopThreadID = Atomic<UInt>(0)
     private let epfd: Int32
     private let wakeFd: Int32
+    /// The application's epoll set: sockets of application-driven connections (spc_io_fd).
+    let applicationFd: Int32
     private var thread: NativeThread?
+    /// When the application last served its set (monotonic ns), read by the watchdog.
+    private let lastApplicationIONanos = Atomic<UInt64>(0)
+    /// How long the application may leave its set unserved before the loop thread takes it.
+    static let applicationPatienceMilliseconds = 250
+    /// Ready sockets of the application's set that the loop thread served itself (for tests).
+    let applicationSocketsServedByLoop = Atomic<Int>(0)
 
-    // Loop-thread state.
+    // Loop state (under `loopLock`).
     private var handlers: [Int32: any EventLoopHandler] = [:]
+    private var applicationDriven: Set<Int32> = []
+    /// The loop thread watches the application set (the application does not serve it now).
+    private var loopServesApplicationSet = true
+    private var watchdog: UInt64?
     private struct Timer { var deadline: UInt64; var body: () -> Void }
     private var timers: [UInt64: Timer] = [:]
     private var nextTimerID: UInt64 = 1
@@ -70,15 +91,24 @@ final class EventLoop: @unchecked Sendable {
             Glibc.close(ep)
             throw SpeechClientError.errno(.internal, "eventfd", e)
         }
-        epfd = ep
-        wakeFd = ev
-        var event = epoll_event()
-        event.events = EPOLLIN.rawValue
-        event.data.fd = ev
-        if epoll_ctl(ep, EPOLL_CTL_ADD, ev, &event) != 0 {
+        let app = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard app >= 0 else {
             let e = errno
             Glibc.close(ep); Glibc.close(ev)
-            throw SpeechClientError.errno(.internal, "epoll_ctl", e)
+            throw SpeechClientError.errno(.internal, "epoll_create1", e)
+        }
+        epfd = ep
+        wakeFd = ev
+        applicationFd = app
+        for fd in [ev, app] {
+            var event = epoll_event()
+            event.events = EPOLLIN.rawValue
+            event.data.fd = fd
+            if epoll_ctl(ep, EPOLL_CTL_ADD, fd, &event) != 0 {
+                let e = errno
+                Glibc.close(ep); Glibc.close(ev); Glibc.close(app)
+                throw SpeechClientError.errno(.internal, "epoll_ctl", e)
+            }
         }
     }
 
@@ -134,26 +164,108 @@ final class EventLoop: @unchecked Sendable {
 
     // MARK: loop-thread API
 
-    func register(fd: Int32, events: UInt32, handler: any EventLoopHandler) throws(SpeechClientError) {
+    /// `applicationDriven`: into the application's set (see the type's comment).
+    func register(fd: Int32, events: UInt32, handler: any EventLoopHandler, applicationDriven: Bool = false) throws(SpeechClientError) {
         var event = epoll_event()
         event.events = events
         event.data.fd = fd
-        guard epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &event) == 0 else {
+        guard epoll_ctl(applicationDriven ? applicationFd : epfd, EPOLL_CTL_ADD, fd, &event) == 0 else {
             throw SpeechClientError.errno(.internal, "epoll_ctl(ADD)", errno)
         }
         handlers[fd] = handler
+        if applicationDriven { self.applicationDriven.insert(fd) }
     }
+
+    private func set(of fd: Int32) -> Int32 { applicationDriven.contains(fd) ? applicationFd : epfd }
 
     func modify(fd: Int32, events: UInt32) {
         var event = epoll_event()
         event.events = events
         event.data.fd = fd
-        _ = epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &event)
+        _ = epoll_ctl(set(of: fd), EPOLL_CTL_MOD, fd, &event)
     }
 
     func unregister(fd: Int32) {
         if handlers.removeValue(forKey: fd) != nil {
-            _ = epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nil)
+            _ = epoll_ctl(set(of: fd), EPOLL_CTL_DEL, fd, nil)
+            applicationDriven.remove(fd)
+        }
+    }
+
+    // MARK: application-driven I/O (any thread)
+
+    /// Serves the application's set on this thread without waiting for input (spc_io_process):
+    /// the ready sockets' handlers, and the tasks they post. Returns how many sockets were ready.
+    /// From inside the loop's work (a handler or task): 0, nothing done.
+    func processApplicationIO() -> Int {
+        if isInLoop { return 0 }
+        loopLock.lock()
+        let me = UInt(pthread_self())
+        owner.store(me, ordering: .relaxed)
+        lastApplicationIONanos.store(Clock.monotonicNanos(), ordering: .relaxed)
+        if loopServesApplicationSet {
+            // The application serves its set from now on; the watchdog checks that it goes on.
+            loopServesApplicationSet = false
+            _ = epoll_ctl(epfd, EPOLL_CTL_DEL, applicationFd, nil)
+            armWatchdog(milliseconds: EventLoop.applicationPatienceMilliseconds)
+        }
+        _ = runTasks()
+        let ready = serveApplicationSet()
+        var rounds = 0
+        while runTasks() {
+            rounds += 1
+            if rounds == 4 { wakeUp(); break }
+        }
+        owner.store(0, ordering: .relaxed)
+        loopLock.unlock()
+        return ready
+    }
+
+    /// The application is about to block (waiting for a client to go idle, freeing one): the
+    /// loop thread serves its set meanwhile, at once, until it calls `processApplicationIO()` again.
+    func applicationWillBlock() {
+        execute { [self] in self.loopTakesApplicationSet() }
+    }
+
+    /// Whether the loop thread serves the application's set now (for tests).
+    var loopServesApplicationSetNow: Bool { executeAndWait { self.loopServesApplicationSet } }
+
+    private func loopTakesApplicationSet() {
+        if loopServesApplicationSet { return }
+        loopServesApplicationSet = true
+        if let w = watchdog { cancelTimer(w) }
+        watchdog = nil
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue
+        event.data.fd = applicationFd
+        _ = epoll_ctl(epfd, EPOLL_CTL_ADD, applicationFd, &event)
+    }
+
+    private func armWatchdog(milliseconds: Int) {
+        watchdog = addTimer(milliseconds: milliseconds) { [unowned self] in
+            self.watchdog = nil
+            let patience = UInt64(EventLoop.applicationPatienceMilliseconds) * 1_000_000
+            let last = self.lastApplicationIONanos.load(ordering: .relaxed)
+            let now = Clock.monotonicNanos()
+            if now >= last + patience {
+                self.loopTakesApplicationSet()
+            } else {
+                self.armWatchdog(milliseconds: Int((last + patience - now + 999_999) / 1_000_000))
+            }
+        }
+    }
+
+    /// Runs the handlers of the application set's ready sockets (inside the loop's work).
+    private func serveApplicationSet() -> Int {
+        let capacity = 64
+        return withUnsafeTemporaryAllocation(of: epoll_event.self, capacity: capacity) { events -> Int in
+            guard let base = events.baseAddress else { return 0 }
+            let n = epoll_wait(applicationFd, base, Int32(capacity), 0)
+            if n <= 0 { return 0 }
+            for i in 0..<Int(n) {
+                handlers[events[i].data.fd]?.handleEvents(events[i].events)
+            }
+            return Int(n)
         }
     }
 
@@ -198,6 +310,13 @@ final class EventLoop: @unchecked Sendable {
                 if fd == wakeFd {
                     var value: UInt64 = 0
                     _ = Glibc.read(wakeFd, &value, 8)
+                    continue
+                }
+                if fd == applicationFd {
+                    // Only while the loop serves it (a stale readiness finds nothing ready).
+                    if loopServesApplicationSet {
+                        applicationSocketsServedByLoop.add(serveApplicationSet(), ordering: .relaxed)
+                    }
                     continue
                 }
                 // A handler run earlier in this batch (or a task run inline while the loop

@@ -2,7 +2,7 @@
 ** poll-loop: transcribe a WAV file with SPC_DELIVERY_APPLICATION, from the program's own
 ** poll() loop.
 **
-**   poll-loop [--url URL] [--app-id ID] [--cache-dir DIR] [--timeout-ms N] FILE.wav
+**   poll-loop [--url URL] [--app-id ID] [--cache-dir DIR] [--timeout-ms N] [--io application] FILE.wav
 **
 ** With SPC_DELIVERY_APPLICATION no library thread runs the client's callbacks: events wait in
 ** the client until the application calls spc_client_dispatch(), which runs their callbacks on
@@ -12,6 +12,11 @@
 ** end of input is ignored) and keeps its own deadline in the poll() timeout. The callbacks need
 ** no locks: they run only inside spc_client_dispatch() (or the final spc_client_free()), on
 ** this thread.
+**
+** With --io application (SPC_IO_APPLICATION, since 0.3) the loop also reads the client's
+** connection: spc_io_fd() is one more descriptor, and spc_io_process() does the network work that
+** is ready, so a response wakes this thread only, not the library's network thread first. The
+** number of times it found work is printed at the end ("io: N").
 **
 ** Final segments go to stdout, one line each; start, stop and errors to stderr.
 ** Exit status: 0 when the context stopped normally, 1 after an error event, a failed call or the
@@ -77,7 +82,8 @@ static long long now_ms(void) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: poll-loop [--url URL] [--app-id ID] [--cache-dir DIR] [--timeout-ms N] FILE.wav\n");
+    fprintf(stderr, "usage: poll-loop [--url URL] [--app-id ID] [--cache-dir DIR] [--timeout-ms N] "
+                    "[--io application] FILE.wav\n");
     return 2;
 }
 
@@ -91,12 +97,17 @@ static int set_ok(spc_status status, const char *what) {
 int main(int argc, char **argv) {
     const char *url = "grpc://127.0.0.1:50051", *app_id = "poll-loop", *cache_dir = NULL, *file = NULL;
     long timeout_ms = 60000;
+    int app_io = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
         if (!strcmp(a, "--url") && has_value) url = argv[++i];
         else if (!strcmp(a, "--app-id") && has_value) app_id = argv[++i];
         else if (!strcmp(a, "--cache-dir") && has_value) cache_dir = argv[++i];
+        else if (!strcmp(a, "--io") && has_value) {
+            if (strcmp(argv[++i], "application") && strcmp(argv[i], "library")) return usage();
+            app_io = !strcmp(argv[i], "application");
+        }
         else if (!strcmp(a, "--timeout-ms") && has_value) {
             char *end = NULL;
             errno = 0;
@@ -118,6 +129,7 @@ int main(int argc, char **argv) {
              (!cache_dir || set_ok(spc_options_set_cache_dir(o, cache_dir), "--cache-dir")) &&
              set_ok(spc_options_set_audio_file(o, file), "file") &&
              set_ok(spc_options_set_delivery(o, SPC_DELIVERY_APPLICATION), "delivery") &&
+             set_ok(spc_options_set_io(o, app_io ? SPC_IO_APPLICATION : SPC_IO_LIBRARY), "--io") &&
              set_ok(spc_options_set_segment_cb(o, on_segment, &app), "segment callback") &&
              set_ok(spc_options_set_error_cb(o, on_error, &app), "error callback") &&
              set_ok(spc_options_set_start_cb(o, on_start, &app), "start callback") &&
@@ -143,9 +155,17 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    struct pollfd fds[2] = {{events, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
+    /* The network descriptor: one per process, shared by all SPC_IO_APPLICATION clients. */
+    int io = app_io ? spc_io_fd() : -1;
+    if (app_io && io < 0) {
+        fprintf(stderr, "poll-loop: no io fd\n");
+        spc_client_free(client);
+        return 1;
+    }
+    struct pollfd fds[3] = {{events, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}, {io, POLLIN, 0}};
     long long deadline = now_ms() + timeout_ms;
     int timed_out = 0, failed_call = 0;
+    unsigned long io_served = 0;
     while (!app.stopped) {
         long long left = deadline - now_ms();
         if (left <= 0) {
@@ -153,7 +173,7 @@ int main(int argc, char **argv) {
             break;
         }
         /* Wake at least once a second: a real program would run its timers here. */
-        int ready = poll(fds, 2, left < 1000 ? (int)left : 1000);
+        int ready = poll(fds, 3, left < 1000 ? (int)left : 1000);
         if (ready < 0) {
             if (errno == EINTR) continue;
             perror("poll-loop: poll");
@@ -177,6 +197,16 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "stopping\n");
             }
         }
+        if (fds[2].revents & POLLIN) {
+            /* Network work first: the events it produces make fds[0] readable. */
+            uint32_t n = 0;
+            if ((status = spc_io_process(&n)) != SPC_OK) {
+                fprintf(stderr, "poll-loop: io: %s\n", spc_status_str(status));
+                failed_call = 1;
+                break;
+            }
+            io_served += n;
+        }
         if (fds[0].revents & POLLIN) {
             app.dispatching = 1;
             status = spc_client_dispatch(client, 0, NULL);
@@ -189,6 +219,7 @@ int main(int argc, char **argv) {
         }
     }
     if (timed_out) fprintf(stderr, "poll-loop: no stop within %ld ms\n", timeout_ms);
+    if (app_io) fprintf(stderr, "io: %lu\n", io_served);
 
     /* Free runs the callbacks still pending, on this thread, before it returns. */
     app.dispatching = 1;

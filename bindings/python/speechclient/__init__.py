@@ -22,14 +22,20 @@ adds a LevelEvent per chunk of audio:
         for update in client.updates():   # until client.stop() from another thread or a callback
             ...
 
+Many streams in one process (0.3): with io="application" the clients' connections are read by
+io_process(), called when io_fd() is readable, on the application's thread; with asyncio:
+loop.add_reader(speechclient.io_fd(), speechclient.io_process).
+
 asyncio, with the event loop running the callbacks (no other thread enters Python):
 
     client = speechclient.Client(url=..., audio=speechclient.WavFile("speech.wav"), delivery="application")
     async for update in client.stream():
         ...
 """
+import ctypes
+
 from . import _native
-from ._native import Activation, ConnectionState, Delivery, Listen, LogLevel, State, Status, VadParam
+from ._native import Activation, ConnectionState, Delivery, Listen, LogLevel, NetworkIO, State, Status, VadParam
 from .client import Client, Stream, copy_segment
 from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError, InvalidArgumentError,
                      InvalidStateError, NetworkError, NoMemoryError, ParseError, SpeechClientError,
@@ -37,7 +43,7 @@ from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError,
 from .types import (AudioSource, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
                     StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def version() -> str:
@@ -50,6 +56,31 @@ def version_number() -> int:
     return int(_native.spc_version_number())
 
 
+def io_fd() -> int:
+    """The process-wide descriptor of application-driven network I/O (spc_io_fd): readable while
+    a connection of an io="application" client has work; the library owns it."""
+    if not _native.HAS_APPLICATION_IO:
+        raise InvalidStateError(f"{_native.LIBRARY_PATH} is libspeechclient {version()}, without "
+                                f"application-driven network I/O (0.3)")
+    fd = int(_native.spc_io_fd())
+    if fd < 0:
+        raise InternalError("spc_io_fd: the library's network thread could not be started")
+    return fd
+
+
+def io_process() -> int:
+    """Does the ready network work of io="application" clients on this thread, without waiting
+    (spc_io_process); returns how many connections were ready."""
+    if not _native.HAS_APPLICATION_IO:
+        raise InvalidStateError(f"{_native.LIBRARY_PATH} is libspeechclient {version()}, without "
+                                f"application-driven network I/O (0.3)")
+    ready = ctypes.c_uint32(0)
+    status = int(_native.spc_io_process(ctypes.byref(ready)))
+    if status != 0:
+        raise error_for(status, "spc_io_process failed")
+    return int(ready.value)
+
+
 def status_text(status: int) -> str:
     """The library's English text for a status ("ok", "invalid argument", ...)."""
     return _native.spc_status_str(int(status)).decode()
@@ -57,7 +88,7 @@ def status_text(status: int) -> str:
 
 __all__ = [
     "Client", "Stream", "copy_segment", "Status", "LogLevel", "State", "ConnectionState", "Delivery",
-    "Activation", "Listen", "VadParam",
+    "Activation", "Listen", "VadParam", "NetworkIO", "io_fd", "io_process",
     "Segment", "Word", "Intent", "Entity", "StartEvent", "StopEvent", "ErrorEvent", "StateEvent", "ListenEvent",
     "LevelEvent", "Update",
     "Microphone", "WavFile", "PushAudio", "AudioSource",

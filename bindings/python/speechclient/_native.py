@@ -21,10 +21,10 @@ from typing import List
 
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h).
 SPC_VERSION_MAJOR = 0
-SPC_VERSION_MINOR = 2
+SPC_VERSION_MINOR = 3
 SPC_VERSION_PATCH = 0
-SPC_VERSION_STRING = "0.2.0"
-SPC_VERSION_NUMBER = 2000
+SPC_VERSION_STRING = "0.3.0"
+SPC_VERSION_NUMBER = 3000
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
@@ -76,6 +76,12 @@ class ConnectionState(enum.IntEnum):
 class Delivery(enum.IntEnum):
     """spc_delivery: where callbacks run."""
     THREAD = 0
+    APPLICATION = 1
+
+
+class NetworkIO(enum.IntEnum):
+    """spc_io: who reads a client's connection (since 0.3)."""
+    LIBRARY = 0
     APPLICATION = 1
 
 
@@ -294,6 +300,12 @@ spc_options_set_log_cb = _fn("spc_options_set_log_cb", c_status, options_p, LOG_
 spc_options_set_state_cb = _optional_fn("spc_options_set_state_cb", c_status, options_p, STATE_CB, c_void_p)
 # spc_status spc_options_set_delivery(spc_options *options, spc_delivery delivery);
 spc_options_set_delivery = _optional_fn("spc_options_set_delivery", c_status, options_p, c_delivery)
+# spc_status spc_options_set_io(spc_options *options, spc_io io); (since 0.3)
+spc_options_set_io = _optional_fn("spc_options_set_io", c_status, options_p, c_int)
+# int spc_io_fd(void); (since 0.3)
+spc_io_fd = _optional_fn("spc_io_fd", c_int)
+# spc_status spc_io_process(uint32_t *out_ready); (since 0.3)
+spc_io_process = _optional_fn("spc_io_process", c_status, POINTER(c_uint32))
 # Hands-free listening (since 0.2).
 # spc_status spc_options_set_activation(spc_options *options, spc_activation mode);
 spc_options_set_activation = _optional_fn("spc_options_set_activation", c_status, options_p, c_activation)
@@ -387,6 +399,8 @@ spc_segment_free = _fn("spc_segment_free", None, segment_p)
 #: Whether the loaded library has the state callback and application delivery.
 HAS_STATE_AND_DELIVERY = None not in (spc_options_set_state_cb, spc_options_set_delivery, spc_client_event_fd,
                                       spc_client_dispatch)
+#: Whether the loaded library has application-driven network I/O (0.3).
+HAS_APPLICATION_IO = None not in (spc_options_set_io, spc_io_fd, spc_io_process)
 #: Whether the loaded library has hands-free listening and audio levels (0.2).
 HAS_HANDS_FREE = None not in (spc_options_set_activation, spc_options_set_wakeword, spc_options_set_vad,
                               spc_options_set_endpointing, spc_options_set_listen_cb, spc_options_set_level_cb)

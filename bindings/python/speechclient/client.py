@@ -332,6 +332,9 @@ class Client:
     WavFile(path) or PushAudio(sample_rate, channels). `context_options` maps a key to a value
     or to several. `reconnect` is (max_attempts, initial_delay_ms, max_delay_ms). `delivery` is
     "thread" (the library's callback thread) or "application" (see the module documentation).
+    `io` is "library" (the network thread reads the connection) or "application" (libspeechclient
+    0.3: speechclient.io_process() reads it, called when speechclient.io_fd() is readable; see
+    APPLICATION-DRIVEN NETWORK I/O in the header).
 
     With asyncio and delivery="application", `async for update in client.stream():` starts a
     context and yields its updates, the event loop running the callbacks (see stream()).
@@ -365,6 +368,7 @@ class Client:
                  log_level: n.LogLevel = n.LogLevel.WARNING, identity_url: Optional[str] = None,
                  reconnect: Optional[Tuple[int, int, int]] = None, replay_buffer_ms: Optional[int] = None,
                  context_limit_ms: Optional[int] = None, delivery: Union[str, n.Delivery] = "thread",
+                 io: Union[str, n.NetworkIO] = "library",
                  activation: Optional[Union[str, n.Activation]] = None, wakeword: Optional[str] = None,
                  vad: Optional[Mapping[Union[str, n.VadParam], float]] = None,
                  endpointing: Optional[Tuple[int, int, int, int]] = None, levels: bool = False,
@@ -408,6 +412,13 @@ class Client:
                 raise _option_error("delivery", f"delivery={delivery!r}: must be 'thread' or 'application'")
             delivery = n.Delivery.APPLICATION if delivery == "application" else n.Delivery.THREAD
         self.delivery: n.Delivery = n.Delivery(delivery)
+        try:
+            self.io: n.NetworkIO = n.NetworkIO[io.upper()] if isinstance(io, str) else n.NetworkIO(io)
+        except (KeyError, ValueError, TypeError):
+            raise _option_error("io", f"io={io!r}: must be 'library' or 'application'") from None
+        if self.io != n.NetworkIO.LIBRARY and not n.HAS_APPLICATION_IO:
+            raise _option_error("io", f"io='application': {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
+                                      f"without application-driven network I/O (0.3)")
         self.activation: n.Activation = _activation(activation, wakeword)
         levels = bool(levels) or on_level is not None
         if not n.HAS_HANDS_FREE:
@@ -505,6 +516,9 @@ class Client:
             elif self.delivery != n.Delivery.THREAD:
                 raise _option_error("delivery", f"delivery='application': {n.LIBRARY_PATH} does not have "
                                                 f"spc_options_set_delivery")
+
+            if n.HAS_APPLICATION_IO:
+                _check_option(n.spc_options_set_io(opts, int(self.io)), "io", self.io.name.lower())
 
             if n.HAS_HANDS_FREE:
                 _check_option(n.spc_options_set_activation(opts, int(self.activation)), "activation",
