@@ -90,8 +90,11 @@ ln -s libspeechclient.so.0 "$tmp/lib/libspeechclient.so"
 cc -std=c11 -Wall -Wextra -Werror -pedantic -I"$top/include" "$tmp/v.c" -L"$tmp/lib" -lspeechclient -o "$tmp/v"
 if ! LD_LIBRARY_PATH="$tmp/lib" "$tmp/v"; then echo "abi-check: spc_version_number() does not match SPC_VERSION_NUMBER"; status=1; fi
 
-readelf -d "$lib" | grep -q 'SONAME.*\[libspeechclient.so.0\]' || { echo "abi-check: SONAME is not libspeechclient.so.0"; status=1; }
-if readelf -d "$lib" | grep -qE 'RPATH|RUNPATH'; then echo "abi-check: the library has an RPATH/RUNPATH"; status=1; fi
-if readelf -d "$lib" | grep NEEDED | grep -qi swift; then echo "abi-check: a Swift runtime library is NEEDED"; status=1; fi
+# Captured once: `readelf | grep -q` under pipefail fails (or, in an `if`, passes) when grep
+# exits before readelf finished writing.
+dynamic=$(readelf -d "$lib")
+grep -q 'SONAME.*\[libspeechclient.so.0\]' <<< "$dynamic" || { echo "abi-check: SONAME is not libspeechclient.so.0"; status=1; }
+if grep -qE 'RPATH|RUNPATH' <<< "$dynamic"; then echo "abi-check: the library has an RPATH/RUNPATH"; status=1; fi
+if grep -qi 'NEEDED.*swift' <<< "$dynamic"; then echo "abi-check: a Swift runtime library is NEEDED"; status=1; fi
 [ "$status" = 0 ] && echo "abi-check: ok"
 exit $status

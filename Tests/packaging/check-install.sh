@@ -90,7 +90,11 @@ LIST
     fi
     local out
     if out=$(LD_LIBRARY_PATH="$d" "$tmp/$name.version"); then :; else fail "$name: spc_version_number() != SPC_VERSION_NUMBER: $out"; fi
-    LD_LIBRARY_PATH="$d" ldd "$tmp/$name.version" | grep -q "libspeechclient.so.$major => $d/libspeechclient.so.$major" \
+    # Captured first: `ldd | grep -q` fails under pipefail when grep exits before ldd finished
+    # writing (SIGPIPE), and did, once in a few runs.
+    local loaded
+    loaded=$(LD_LIBRARY_PATH="$d" ldd "$tmp/$name.version")
+    grep -q "libspeechclient.so.$major => $d/libspeechclient.so.$major" <<< "$loaded" \
         || fail "$name: the version test did not load the installed library"
     echo "packaging: $name: $(wc -l < "$tmp/$name.found") files under $prefix, $out"
 }
