@@ -113,6 +113,9 @@ public final class Client: @unchecked Sendable {
         let worker = ClientWorker(options: options, service: self.service, makeSource: self.makeSource,
                                   samplesPerChunk: samplesPerChunk)
         if options.prepareOnInit {
+            // Connecting and logging in wait for the network here, maybe on the thread that
+            // serves the application's set (application-driven I/O): the loop thread serves it.
+            if options.io == .application { (try? EventLoop.shared())?.applicationWillBlock() }
             try worker.prepare(client: nil)
         }
         cancellation = worker.cancellation
