@@ -56,7 +56,8 @@
 **     threads (with SPC_IO_APPLICATION, the application's thread does some network work, in
 **     spc_io_process()). All callbacks of one client run on that client's callback thread (or, with
 **     SPC_DELIVERY_APPLICATION, inside spc_client_dispatch() on the application's thread), in the
-**     order the events happened, one at a time. A slow callback delays only its own client.
+**     order the events happened, one at a time. A slow callback delays only its own client
+**     (and, with SPC_IO_APPLICATION, the network work that its thread does in spc_io_process()).
 **   - Inside a callback you may call spc_client_start(), spc_client_stop(),
 **     spc_client_suspend(), spc_client_resume(), spc_client_push_audio() and the other
 **     non-blocking functions. spc_client_free() and spc_client_wait_idle() called from inside one
@@ -258,12 +259,15 @@ typedef enum spc_delivery {
 ** streams in one process; a handful of clients will not notice. Clients with
 ** SPC_IO_APPLICATION share connections only with each other.
 **
-** The safety net: while spc_io_process() has not been called for 250 ms (the application has
-** not started polling yet, is busy in a long callback, or stopped), the network thread reads
-** those connections itself, until the next call; spc_client_wait_idle() and spc_client_free()
-** hand them over to it at once. An application that is late delays responses, flow control and
-** keepalive answers by at most that long; nothing breaks and nothing is lost. Audio is sent as
-** it is pushed, whoever reads.
+** The safety net: until the first spc_io_process() call, while work waits and no call came for
+** 250 ms (the application is busy in a long callback, or stopped), and after 5 s without any
+** call, the network thread reads those connections itself, until the next call.
+** spc_client_wait_idle() and spc_client_free() (and spc_client_new() with prepare-on-init) hand
+** them to it at once, for as long as they wait. An application that is late delays responses,
+** flow control and keepalive answers by about 250 ms at most; nothing breaks and nothing is
+** lost. Audio is sent as it is pushed, whoever reads. Each call tells the library that the
+** calling thread serves spc_io_fd(): call it from the thread that polls it, and poll it
+** level-triggered (poll(), select(), epoll without EPOLLET): one call may leave work for the next.
 **
 **     int io = spc_io_fd();            // once per process
 **     // in the poll set beside each client's spc_client_event_fd():
@@ -651,12 +655,13 @@ SPC_API spc_status spc_client_dispatch(spc_client *client, uint32_t max_events,
 SPC_API int spc_io_fd(void);
 
 /* Does, on the calling thread, the network work that is ready for SPC_IO_APPLICATION clients:
-** reads responses, answers flow control and keepalive, writes what waited for room; never
-** waits for input, and runs no callback (the events it produces go to each client's event fd
-** or callback thread, as always). Stores in *out_ready (may be NULL) how many connections were
-** ready. Any thread may call it, also from inside a callback; concurrent calls run one after
-** the other. Calling it when spc_io_fd() is not readable is harmless. SPC_ERROR_INTERNAL when
-** the network thread could not be started. Since 0.3. */
+** reads responses, answers flow control and keepalive, writes what waited for room; runs no
+** callback (the events it produces go to each client's event fd or callback thread, as
+** always). Never waits for input; it may wait briefly for the library's network lock while
+** another thread does network work. Stores in *out_ready (may be NULL) how many connections
+** were ready. Any thread may call it, also from inside a callback; concurrent calls run one
+** after the other. With nothing ready it does no network work. SPC_ERROR_INTERNAL when the
+** network thread could not be started. Since 0.3. */
 SPC_API spc_status spc_io_process(uint32_t *out_ready);
 
 /* ---------------------------------------------------------------------------------------------

@@ -115,7 +115,9 @@ public final class Client: @unchecked Sendable {
         if options.prepareOnInit {
             // Connecting and logging in wait for the network here, maybe on the thread that
             // serves the application's set (application-driven I/O): the loop thread serves it.
-            if options.io == .application { (try? EventLoop.shared())?.applicationWillBlock() }
+            let loop = options.io == .application ? try? EventLoop.shared() : nil
+            loop?.applicationWillBlock()
+            defer { loop?.applicationDidUnblock() }
             try worker.prepare(client: nil)
         }
         cancellation = worker.cancellation
@@ -297,7 +299,14 @@ public final class Client: @unchecked Sendable {
             throw SpeechClientError(.invalidState, "wait_idle called from the client's own callback would wait for itself")
         }
         let deadline = timeoutMilliseconds < 0 ? nil : Clock.monotonicNanos() + UInt64(timeoutMilliseconds) * 1_000_000
-        if !lock.withLock({ isIdleLocked }) { applicationWillBlock() }
+        // An idle client, or a zero timeout, returns without touching the loop; a wait starts
+        // only after the application's set was handed over (not under the lock: a task run
+        // inline there may need it).
+        if lock.withLock({ isIdleLocked }) { return true }
+        if timeoutMilliseconds == 0 { return false }
+        let loop = applicationIOLoop
+        loop?.applicationWillBlock()
+        defer { loop?.applicationDidUnblock() }
         return lock.withLock {
             while !isIdleLocked {
                 if let deadline {
@@ -315,14 +324,16 @@ public final class Client: @unchecked Sendable {
         if isOnCallbackThread {
             throw SpeechClientError(.invalidState, "spc_client_free called from the client's own callback: free it after the callback returns")
         }
-        applicationWillBlock()
+        let loop = applicationIOLoop
+        loop?.applicationWillBlock()
+        defer { loop?.applicationDidUnblock() }
         shutdownThreads()
     }
 
-    /// With application-driven I/O, the calling thread (likely the one that serves the
-    /// application's set) is about to wait for the network: the loop thread takes over.
-    private func applicationWillBlock() {
-        if options.io == .application, let loop = try? EventLoop.shared() { loop.applicationWillBlock() }
+    /// With application-driven I/O, the loop whose set the calling thread may be serving: it
+    /// is told before the thread blocks for the network (the loop thread then serves the set).
+    private var applicationIOLoop: EventLoop? {
+        options.io == .application ? try? EventLoop.shared() : nil
     }
 
     // MARK: - Internals shared with the worker

@@ -4,7 +4,8 @@ import Glibc
 import Synchronization
 import CShims
 
-/// Something the event loop tells about readiness of its file descriptor (on the loop thread).
+/// Something the event loop tells about readiness of its file descriptor (inside the loop's
+/// work: on the loop thread, or on the application's thread in `processApplicationIO`).
 protocol EventLoopHandler: AnyObject {
     /// `events` is the epoll mask (EPOLLIN, EPOLLOUT, EPOLLERR, EPOLLHUP).
     func handleEvents(_ events: UInt32)
@@ -23,10 +24,12 @@ protocol EventLoopHandler: AnyObject {
 /// go into a second epoll set, which the application polls and serves with
 /// `processApplicationIO()` on its own thread, under the same lock: a response then wakes only
 /// the application's thread, as a gRPC completion queue does. While the application serves the
-/// set, the loop thread does not watch it; a watchdog gives it back to the loop thread when the
-/// application has not called `processApplicationIO()` for `applicationPatienceMilliseconds`
-/// (a stalled or blocked application delays those connections, never breaks them), and
-/// `applicationWillBlock()` gives it back at once. Until the first call, the loop serves it.
+/// set, the loop thread does not watch it; a watchdog (every `applicationPatienceMilliseconds`)
+/// gives it back to the loop thread when work is waiting and the application has not called
+/// `processApplicationIO()` for that long, or has not called it for `applicationAbsenceMilliseconds`
+/// (a stalled or blocked application delays those connections, never breaks them; an idle one
+/// costs no periodic wake-up for long). `applicationWillBlock()` gives it back at once and keeps
+/// it there until the matching `applicationDidUnblock()`. Until the first call, the loop serves it.
 ///
 /// Thread-safety: `execute`, `executeAndWait`, `isInLoop`, `processApplicationIO` and
 /// `applicationWillBlock` may be called from any thread; everything else (`register`, `modify`,
@@ -46,6 +49,11 @@ final class EventLoop: @unchecked Sendable {
     /// The loop thread woke up and waits for `loopLock`: no task runs inline meanwhile, so a
     /// thread pushing audio back to back cannot keep it from reading the sockets.
     private let loopWaiting = Atomic<Bool>(false)
+    /// The same for a thread waiting for the lock in `processApplicationIO`.
+    private let applicationWaiting = Atomic<Bool>(false)
+    /// Threads blocked in the library (`applicationWillBlock` .. `applicationDidUnblock`): the
+    /// loop thread keeps the application's set meanwhile, whoever else calls in.
+    private let applicationBlockers = Atomic<Int>(0)
     private let loopThreadID = Atomic<UInt>(0)
     private let epfd: Int32
     private let wakeFd: Int32
@@ -56,6 +64,8 @@ final class EventLoop: @unchecked Sendable {
     private let lastApplicationIONanos = Atomic<UInt64>(0)
     /// How long the application may leave its set unserved before the loop thread takes it.
     static let applicationPatienceMilliseconds = 250
+    /// With nothing waiting, how long without a call before the loop thread takes it anyway.
+    static let applicationAbsenceMilliseconds = 5_000
     /// Ready sockets of the application's set that the loop thread served itself (for tests).
     let applicationSocketsServedByLoop = Atomic<Int>(0)
 
@@ -124,7 +134,8 @@ final class EventLoop: @unchecked Sendable {
     /// Runs `task` inside the loop's work, after the tasks posted before it: at once on this
     /// thread when the loop is asleep with nothing queued, else queued (never waits for it).
     func execute(_ task: @escaping @Sendable () -> Void) {
-        if !isInLoop, !loopWaiting.load(ordering: .relaxed), queue.withLock({ $0.tasks.isEmpty }), loopLock.tryLock() {
+        if !isInLoop, !loopWaiting.load(ordering: .relaxed), !applicationWaiting.load(ordering: .relaxed),
+           queue.withLock({ $0.tasks.isEmpty }), loopLock.tryLock() {
             owner.store(UInt(pthread_self()), ordering: .relaxed)
             _ = runTasks()  // posted before this one since the check: they go first
             task()
@@ -199,11 +210,15 @@ final class EventLoop: @unchecked Sendable {
     /// From inside the loop's work (a handler or task): 0, nothing done.
     func processApplicationIO() -> Int {
         if isInLoop { return 0 }
+        // Seen by `execute`: pushing threads queue their tasks instead of taking the lock
+        // before this thread (it runs them once it has the lock).
+        applicationWaiting.store(true, ordering: .relaxed)
         loopLock.lock()
+        applicationWaiting.store(false, ordering: .relaxed)
         let me = UInt(pthread_self())
         owner.store(me, ordering: .relaxed)
         lastApplicationIONanos.store(Clock.monotonicNanos(), ordering: .relaxed)
-        if loopServesApplicationSet {
+        if loopServesApplicationSet && applicationBlockers.load(ordering: .acquiring) == 0 {
             // The application serves its set from now on; the watchdog checks that it goes on.
             loopServesApplicationSet = false
             _ = epoll_ctl(epfd, EPOLL_CTL_DEL, applicationFd, nil)
@@ -221,10 +236,18 @@ final class EventLoop: @unchecked Sendable {
         return ready
     }
 
-    /// The application is about to block (waiting for a client to go idle, freeing one): the
-    /// loop thread serves its set meanwhile, at once, until it calls `processApplicationIO()` again.
+    /// A thread (maybe the one that serves the application's set) is about to block in the
+    /// library (waiting for a client to go idle, freeing one, connecting): the loop thread
+    /// serves the set at once, and keeps it until every such thread called
+    /// `applicationDidUnblock()` (a call to `processApplicationIO` meanwhile serves, but does
+    /// not take it back).
     func applicationWillBlock() {
+        applicationBlockers.add(1, ordering: .releasing)
         execute { [self] in self.loopTakesApplicationSet() }
+    }
+
+    func applicationDidUnblock() {
+        applicationBlockers.subtract(1, ordering: .releasing)
     }
 
     /// Whether the loop thread serves the application's set now (for tests).
@@ -244,15 +267,34 @@ final class EventLoop: @unchecked Sendable {
     private func armWatchdog(milliseconds: Int) {
         watchdog = addTimer(milliseconds: milliseconds) { [unowned self] in
             self.watchdog = nil
-            let patience = UInt64(EventLoop.applicationPatienceMilliseconds) * 1_000_000
-            let last = self.lastApplicationIONanos.load(ordering: .relaxed)
-            let now = Clock.monotonicNanos()
-            if now >= last + patience {
-                self.loopTakesApplicationSet()
-            } else {
-                self.armWatchdog(milliseconds: Int((last + patience - now + 999_999) / 1_000_000))
+            let verdict = EventLoop.watchdogVerdict(nowNanos: Clock.monotonicNanos(),
+                                                    lastCallNanos: self.lastApplicationIONanos.load(ordering: .relaxed),
+                                                    workWaiting: { self.applicationSetIsReady })
+            switch verdict {
+            case .takeOver: self.loopTakesApplicationSet()
+            case .wait(let ms): self.armWatchdog(milliseconds: ms)
             }
         }
+    }
+
+    enum WatchdogVerdict: Equatable { case wait(milliseconds: Int), takeOver }
+
+    /// The watchdog's rule: the application is late when its last call is `patience` old; then
+    /// the loop takes the set if work waits, or once the application has been gone `absence`.
+    /// Nothing waiting: the application may simply have nothing to do (it keeps the set, so
+    /// sparse responses still wake one thread only).
+    static func watchdogVerdict(nowNanos now: UInt64, lastCallNanos last: UInt64,
+                                workWaiting: () -> Bool) -> WatchdogVerdict {
+        let patience = UInt64(applicationPatienceMilliseconds) * 1_000_000
+        let absence = UInt64(applicationAbsenceMilliseconds) * 1_000_000
+        if now < last + patience { return .wait(milliseconds: Int((last + patience - now + 999_999) / 1_000_000)) }
+        if now >= last + absence || workWaiting() { return .takeOver }
+        return .wait(milliseconds: applicationPatienceMilliseconds)
+    }
+
+    private var applicationSetIsReady: Bool {
+        var event = epoll_event()
+        return epoll_wait(applicationFd, &event, 1, 0) > 0
     }
 
     /// Runs the handlers of the application set's ready sockets (inside the loop's work).

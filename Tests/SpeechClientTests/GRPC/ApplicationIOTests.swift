@@ -93,8 +93,35 @@ import Testing
         loop.applicationWillBlock()  // what wait_idle and free do
         #expect(loop.loopServesApplicationSetNow)
         try echo(ch, sizes: [5, 70_000])
+        // Someone else's call while a thread is blocked serves but does not take the set back.
+        _ = try ApplicationIO.process()
+        #expect(loop.loopServesApplicationSetNow)
         // From inside the loop's work it does nothing (it would serve the set re-entrantly).
         #expect(loop.executeAndWait { loop.processApplicationIO() } == 0)
-        #expect(loop.loopServesApplicationSetNow)
+        loop.applicationDidUnblock()
+        _ = try ApplicationIO.process()  // no one blocked: the application serves again
+        #expect(!loop.loopServesApplicationSetNow)
+        loop.applicationWillBlock()
+        loop.applicationDidUnblock()
+    }
+
+    /// The watchdog's rule (a real idle connection cannot be had here: grpcio pings after
+    /// transfers): late with work waiting, or gone for long, is a take-over; late with nothing
+    /// waiting keeps the set with the application.
+    @Test func theWatchdogTakesTheSetOnlyWhenWorkWaitsOrTheApplicationIsGone() {
+        let ms: UInt64 = 1_000_000
+        let last: UInt64 = 1_000_000 * ms
+        let patience = UInt64(EventLoop.applicationPatienceMilliseconds)
+        let absence = UInt64(EventLoop.applicationAbsenceMilliseconds)
+        var asked = false
+        #expect(EventLoop.watchdogVerdict(nowNanos: last + 100 * ms, lastCallNanos: last, workWaiting: { asked = true; return true })
+                == .wait(milliseconds: Int(patience) - 100))
+        #expect(!asked)  // a recent call: readiness is not even looked at
+        #expect(EventLoop.watchdogVerdict(nowNanos: last + patience * ms, lastCallNanos: last, workWaiting: { true }) == .takeOver)
+        #expect(EventLoop.watchdogVerdict(nowNanos: last + patience * ms, lastCallNanos: last, workWaiting: { false })
+                == .wait(milliseconds: Int(patience)))
+        #expect(EventLoop.watchdogVerdict(nowNanos: last + (absence - 1) * ms, lastCallNanos: last, workWaiting: { false })
+                == .wait(milliseconds: Int(patience)))
+        #expect(EventLoop.watchdogVerdict(nowNanos: last + absence * ms, lastCallNanos: last, workWaiting: { false }) == .takeOver)
     }
 }
