@@ -181,12 +181,7 @@ public func spc_options_set_delivery(_ options: OpaquePointer?, _ delivery: spc_
 
 @c @implementation
 public func spc_options_set_io(_ options: OpaquePointer?, _ io: spc_io) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in
-        guard let value = NetworkIO(rawValue: Int32(bitPattern: io.rawValue)) else {
-            throw SpeechClientError(.invalidArgument, "io \(io.rawValue) is not SPC_IO_LIBRARY (0) or SPC_IO_APPLICATION (1)")
-        }
-        o.io = value
-    }
+    update(options) { (o) throws(SpeechClientError) in try o.setIO(Int32(bitPattern: io.rawValue)) }
 }
 
 // MARK: - Hands-free listening (0.2)

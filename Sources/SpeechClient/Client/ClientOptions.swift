@@ -175,6 +175,13 @@ public struct ClientOptions: Sendable {
         logLevel = level
     }
 
+    public mutating func setIO(_ raw: Int32) throws(SpeechClientError) {
+        guard let value = NetworkIO(rawValue: raw) else {
+            throw SpeechClientError(.invalidArgument, "io \(raw) is not SPC_IO_LIBRARY (0) or SPC_IO_APPLICATION (1)")
+        }
+        io = value
+    }
+
     public mutating func setActivation(_ raw: Int32) throws(SpeechClientError) {
         guard let mode = ActivationMode(rawValue: raw) else {
             throw SpeechClientError(.invalidArgument, "activation \(raw) is not one of SPC_ACTIVATION_MANUAL, _VOICE, _WAKEWORD (0-2)")

@@ -139,15 +139,7 @@ final class EventLoop: @unchecked Sendable {
             owner.store(UInt(pthread_self()), ordering: .relaxed)
             _ = runTasks()  // posted before this one since the check: they go first
             task()
-            // What it posted (a flush), and what that posted; a few rounds, then the loop
-            // thread takes the rest (woken: a post made in here wrote no wake-up).
-            var rounds = 0
-            while runTasks() {
-                rounds += 1
-                if rounds == 4 { wakeUp(); break }
-            }
-            owner.store(0, ordering: .relaxed)
-            loopLock.unlock()
+            finishInlineWork()
             return
         }
         let wake = queue.withLock { q -> Bool in
@@ -226,6 +218,14 @@ final class EventLoop: @unchecked Sendable {
         }
         _ = runTasks()
         let ready = serveApplicationSet()
+        finishInlineWork()
+        return ready
+    }
+
+    /// Ends loop work done on another thread than the loop's: runs what it posted (a flush),
+    /// and what that posted, a few rounds, then leaves the rest to the loop thread (woken: a
+    /// post made inside the work wrote no wake-up), and lets go of the loop.
+    private func finishInlineWork() {
         var rounds = 0
         while runTasks() {
             rounds += 1
@@ -233,7 +233,6 @@ final class EventLoop: @unchecked Sendable {
         }
         owner.store(0, ordering: .relaxed)
         loopLock.unlock()
-        return ready
     }
 
     /// A thread (maybe the one that serves the application's set) is about to block in the
