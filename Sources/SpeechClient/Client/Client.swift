@@ -113,12 +113,8 @@ public final class Client: @unchecked Sendable {
         let worker = ClientWorker(options: options, service: self.service, makeSource: self.makeSource,
                                   samplesPerChunk: samplesPerChunk)
         if options.prepareOnInit {
-            // Connecting and logging in wait for the network here, maybe on the thread that
-            // serves the application's set (application-driven I/O): the loop thread serves it.
-            let loop = options.io == .application ? try? EventLoop.shared() : nil
-            loop?.applicationWillBlock()
-            defer { loop?.applicationDidUnblock() }
-            try worker.prepare(client: nil)
+            // Connecting and logging in wait for the network here.
+            try Client.blockingForTheNetwork(options) { () throws(SpeechClientError) in try worker.prepare(client: nil) }
         }
         cancellation = worker.cancellation
         // Under the lock: with prepare-on-init the stream is open and the event loop may
@@ -304,18 +300,17 @@ public final class Client: @unchecked Sendable {
         // inline there may need it).
         if lock.withLock({ isIdleLocked }) { return true }
         if timeoutMilliseconds == 0 { return false }
-        let loop = applicationIOLoop
-        loop?.applicationWillBlock()
-        defer { loop?.applicationDidUnblock() }
-        return lock.withLock {
-            while !isIdleLocked {
-                if let deadline {
-                    if !lock.wait(untilMonotonicNanos: deadline) { return isIdleLocked }
-                } else {
-                    lock.wait()
+        return Client.blockingForTheNetwork(options) {
+            lock.withLock {
+                while !isIdleLocked {
+                    if let deadline {
+                        if !lock.wait(untilMonotonicNanos: deadline) { return isIdleLocked }
+                    } else {
+                        lock.wait()
+                    }
                 }
+                return true
             }
-            return true
         }
     }
 
@@ -324,16 +319,17 @@ public final class Client: @unchecked Sendable {
         if isOnCallbackThread {
             throw SpeechClientError(.invalidState, "spc_client_free called from the client's own callback: free it after the callback returns")
         }
-        let loop = applicationIOLoop
-        loop?.applicationWillBlock()
-        defer { loop?.applicationDidUnblock() }
-        shutdownThreads()
+        Client.blockingForTheNetwork(options) { shutdownThreads() }
     }
 
-    /// With application-driven I/O, the loop whose set the calling thread may be serving: it
-    /// is told before the thread blocks for the network (the loop thread then serves the set).
-    private var applicationIOLoop: EventLoop? {
-        options.io == .application ? try? EventLoop.shared() : nil
+    /// Runs `body`, which blocks the calling thread until network work is done. With
+    /// application-driven I/O that thread may be the one that serves the application's set:
+    /// the loop thread serves it meanwhile.
+    private static func blockingForTheNetwork<T, E: Error>(_ options: ClientOptions, _ body: () throws(E) -> T) throws(E) -> T {
+        let loop = options.io == .application ? try? EventLoop.shared() : nil
+        loop?.applicationWillBlock()
+        defer { loop?.applicationDidUnblock() }
+        return try body()
     }
 
     // MARK: - Internals shared with the worker

@@ -70,8 +70,8 @@ final class EventLoop: @unchecked Sendable {
     let applicationSocketsServedByLoop = Atomic<Int>(0)
 
     // Loop state (under `loopLock`).
-    private var handlers: [Int32: any EventLoopHandler] = [:]
-    private var applicationDriven: Set<Int32> = []
+    /// Each registered fd's handler, and the epoll set it is in (`epfd` or `applicationFd`).
+    private var handlers: [Int32: (handler: any EventLoopHandler, set: Int32)] = [:]
     /// The loop thread watches the application set (the application does not serve it now).
     private var loopServesApplicationSet = true
     private var watchdog: UInt64?
@@ -172,26 +172,24 @@ final class EventLoop: @unchecked Sendable {
         var event = epoll_event()
         event.events = events
         event.data.fd = fd
-        guard epoll_ctl(applicationDriven ? applicationFd : epfd, EPOLL_CTL_ADD, fd, &event) == 0 else {
+        let set = applicationDriven ? applicationFd : epfd
+        guard epoll_ctl(set, EPOLL_CTL_ADD, fd, &event) == 0 else {
             throw SpeechClientError.errno(.internal, "epoll_ctl(ADD)", errno)
         }
-        handlers[fd] = handler
-        if applicationDriven { self.applicationDriven.insert(fd) }
+        handlers[fd] = (handler, set)
     }
-
-    private func set(of fd: Int32) -> Int32 { applicationDriven.contains(fd) ? applicationFd : epfd }
 
     func modify(fd: Int32, events: UInt32) {
         var event = epoll_event()
         event.events = events
         event.data.fd = fd
-        _ = epoll_ctl(set(of: fd), EPOLL_CTL_MOD, fd, &event)
+        guard let set = handlers[fd]?.set else { return }
+        _ = epoll_ctl(set, EPOLL_CTL_MOD, fd, &event)
     }
 
     func unregister(fd: Int32) {
-        if handlers.removeValue(forKey: fd) != nil {
-            _ = epoll_ctl(set(of: fd), EPOLL_CTL_DEL, fd, nil)
-            applicationDriven.remove(fd)
+        if let removed = handlers.removeValue(forKey: fd) {
+            _ = epoll_ctl(removed.set, EPOLL_CTL_DEL, fd, nil)
         }
     }
 
@@ -304,7 +302,7 @@ final class EventLoop: @unchecked Sendable {
             let n = epoll_wait(applicationFd, base, Int32(capacity), 0)
             if n <= 0 { return 0 }
             for i in 0..<Int(n) {
-                handlers[events[i].data.fd]?.handleEvents(events[i].events)
+                handlers[events[i].data.fd]?.handler.handleEvents(events[i].events)
             }
             return Int(n)
         }
@@ -363,7 +361,7 @@ final class EventLoop: @unchecked Sendable {
                 // A handler run earlier in this batch (or a task run inline while the loop
                 // slept) may have unregistered this fd; a stale readiness for a reused fd only
                 // makes its handler try a read that would block.
-                handlers[fd]?.handleEvents(mask)
+                handlers[fd]?.handler.handleEvents(mask)
             }
         }
     }
