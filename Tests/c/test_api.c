@@ -24,7 +24,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 static int failures = 0;
 static int checks = 0;
@@ -967,7 +969,27 @@ static void test_clients_on_many_threads(void) {
     }
 }
 
+/* The network thread cannot start (no file descriptor left for its epoll sets): spc_io_fd() is -1
+** and spc_io_process() SPC_ERROR_INTERNAL. In a child forked before anything started the loop
+** (it is process-wide and lives once started): this runs first. */
+static void test_io_when_the_network_thread_cannot_start(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit only_stdio;
+        only_stdio.rlim_cur = only_stdio.rlim_max = 3;
+        if (setrlimit(RLIMIT_NOFILE, &only_stdio) != 0) _exit(3);
+        uint32_t ready = 7;
+        int fd = spc_io_fd();
+        spc_status s = spc_io_process(&ready);
+        _exit(fd == -1 ? (s == SPC_ERROR_INTERNAL && ready == 0 ? 0 : 2) : 1);
+    }
+    int status = -1;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void) {
+    test_io_when_the_network_thread_cannot_start();
     test_version_and_status();
     test_null_handles();
     test_option_values();

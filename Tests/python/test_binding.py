@@ -69,6 +69,26 @@ def test_the_application_io_descriptor_is_one_per_process():
         assert c.io == sc.NetworkIO.APPLICATION
 
 
+def test_application_io_errors(monkeypatch):
+    # A library without 0.3: the functions and the option say so (nothing reaches C).
+    monkeypatch.setattr(_native, "HAS_APPLICATION_IO", False)
+    for call in (sc.io_fd, sc.io_process):
+        with pytest.raises(sc.InvalidStateError, match=r"without application-driven network I/O \(0\.3\)"):
+            call()
+    with pytest.raises(sc.InvalidArgumentError, match=r"io='application'.*\(0\.3\)") as info:
+        sc.Client(url=UNREACHABLE, app_id="a", io="application")
+    assert info.value.option == "io"
+    sc.Client(url=UNREACHABLE, app_id="a", io="library").close()  # the default needs nothing new
+    monkeypatch.undo()
+    # The library's own failures (its network thread could not start) become exceptions.
+    monkeypatch.setattr(_native, "spc_io_fd", lambda: -1)
+    with pytest.raises(sc.InternalError, match="could not be started"):
+        sc.io_fd()
+    monkeypatch.setattr(_native, "spc_io_process", lambda out: int(sc.Status.INTERNAL))
+    with pytest.raises(sc.InternalError, match="spc_io_process"):
+        sc.io_process()
+
+
 def test_the_library_is_the_one_named_by_the_environment():
     assert os.path.realpath(_native.LIBRARY_PATH) == os.path.realpath(os.environ["SPEECHCLIENT_LIBRARY"])
 

@@ -56,12 +56,16 @@ def version_number() -> int:
     return int(_native.spc_version_number())
 
 
-def io_fd() -> int:
-    """The process-wide descriptor of application-driven network I/O (spc_io_fd): readable while
-    a connection of an io="application" client has work; the library owns it."""
+def _require_application_io() -> None:
     if not _native.HAS_APPLICATION_IO:
         raise InvalidStateError(f"{_native.LIBRARY_PATH} is libspeechclient {version()}, without "
                                 f"application-driven network I/O (0.3)")
+
+
+def io_fd() -> int:
+    """The process-wide descriptor of application-driven network I/O (spc_io_fd): readable while
+    a connection of an io="application" client has work; the library owns it."""
+    _require_application_io()
     fd = int(_native.spc_io_fd())
     if fd < 0:
         raise InternalError("spc_io_fd: the library's network thread could not be started")
@@ -71,9 +75,7 @@ def io_fd() -> int:
 def io_process() -> int:
     """Does the ready network work of io="application" clients on this thread, without waiting
     (spc_io_process); returns how many connections were ready."""
-    if not _native.HAS_APPLICATION_IO:
-        raise InvalidStateError(f"{_native.LIBRARY_PATH} is libspeechclient {version()}, without "
-                                f"application-driven network I/O (0.3)")
+    _require_application_io()
     ready = ctypes.c_uint32(0)
     status = int(_native.spc_io_process(ctypes.byref(ready)))
     if status != 0:
