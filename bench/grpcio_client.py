@@ -134,7 +134,7 @@ async def main(a) -> None:
     t0 = time.monotonic_ns() + 20_000_000
     win_start = t0 + int(a.warmup * 1e9)
     win_end = win_start + int(a.window * 1e9)
-    counters = {"chunks": 0}
+    counters = {"chunks": 0, "lag_ns": 0}  # lag: how late each chunk was written, summed
 
     async def writer(i, call, sent):
         due = t0 + PERIOD * i // n
@@ -145,6 +145,7 @@ async def main(a) -> None:
                 now = time.monotonic_ns()
             if st.measuring:
                 counters["chunks"] += 1
+                counters["lag_ns"] += now - due
                 if now - due > 10_000_000:
                     st.late += 1
             sent.append(time.monotonic_ns())
@@ -179,6 +180,7 @@ async def main(a) -> None:
     print(json.dumps({"client": "grpcio", "mode": "paced", "streams": n, "window_s": a.window, "cpu_s": cpu, "ctx_switches": ctx,
                       "rss_kb": rss, "chunks": counters["chunks"], "samples": len(added), "late": st.late,
                       "errors": st.errors, "unmatched": st.unmatched,
+                      "lag_mean_ms": counters["lag_ns"] / 1e6 / counters["chunks"] if counters["chunks"] else -1,
                       "added_p50_ms": pct(added, .5), "added_p99_ms": pct(added, .99),
                       "raw_p50_ms": pct(raw, .5), "raw_p99_ms": pct(raw, .99)}), flush=True)
 

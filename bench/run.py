@@ -222,7 +222,9 @@ def main():
                         results["paced"].setdefault(f"{c}/{n}", []).append(r)
                         log(f"paced {c} N={n}: cpu {r['cpu_s']:.3f} s/{r['window_s']} s, rss {r['rss_kb']} KB, "
                             f"added p50/p99 {r['added_p50_ms']:.3f}/{r['added_p99_ms']:.3f} ms, late {r['late']}, "
-                            f"server {r['server_cpu_pct']:.0f} % of a core")
+                            f"lag {r['lag_mean_ms']:.3f} ms, server {r['server_cpu_pct']:.0f} % of a core")
+                if have_cxx:
+                    equal_pacing(results, port, n)
         # The same at the largest N with the smallest replay buffer (1 s): the sink never ends a
         # segment, so by default each stream keeps its last 30 s of audio for a reconnection
         # (960 KB); this run shows the memory of the client itself.
@@ -294,6 +296,32 @@ def main():
     plot(results)
 
 
+def equal_pacing(results, port, n):
+    """grpc++ and ours handing chunks over equally late, so that they wake up alike.
+
+    grpc++'s timers are coarser than the C harness's (whole milliseconds, rounded twice): it
+    hands chunks over later and, with several due at once, wakes up less often, and wake-ups
+    are most of the CPU here. So grpc++ runs with its pacing on a 2 ms grid (its lag then no
+    longer depends on the phase of its clock), and ours on the grid that gives at most the
+    same mean lag: twice grpc++'s measured lag, rounded down to whole spacings between chunks.
+    """
+    cxx = run_client(client_cmd("grpcxx", port, "paced", streams=n, warmup=WARMUP, window=WINDOW,
+                                pace_grid_us=2000), timeout=WINDOW + WARMUP + 300)
+    if not cxx or cxx.get("lag_mean_ms", -1) <= 0:
+        return
+    spacing_us = 100_000 / n
+    grid_us = 2000 * cxx["lag_mean_ms"]
+    if grid_us >= spacing_us:
+        grid_us = spacing_us * int(grid_us / spacing_us)
+    ours = run_client(client_cmd("ours", port, "paced", streams=n, warmup=WARMUP, window=WINDOW,
+                                 io="application", pace_grid_us=max(1, int(grid_us))), timeout=WINDOW + WARMUP + 300)
+    if not ours:
+        return
+    results.setdefault("paced_equal", {}).setdefault(str(n), []).append({"grpcxx": cxx, "ours": ours})
+    log(f"equal pacing N={n}: cpu ours {ours['cpu_s']:.3f} s (lag {ours['lag_mean_ms']:.3f} ms), "
+        f"grpc++ {cxx['cpu_s']:.3f} s (lag {cxx['lag_mean_ms']:.3f} ms)")
+
+
 def idle(port):
     raw = os.path.join(OUT, "mic.raw")
     with open(raw, "wb") as f:
@@ -346,6 +374,17 @@ def figures(res):
         f.append((f"rss_per_extra_stream_n{n}", "KB",
                   {c: (None if pick(c, n, "rss_kb") is None or base[c] is None
                        else (pick(c, n, "rss_kb") - base[c]) / (n - STREAMS[0])) for c in clients}, True))
+    for n in STREAMS:
+        # How late, on average, each client's harness handed a chunk over (its timers' precision).
+        f.append((f"pacing_lag_mean_n{n}", "ms", {c: pick(c, n, "lag_mean_ms") for c in clients}, True))
+    for n, runs in sorted((res.get("paced_equal") or {}).items(), key=lambda kv: int(kv[0])):
+        def eq(key):
+            return {c: med([r[c][key] for r in runs]) for c in ("ours", "grpcxx")}
+        f.append((f"cpu_s_per_stream_hour_n{n}_equal_pacing", "s",
+                  {c: v * 3600 / WINDOW / int(n) for c, v in eq("cpu_s").items()}, True))
+        f.append((f"pacing_lag_mean_n{n}_equal_pacing", "ms", eq("lag_mean_ms"), True))
+        f.append((f"context_switches_per_chunk_n{n}_equal_pacing", "switches",
+                  {c: med([r[c]["ctx_switches"] / r[c]["chunks"] for r in runs if r[c]["chunks"]]) for c in ("ours", "grpcxx")}, True))
     r1 = res.get("paced_replay1s")
     b1 = pick("ours", STREAMS[0], "rss_kb")
     if r1 and b1:

@@ -168,7 +168,7 @@ int main(int argc, char **argv) {
     const char *ca = nullptr, *wav = nullptr, *lat_out = nullptr;
     int n = 1;
     double warmup = 2, window = 5;
-    int64_t launch = 0;
+    int64_t launch = 0, grid_us = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
         const char *v = argv[i + 1];
@@ -181,6 +181,7 @@ int main(int argc, char **argv) {
         else if (k == "--wav") wav = v;
         else if (k == "--lat-out") lat_out = v;
         else if (k == "--launch-ns") launch = atoll(v);
+        else if (k == "--pace-grid-us") grid_us = atoll(v);
         else { fprintf(stderr, "grpcxx_client: unknown option %s\n", k.c_str()); return 2; }
     }
     std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
@@ -245,10 +246,17 @@ int main(int argc, char **argv) {
             _exit(0);
         }
         int64_t t0 = now_ns() + 20000000;
+        int64_t grid = grid_us * 1000;  // as spc_bench's --pace-grid-us
+        if (grid > 0) {
+            int64_t spacing = PERIOD / n;
+            if (grid < spacing) grid = spacing / ((spacing + grid - 1) / grid);  // divides the spacing
+            t0 = (t0 + grid - 1) / grid * grid + std::min(spacing, grid) / 2;
+        }
         for (int i = 0; i < n; i++) streams[i]->next_due = t0 + PERIOD * i / n;
         int64_t win_start = t0 + int64_t(warmup * 1e9), win_end = win_start + int64_t(window * 1e9);
         double c0 = -1, c1 = 0;
         long rss = 0, chunks = 0, x0 = 0, x1 = 0;
+        int64_t lag = 0;  // sum over the window of how late each chunk was written
         int next = 0;
         g_audio.set_audio(std::string(3200, '\x01'));
         for (;;) {
@@ -256,8 +264,10 @@ int main(int argc, char **argv) {
             if (c0 < 0 && now >= win_start) { c0 = cpu_s(); x0 = ctx_switches(); g.measuring = true; }
             if (now >= win_end) { c1 = cpu_s(); x1 = ctx_switches(); g.measuring = false; rss = rss_kb(); break; }
             Stream *s = streams[next].get();
-            if (s->next_due <= now) {
+            int64_t go = grid > 0 ? (s->next_due + grid - 1) / grid * grid : s->next_due;  // written from then on
+            if (go <= now) {
                 if (g.measuring && now - s->next_due > 10000000) g.late++;
+                if (g.measuring) lag += now - s->next_due;
                 s->sent.push_back(now_ns());
                 write(s, &g_audio);
                 if (g.measuring) chunks++;
@@ -265,7 +275,7 @@ int main(int argc, char **argv) {
                 next = (next + 1) % n;
                 continue;
             }
-            next_event(cq, s->next_due);
+            next_event(cq, go);
         }
         for (auto &s : streams) write(s.get(), &g_stop);
         limit = now_ns() + 20000000000LL;
@@ -280,9 +290,9 @@ int main(int argc, char **argv) {
         std::sort(g.raw.begin(), g.raw.end());
         printf("{\"client\":\"grpcxx\",\"mode\":\"paced\",\"streams\":%d,\"window_s\":%.3f,\"cpu_s\":%.4f,\"ctx_switches\":%ld,"
                "\"rss_kb\":%ld,\"chunks\":%ld,\"samples\":%zu,\"late\":%ld,\"errors\":%ld,\"unmatched\":%ld,"
-               "\"added_p50_ms\":%.4f,\"added_p99_ms\":%.4f,\"raw_p50_ms\":%.4f,\"raw_p99_ms\":%.4f}\n",
+               "\"lag_mean_ms\":%.4f,\"added_p50_ms\":%.4f,\"added_p99_ms\":%.4f,\"raw_p50_ms\":%.4f,\"raw_p99_ms\":%.4f}\n",
                n, window, c1 - c0, x1 - x0, rss, chunks, g.added.size(), g.late, g.errors, g.unmatched,
-               pct(g.added, 0.5), pct(g.added, 0.99), pct(g.raw, 0.5), pct(g.raw, 0.99));
+               chunks ? lag / 1e6 / double(chunks) : -1.0, pct(g.added, 0.5), pct(g.added, 0.99), pct(g.raw, 0.5), pct(g.raw, 0.99));
         fflush(stdout);
         for (auto &s : streams) s->ctx.TryCancel();
         cq.Shutdown();
