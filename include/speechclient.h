@@ -54,10 +54,11 @@
 **   - spc_client functions may be called from any thread, concurrently.
 **   - The library owns its threads: one callback thread per client, plus audio and network
 **     threads (with SPC_IO_APPLICATION, the application's thread does some network work, in
-**     spc_io_process()). All callbacks of one client run on that client's callback thread (or, with
-**     SPC_DELIVERY_APPLICATION, inside spc_client_dispatch() on the application's thread), in the
-**     order the events happened, one at a time. A slow callback delays only its own client
-**     (and, with SPC_IO_APPLICATION, the network work that its thread does in spc_io_process()).
+**     spc_io_process() or spc_io_dispatch()). All callbacks of one client run on that client's
+**     callback thread (or, with SPC_DELIVERY_APPLICATION, on the application's thread inside
+**     spc_client_dispatch() or spc_io_dispatch()), in the order the events happened, one at a
+**     time. A slow callback delays only its own client (and, with SPC_IO_APPLICATION, the
+**     network work that its thread does in spc_io_process() or spc_io_dispatch()).
 **   - Inside a callback you may call spc_client_start(), spc_client_stop(),
 **     spc_client_suspend(), spc_client_resume(), spc_client_push_audio() and the other
 **     non-blocking functions. spc_client_free() and spc_client_wait_idle() called from inside one
@@ -91,10 +92,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 3
+#define SPC_VERSION_MINOR 4
 #define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.3.0"
-#define SPC_VERSION_NUMBER 3000
+#define SPC_VERSION_STRING "0.4.0"
+#define SPC_VERSION_NUMBER 4000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -273,6 +274,12 @@ typedef enum spc_delivery {
 **     // in the poll set beside each client's spc_client_event_fd():
 **     //   io readable        -> spc_io_process(NULL);
 **     //   event fd readable  -> spc_client_dispatch(client, 0, NULL);
+**
+** When one thread both serves spc_io_fd() and dispatches the clients, spc_io_dispatch() (since
+** 0.4) in place of spc_io_process() also runs the callbacks of the responses it read, there and
+** then: per response, the event fd is not written, polled and read (three system calls fewer).
+** Keep the event fds in the poll set: other events (start, stop, errors, connection states)
+** still come through them.
 */
 typedef enum spc_io {
     SPC_IO_LIBRARY = 0,
@@ -663,6 +670,19 @@ SPC_API int spc_io_fd(void);
 ** after the other. With nothing ready it does no network work. SPC_ERROR_INTERNAL when the
 ** network thread could not be started. Since 0.3. */
 SPC_API spc_status spc_io_process(uint32_t *out_ready);
+
+/* spc_io_process(), then, on the calling thread, the callbacks of the events that this network
+** work queued for SPC_DELIVERY_APPLICATION clients (the segments of the responses it read), in
+** order, as spc_client_dispatch() runs them. Those events do not make the clients' event fds
+** readable. Exceptions, delivered through the event fd as usual: a client that another thread
+** is dispatching at that moment, and one whose callback the calling thread is inside. Events
+** from anywhere else (start, stop, errors, connection states, responses read by the network
+** thread) still come through the event fds, so keep polling them. Stores in *out_ready how many
+** connections were ready and in *out_callbacks how many callbacks ran (either may be NULL).
+** For one thread that serves spc_io_fd() and dispatches the clients; callbacks may call the
+** client functions as in spc_client_dispatch(), spc_io_dispatch() included. Returns what
+** spc_io_process() would. Since 0.4. */
+SPC_API spc_status spc_io_dispatch(uint32_t *out_ready, uint32_t *out_callbacks);
 
 /* ---------------------------------------------------------------------------------------------
 ** SEGMENTS

@@ -162,6 +162,20 @@ public func spc_io_process(_ outReady: UnsafeMutablePointer<UInt32>?) -> spc_sta
 }
 
 @c @implementation
+public func spc_io_dispatch(_ outReady: UnsafeMutablePointer<UInt32>?, _ outCallbacks: UnsafeMutablePointer<UInt32>?) -> spc_status {
+    outReady?.pointee = 0
+    outCallbacks?.pointee = 0
+    do throws(SpeechClientError) {
+        let (ready, callbacks) = try ApplicationIO.dispatch()
+        outReady?.pointee = UInt32(clamping: ready)
+        outCallbacks?.pointee = UInt32(clamping: callbacks)
+        return SPC_OK
+    } catch {
+        return .from(error)
+    }
+}
+
+@c @implementation
 public func spc_client_dispatch(_ client: OpaquePointer?, _ maxEvents: UInt32, _ outCount: UnsafeMutablePointer<UInt32>?) -> spc_status {
     outCount?.pointee = 0
     guard let c = clientFrom(client) else { return SPC_ERROR_INVALID_ARGUMENT }

@@ -775,6 +775,11 @@ static void test_poll_loop_delivery(int app_io) {
     CHECK_STATUS(spc_io_process(&ready), SPC_OK);
     CHECK(ready == 0); /* no connection of this process is application-driven yet */
     CHECK_STATUS(spc_io_process(NULL), SPC_OK);
+    uint32_t ran_inline = 99;
+    ready = 99;
+    CHECK_STATUS(spc_io_dispatch(&ready, &ran_inline), SPC_OK);
+    CHECK(ready == 0 && ran_inline == 0);
+    CHECK_STATUS(spc_io_dispatch(NULL, NULL), SPC_OK);
     CHECK_STATUS(spc_client_start(c), SPC_OK);
     /* A plain poll loop until the stop arrives; callbacks run here, on the main thread. */
     struct pollfd p[2];
@@ -970,7 +975,7 @@ static void test_clients_on_many_threads(void) {
 }
 
 /* The network thread cannot start (no file descriptor left for its epoll sets): spc_io_fd() is -1
-** and spc_io_process() SPC_ERROR_INTERNAL. In a child forked before anything started the loop
+** and spc_io_process() and spc_io_dispatch() SPC_ERROR_INTERNAL. In a child forked before anything started the loop
 ** (it is process-wide and lives once started): this runs first. */
 static void test_io_when_the_network_thread_cannot_start(void) {
     pid_t pid = fork();
@@ -978,10 +983,11 @@ static void test_io_when_the_network_thread_cannot_start(void) {
         struct rlimit only_stdio;
         only_stdio.rlim_cur = only_stdio.rlim_max = 3;
         if (setrlimit(RLIMIT_NOFILE, &only_stdio) != 0) _exit(3);
-        uint32_t ready = 7;
+        uint32_t ready = 7, ran = 7, ready2 = 7;
         int fd = spc_io_fd();
         spc_status s = spc_io_process(&ready);
-        _exit(fd == -1 ? (s == SPC_ERROR_INTERNAL && ready == 0 ? 0 : 2) : 1);
+        spc_status s2 = spc_io_dispatch(&ready2, &ran);
+        _exit(fd == -1 ? (s == SPC_ERROR_INTERNAL && ready == 0 && s2 == SPC_ERROR_INTERNAL && ready2 == 0 && ran == 0 ? 0 : 2) : 1);
     }
     int status = -1;
     CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);

@@ -52,6 +52,18 @@ def test_poll_loop_reads_the_network_itself(poll_loop, server, speech, tmp_path)
     assert "outside" not in r.stderr and "error" not in r.stderr
 
 
+def test_poll_loop_runs_callbacks_in_its_network_work(poll_loop, server, speech, tmp_path):
+    """--io dispatch (spc_io_dispatch): the same words, and segment callbacks ran inside the
+    network work, not through the event fd."""
+    wav = speech("turn on the kitchen lights")
+    r = run(poll_loop, "--url", server.url, "--cache-dir", tmp_path / "cache", "--io", "dispatch", wav)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["turn on the kitchen lights"]
+    counts = [line.split() for line in r.stderr.splitlines() if line.startswith("io: ")]
+    assert counts and int(counts[0][1]) > 0 and int(counts[0][3]) > 0, r.stderr
+    assert "outside" not in r.stderr and "error" not in r.stderr
+
+
 def test_stdin_is_part_of_the_loop(poll_loop, server, speech, tmp_path):
     wav = speech("turn on the kitchen lights")
     args = [str(poll_loop), "--url", server.url, "--cache-dir", str(tmp_path / "cache"), str(wav)]

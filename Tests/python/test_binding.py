@@ -65,6 +65,7 @@ def test_the_application_io_descriptor_is_one_per_process():
     assert fd >= 0 and sc.io_fd() == fd
     os.fstat(fd)  # an open descriptor (the library owns it)
     assert sc.io_process() == 0  # no connection of this process is application-driven: nothing ready
+    assert sc.io_dispatch() == (0, 0)
     with sc.Client(url=UNREACHABLE, app_id="a", io="application") as c:
         assert c.io == sc.NetworkIO.APPLICATION
 
@@ -87,6 +88,13 @@ def test_application_io_errors(monkeypatch):
     monkeypatch.setattr(_native, "spc_io_process", lambda out: int(sc.Status.INTERNAL))
     with pytest.raises(sc.InternalError, match="spc_io_process"):
         sc.io_process()
+    monkeypatch.setattr(_native, "spc_io_dispatch", lambda ready, ran: int(sc.Status.INTERNAL))
+    with pytest.raises(sc.InternalError, match="spc_io_dispatch"):
+        sc.io_dispatch()
+    # A 0.3 library: no spc_io_dispatch.
+    monkeypatch.setattr(_native, "HAS_IO_DISPATCH", False)
+    with pytest.raises(sc.InvalidStateError, match=r"without spc_io_dispatch \(0\.4\)"):
+        sc.io_dispatch()
 
 
 def test_the_library_is_the_one_named_by_the_environment():
@@ -968,11 +976,11 @@ def test_hands_free_enums_are_the_headers():
 
 
 def test_binding_version_is_the_headers():
-    assert _native.SPC_VERSION_STRING == "0.3.0" == sc.__version__
+    assert _native.SPC_VERSION_STRING == "0.4.0" == sc.__version__
     text = (ROOT / "include" / "speechclient.h").read_text()
     assert f'#define SPC_VERSION_STRING "{_native.SPC_VERSION_STRING}"' in text
     assert f"#define SPC_VERSION_NUMBER {_native.SPC_VERSION_NUMBER}" in text
-    assert 'version = "0.3.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
+    assert 'version = "0.4.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
 
 
 @needs_hands_free

@@ -189,6 +189,27 @@ def test_application_io_in_an_asyncio_loop(server, synthesize, cache_dir):
     assert sum(served) > 0  # responses were read on the loop's thread
 
 
+def test_io_dispatch_runs_the_callbacks_in_the_network_work(server, synthesize, cache_dir):
+    """io_dispatch() in place of io_process(): the segments' callbacks run inside it, on the
+    loop's thread, and the words are the same."""
+    wav = synthesize("turn on the kitchen lights")
+    counts = []
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        loop.add_reader(sc.io_fd(), lambda: counts.append(sc.io_dispatch()))
+        try:
+            with sc.Client(url=server.url, app_id="py", audio=sc.WavFile(wav), cache_dir=cache_dir,
+                           delivery="application", io="application") as c:
+                return [update async for update in c.stream(timeout=30)]
+        finally:
+            loop.remove_reader(sc.io_fd())
+
+    assert_kitchen_lights(asyncio.run(asyncio.wait_for(run(), 60)))
+    assert sum(ready for ready, _ in counts) > 0
+    assert sum(ran for _, ran in counts) > 0  # callbacks ran inside io_dispatch
+
+
 @pytest.mark.parametrize("kind", ["async", "self"])
 def test_stream_transcribes_pushed_pcm(kind, server, synthesize, cache_dir):
     """kind "async": an async generator paced at 4x real time, given to stream(); "self": the

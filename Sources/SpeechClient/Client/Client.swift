@@ -12,7 +12,7 @@ import Glibc
 /// audio, connecting, sending, folding responses into segments. The callback thread runs the
 /// application's callbacks, one at a time, with no lock held. One `ConditionLock` guards the
 /// shared fields below; it is never held across I/O or a callback.
-public final class Client: @unchecked Sendable {
+public final class Client: @unchecked Sendable, InlineDelivery {
     public typealias EventHandler = @Sendable (Client, ClientEvent) -> Void
 
     enum Command {
@@ -59,6 +59,12 @@ public final class Client: @unchecked Sendable {
     // the thread inside dispatch, and a lock that makes concurrent dispatch calls take turns.
     public let eventFD: Int32
     private var eventFDSignaled = false
+    /// An event waits for `deliverInline` on the thread serving the application's set (the
+    /// event fd is left alone meanwhile).
+    private var deliveryDeferred = false
+    /// With application delivery and SPC_IO_APPLICATION: the loop whose application set holds
+    /// this client's connection (for spc_io_dispatch's inline delivery).
+    private let applicationLoop: EventLoop?
     private var dispatchingThread: UInt = 0
     private let dispatchLock = ConditionLock()
 
@@ -87,6 +93,7 @@ public final class Client: @unchecked Sendable {
         }
         self.options = options
         self.handler = handler
+        applicationLoop = options.io == .application && options.delivery == .application ? try? EventLoop.shared() : nil
         if options.delivery == .application {
             let fd = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
             guard fd >= 0 else { throw SpeechClientError.errno(.internal, "eventfd", errno, context: "application delivery") }
@@ -358,10 +365,40 @@ public final class Client: @unchecked Sendable {
             }
         }
         events.push(event)
-        if eventFD >= 0 && !eventFDSignaled {
+        if eventFD >= 0 && !eventFDSignaled && !deliveryDeferred {
+            // Queued by the network work of spc_io_dispatch: that thread delivers it shortly.
+            if let loop = applicationLoop, loop.deliverAfterServing(self) {
+                deliveryDeferred = true
+                return
+            }
             eventFDSignaled = true
             var one: UInt64 = 1
             _ = write(eventFD, &one, 8)
+        }
+    }
+
+    /// On the thread that served the application's set (spc_io_dispatch), after it let go of
+    /// the loop: runs the callbacks queued meanwhile. When another thread dispatches this client
+    /// now, or this thread is inside one of its callbacks (its dispatch lock is taken either
+    /// way), the events go through the event fd as usual. Once the client is closing, free
+    /// delivers what is left (it takes the dispatch lock, so it waits for a delivery here).
+    func deliverInline() -> Int {
+        if dispatchLock.tryLock() {
+            defer { dispatchLock.unlock() }
+            let closed: Bool = lock.withLock {
+                deliveryDeferred = false
+                return callbacksClosing
+            }
+            return closed ? 0 : deliverPending(maxEvents: 0)
+        }
+        return lock.withLock {
+            deliveryDeferred = false
+            if !events.isEmpty && !eventFDSignaled {
+                eventFDSignaled = true
+                var one: UInt64 = 1
+                _ = write(eventFD, &one, 8)
+            }
+            return 0
         }
     }
 

@@ -11,6 +11,13 @@ protocol EventLoopHandler: AnyObject {
     func handleEvents(_ events: UInt32)
 }
 
+/// Work for the thread that served the application's set in `processApplicationIO(deliver:)`,
+/// run on it once it let go of the loop: a client's callbacks, queued while it served.
+protocol InlineDelivery: AnyObject {
+    /// Returns how many callbacks ran.
+    func deliverInline() -> Int
+}
+
 /// The one event loop of the process. It owns every socket, nghttp2 session and OpenSSL object
 /// once a connection is up; other threads talk to it only through `execute`. Its state is
 /// guarded by `loopLock`, which the loop thread holds except while it sleeps in epoll_wait.
@@ -75,6 +82,8 @@ final class EventLoop: @unchecked Sendable {
     /// The loop thread watches the application set (the application does not serve it now).
     private var loopServesApplicationSet = true
     private var watchdog: UInt64?
+    /// Inside `processApplicationIO(deliver: true)`: what to deliver on that thread afterwards.
+    private var inlineDeliveries: [any InlineDelivery]?
     private struct Timer { var deadline: UInt64; var body: () -> Void }
     private var timers: [UInt64: Timer] = [:]
     private var nextTimerID: UInt64 = 1
@@ -198,8 +207,12 @@ final class EventLoop: @unchecked Sendable {
     /// Serves the application's set on this thread without waiting for input (spc_io_process):
     /// the ready sockets' handlers, and the tasks they post. Returns how many sockets were ready.
     /// From inside the loop's work (a handler or task): 0, nothing done.
-    func processApplicationIO() -> Int {
-        if isInLoop { return 0 }
+    /// `deliver` (spc_io_dispatch): events that the work queues for clients in application
+    /// delivery are delivered on this thread afterwards (`InlineDelivery`), not through their
+    /// event fds. Returns how many sockets were ready and how many callbacks ran. `alsoDoing`
+    /// runs inside the work, after the sockets (tests: a response's events without a server).
+    func processApplicationIO(deliver: Bool = false, alsoDoing: (() -> Void)? = nil) -> (ready: Int, callbacks: Int) {
+        if isInLoop { return (0, 0) }
         // Seen by `execute`: pushing threads queue their tasks instead of taking the lock
         // before this thread (it runs them once it has the lock).
         applicationWaiting.store(true, ordering: .relaxed)
@@ -214,23 +227,39 @@ final class EventLoop: @unchecked Sendable {
             _ = epoll_ctl(epfd, EPOLL_CTL_DEL, applicationFd, nil)
             armWatchdog(milliseconds: EventLoop.applicationPatienceMilliseconds)
         }
+        if deliver { inlineDeliveries = [] }
         _ = runTasks()
         let ready = serveApplicationSet()
-        finishInlineWork()
-        return ready
+        alsoDoing?()
+        let deliveries = finishInlineWork()
+        var callbacks = 0
+        for d in deliveries { callbacks += d.deliverInline() }
+        return (ready, callbacks)
+    }
+
+    /// From inside the loop's work: true, and `d` noted, when the thread doing it is in
+    /// `processApplicationIO(deliver: true)`, which calls `d.deliverInline()` once it is done.
+    func deliverAfterServing(_ d: any InlineDelivery) -> Bool {
+        guard isInLoop, inlineDeliveries != nil else { return false }
+        inlineDeliveries?.append(d)
+        return true
     }
 
     /// Ends loop work done on another thread than the loop's: runs what it posted (a flush),
     /// and what that posted, a few rounds, then leaves the rest to the loop thread (woken: a
     /// post made inside the work wrote no wake-up), and lets go of the loop.
-    private func finishInlineWork() {
+    @discardableResult
+    private func finishInlineWork() -> [any InlineDelivery] {
         var rounds = 0
         while runTasks() {
             rounds += 1
             if rounds == 4 { wakeUp(); break }
         }
+        let deliveries = inlineDeliveries ?? []
+        inlineDeliveries = nil
         owner.store(0, ordering: .relaxed)
         loopLock.unlock()
+        return deliveries
     }
 
     /// A thread (maybe the one that serves the application's set) is about to block in the

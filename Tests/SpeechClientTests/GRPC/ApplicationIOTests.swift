@@ -97,12 +97,80 @@ import Testing
         _ = try ApplicationIO.process()
         #expect(loop.loopServesApplicationSetNow)
         // From inside the loop's work it does nothing (it would serve the set re-entrantly).
-        #expect(loop.executeAndWait { loop.processApplicationIO() } == 0)
+        #expect(loop.executeAndWait { loop.processApplicationIO().ready } == 0)
         loop.applicationDidUnblock()
         _ = try ApplicationIO.process()  // no one blocked: the application serves again
         #expect(!loop.loopServesApplicationSetNow)
         loop.applicationWillBlock()
         loop.applicationDidUnblock()
+    }
+
+    /// spc_io_dispatch: events queued by the network work of this thread, for a client in
+    /// application delivery with application-driven I/O, run on this thread once it let go of
+    /// the loop, and leave the event fd alone. (A client's events are queued here the way a
+    /// response's segment is, without a server: `alsoDoing` runs inside the work.)
+    @Test func dispatchRunsTheCallbacksOfItsOwnWorkAfterLettingGoOfTheLoop() throws {
+        let loop = try EventLoop.shared()
+        let seen = Locked<[String]>([])
+        var o = try pushOptions()
+        o.delivery = .application
+        o.io = .application
+        let client = try Client(options: o, service: FakeRecognitionService()) { c, event in
+            guard case .log(_, let text) = event, text.hasPrefix("t") else { return }
+            seen.withLock { $0.append("\(text) inLoop=\(loop.isInLoop) inside=\(c.isOnCallbackThread)") }
+        }
+        defer { try? client.close() }
+        _ = try client.dispatch(maxEvents: 0)  // what the constructor queued
+        let result = loop.processApplicationIO(deliver: true) {
+            client.emit(.log(.error, "t1"))
+            client.emit(.log(.error, "t2"))
+        }
+        #expect(result.callbacks == 2)
+        #expect(seen.withLock { $0 } == ["t1 inLoop=false inside=true", "t2 inLoop=false inside=true"])
+        var pfd = pollfd(fd: client.eventFD, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&pfd, 1, 0) == 0, "the event fd was made readable")
+        // spc_io_process keeps them for the event fd, as before 0.4.
+        #expect(loop.processApplicationIO { client.emit(.log(.error, "t3")) }.callbacks == 0)
+        #expect(seen.withLock { $0.count } == 2)
+        #expect(poll(&pfd, 1, 0) == 1)
+        #expect(try client.dispatch(maxEvents: 0) == 1)
+        #expect(seen.withLock { $0.last } == "t3 inLoop=false inside=true")
+    }
+
+    /// A client whose callback another thread is running (here: that thread's own
+    /// spc_io_dispatch) gets the events of this thread's work through its event fd; that
+    /// thread runs them after the one in hand, and none is lost.
+    @Test func dispatchLeavesABusyClientToItsEventFd() throws {
+        let loop = try EventLoop.shared()
+        let seen = Locked<[String]>([])
+        let inCallback = OneShot<Bool>()
+        let release = OneShot<Bool>()
+        var o = try pushOptions()
+        o.delivery = .application
+        o.io = .application
+        let client = try Client(options: o, service: FakeRecognitionService()) { _, event in
+            guard case .log(_, let text) = event, text.hasPrefix("t") else { return }
+            if text == "t0" {
+                inCallback.set(true)
+                _ = release.wait()
+            }
+            seen.withLock { $0.append(text) }
+        }
+        defer { try? client.close() }
+        _ = try client.dispatch(maxEvents: 0)
+        let other = try NativeThread(name: "test-io-dispatch") {
+            _ = loop.processApplicationIO(deliver: true) { client.emit(.log(.error, "t0")) }
+        }
+        _ = inCallback.wait()
+        var pfd = pollfd(fd: client.eventFD, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&pfd, 1, 0) == 0)
+        let result = loop.processApplicationIO(deliver: true) { client.emit(.log(.error, "t1")) }
+        #expect(result.callbacks == 0)
+        #expect(poll(&pfd, 1, 0) == 1, "t1 is announced by the event fd while t0's callback runs")
+        release.set(true)
+        other.join()
+        #expect(seen.withLock { $0 } == ["t0", "t1"])
+        #expect(poll(&pfd, 1, 0) == 0)
     }
 
     /// The watchdog's rule (a real idle connection cannot be had here: grpcio pings after

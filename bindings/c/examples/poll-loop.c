@@ -2,7 +2,7 @@
 ** poll-loop: transcribe a WAV file with SPC_DELIVERY_APPLICATION, from the program's own
 ** poll() loop.
 **
-**   poll-loop [--url URL] [--app-id ID] [--cache-dir DIR] [--timeout-ms N] [--io application] FILE.wav
+**   poll-loop [--url URL] [--app-id ID] [--cache-dir DIR] [--timeout-ms N] [--io application|dispatch] FILE.wav
 **
 ** With SPC_DELIVERY_APPLICATION no library thread runs the client's callbacks: events wait in
 ** the client until the application calls spc_client_dispatch(), which runs their callbacks on
@@ -17,6 +17,11 @@
 ** connection: spc_io_fd() is one more descriptor, and spc_io_process() does the network work that
 ** is ready, so a response wakes this thread only, not the library's network thread first. The
 ** number of times it found work is printed at the end ("io: N").
+**
+** --io dispatch (since 0.4) is the same with spc_io_dispatch() in place of spc_io_process(): the
+** callbacks of the responses it reads run right there, without a round through the event fd
+** (which still brings the start, the stop and errors). The number of callbacks run that way is
+** printed too ("io: N callbacks: M").
 **
 ** Final segments go to stdout, one line each; start, stop and errors to stderr.
 ** Exit status: 0 when the context stopped normally, 1 after an error event, a failed call or the
@@ -83,7 +88,7 @@ static long long now_ms(void) {
 
 static int usage(void) {
     fprintf(stderr, "usage: poll-loop [--url URL] [--app-id ID] [--cache-dir DIR] [--timeout-ms N] "
-                    "[--io application] FILE.wav\n");
+                    "[--io application|dispatch] FILE.wav\n");
     return 2;
 }
 
@@ -97,7 +102,7 @@ static int set_ok(spc_status status, const char *what) {
 int main(int argc, char **argv) {
     const char *url = "grpc://127.0.0.1:50051", *app_id = "poll-loop", *cache_dir = NULL, *file = NULL;
     long timeout_ms = 60000;
-    int app_io = 0;
+    int app_io = 0, io_dispatch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
@@ -105,8 +110,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--app-id") && has_value) app_id = argv[++i];
         else if (!strcmp(a, "--cache-dir") && has_value) cache_dir = argv[++i];
         else if (!strcmp(a, "--io") && has_value) {
-            if (strcmp(argv[++i], "application") && strcmp(argv[i], "library")) return usage();
-            app_io = !strcmp(argv[i], "application");
+            const char *v = argv[++i];
+            if (strcmp(v, "application") && strcmp(v, "dispatch") && strcmp(v, "library")) return usage();
+            app_io = strcmp(v, "library") != 0;
+            io_dispatch = !strcmp(v, "dispatch");
         }
         else if (!strcmp(a, "--timeout-ms") && has_value) {
             char *end = NULL;
@@ -165,7 +172,7 @@ int main(int argc, char **argv) {
     struct pollfd fds[3] = {{events, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}, {io, POLLIN, 0}};
     long long deadline = now_ms() + timeout_ms;
     int timed_out = 0, failed_call = 0;
-    unsigned long io_served = 0;
+    unsigned long io_served = 0, io_callbacks = 0;
     while (!app.stopped) {
         long long left = deadline - now_ms();
         if (left <= 0) {
@@ -198,14 +205,19 @@ int main(int argc, char **argv) {
             }
         }
         if (fds[2].revents & POLLIN) {
-            /* Network work first: the events it produces make fds[0] readable. */
-            uint32_t n = 0;
-            if ((status = spc_io_process(&n)) != SPC_OK) {
+            /* Network work first: the events it produces make fds[0] readable (or, with
+            ** spc_io_dispatch, run their callbacks here). */
+            uint32_t n = 0, ran = 0;
+            app.dispatching = 1;
+            status = io_dispatch ? spc_io_dispatch(&n, &ran) : spc_io_process(&n);
+            app.dispatching = 0;
+            if (status != SPC_OK) {
                 fprintf(stderr, "poll-loop: io: %s\n", spc_status_str(status));
                 failed_call = 1;
                 break;
             }
             io_served += n;
+            io_callbacks += ran;
         }
         if (fds[0].revents & POLLIN) {
             app.dispatching = 1;
@@ -219,7 +231,8 @@ int main(int argc, char **argv) {
         }
     }
     if (timed_out) fprintf(stderr, "poll-loop: no stop within %ld ms\n", timeout_ms);
-    if (app_io) fprintf(stderr, "io: %lu\n", io_served);
+    if (io_dispatch) fprintf(stderr, "io: %lu callbacks: %lu\n", io_served, io_callbacks);
+    else if (app_io) fprintf(stderr, "io: %lu\n", io_served);
 
     /* Free runs the callbacks still pending, on this thread, before it returns. */
     app.dispatching = 1;

@@ -43,7 +43,7 @@ from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError,
 from .types import (AudioSource, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
                     StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 
 def version() -> str:
@@ -83,6 +83,21 @@ def io_process() -> int:
     return int(ready.value)
 
 
+def io_dispatch() -> tuple[int, int]:
+    """io_process(), then runs on this thread the callbacks of the responses it read, for
+    delivery="application" clients (spc_io_dispatch): their event fds are not made readable for
+    those. Returns (connections ready, callbacks run). For the one thread that serves io_fd()
+    and dispatches the clients; other events still come through the clients' event fds."""
+    if not _native.HAS_IO_DISPATCH:
+        raise InvalidStateError(f"{_native.LIBRARY_PATH} is libspeechclient {version()}, without "
+                                f"spc_io_dispatch (0.4)")
+    ready, ran = ctypes.c_uint32(0), ctypes.c_uint32(0)
+    status = int(_native.spc_io_dispatch(ctypes.byref(ready), ctypes.byref(ran)))
+    if status != 0:
+        raise error_for(status, "spc_io_dispatch failed")
+    return int(ready.value), int(ran.value)
+
+
 def status_text(status: int) -> str:
     """The library's English text for a status ("ok", "invalid argument", ...)."""
     return _native.spc_status_str(int(status)).decode()
@@ -90,7 +105,7 @@ def status_text(status: int) -> str:
 
 __all__ = [
     "Client", "Stream", "copy_segment", "Status", "LogLevel", "State", "ConnectionState", "Delivery",
-    "Activation", "Listen", "VadParam", "NetworkIO", "io_fd", "io_process",
+    "Activation", "Listen", "VadParam", "NetworkIO", "io_fd", "io_process", "io_dispatch",
     "Segment", "Word", "Intent", "Entity", "StartEvent", "StopEvent", "ErrorEvent", "StateEvent", "ListenEvent",
     "LevelEvent", "Update",
     "Microphone", "WavFile", "PushAudio", "AudioSource",

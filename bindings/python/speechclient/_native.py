@@ -21,10 +21,10 @@ from typing import List
 
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h).
 SPC_VERSION_MAJOR = 0
-SPC_VERSION_MINOR = 3
+SPC_VERSION_MINOR = 4
 SPC_VERSION_PATCH = 0
-SPC_VERSION_STRING = "0.3.0"
-SPC_VERSION_NUMBER = 3000
+SPC_VERSION_STRING = "0.4.0"
+SPC_VERSION_NUMBER = 4000
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
@@ -306,6 +306,8 @@ spc_options_set_io = _optional_fn("spc_options_set_io", c_status, options_p, c_i
 spc_io_fd = _optional_fn("spc_io_fd", c_int)
 # spc_status spc_io_process(uint32_t *out_ready); (since 0.3)
 spc_io_process = _optional_fn("spc_io_process", c_status, POINTER(c_uint32))
+# spc_status spc_io_dispatch(uint32_t *out_ready, uint32_t *out_callbacks); (since 0.4)
+spc_io_dispatch = _optional_fn("spc_io_dispatch", c_status, POINTER(c_uint32), POINTER(c_uint32))
 # Hands-free listening (since 0.2).
 # spc_status spc_options_set_activation(spc_options *options, spc_activation mode);
 spc_options_set_activation = _optional_fn("spc_options_set_activation", c_status, options_p, c_activation)
@@ -401,6 +403,7 @@ HAS_STATE_AND_DELIVERY = None not in (spc_options_set_state_cb, spc_options_set_
                                       spc_client_dispatch)
 #: Whether the loaded library has application-driven network I/O (0.3).
 HAS_APPLICATION_IO = None not in (spc_options_set_io, spc_io_fd, spc_io_process)
+HAS_IO_DISPATCH = spc_io_dispatch is not None
 #: Whether the loaded library has hands-free listening and audio levels (0.2).
 HAS_HANDS_FREE = None not in (spc_options_set_activation, spc_options_set_wakeword, spc_options_set_vad,
                               spc_options_set_endpointing, spc_options_set_listen_cb, spc_options_set_level_cb)
