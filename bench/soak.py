@@ -3,7 +3,8 @@
 client's RSS sampled every few seconds, and the slope of RSS over time after the warm-up.
 
     make soak                    (SOAK_STREAMS, SOAK_SECONDS, SOAK_SAMPLE: 200, 600, 5 by default;
-                                  SOAK_IO=application: the clients use SPC_IO_APPLICATION)
+                                  SOAK_IO=application|dispatch: the clients use SPC_IO_APPLICATION,
+                                  served with spc_io_process or spc_io_dispatch)
 
 It uses what `make bench` builds (bench/out/spc_bench and the grpc++ sink; the Python sink when
 the grpc++ one is missing). The client runs with the library's defaults (30 s replay buffer:
@@ -25,7 +26,7 @@ import run  # noqa: E402  (the bench's build and server helpers)
 STREAMS = int(os.environ.get("SOAK_STREAMS", "200"))
 SECONDS = float(os.environ.get("SOAK_SECONDS", "600"))
 SAMPLE = float(os.environ.get("SOAK_SAMPLE", "5"))
-APPLICATION_IO = os.environ.get("SOAK_IO") == "application"
+IO = os.environ.get("SOAK_IO", "library")  # spc_bench --io
 FIT_AFTER = min(60.0, SECONDS / 3)
 
 
@@ -55,8 +56,8 @@ def main():
         cmd = [os.path.join(OUT, "spc_bench"), "--url", f"grpc://127.0.0.1:{server.port}", "--mode", "paced",
                "--streams", str(STREAMS), "--warmup", "2", "--window", str(SECONDS),
                "--cache-dir", os.path.join(OUT, "soak-cache"), "--keep-samples", "0"]
-        if APPLICATION_IO:
-            cmd += ["--io", "application"]
+        if IO != "library":
+            cmd += ["--io", IO]
         client = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         t0 = time.monotonic()
         samples = []
