@@ -672,16 +672,20 @@ SPC_API int spc_io_fd(void);
 SPC_API spc_status spc_io_process(uint32_t *out_ready);
 
 /* spc_io_process(), then, on the calling thread, the callbacks of the events that this network
-** work queued for SPC_DELIVERY_APPLICATION clients (the segments of the responses it read), in
-** order, as spc_client_dispatch() runs them. Those events do not make the clients' event fds
-** readable. Exceptions, delivered through the event fd as usual: a client that another thread
-** is dispatching at that moment, and one whose callback the calling thread is inside. Events
-** from anywhere else (start, stop, errors, connection states, responses read by the network
-** thread) still come through the event fds, so keep polling them. Stores in *out_ready how many
-** connections were ready and in *out_callbacks how many callbacks ran (either may be NULL).
-** For one thread that serves spc_io_fd() and dispatches the clients; callbacks may call the
-** client functions as in spc_client_dispatch(), spc_io_dispatch() included. Returns what
-** spc_io_process() would. Since 0.4. */
+** work queued for SPC_DELIVERY_APPLICATION clients, in order, as spc_client_dispatch() runs
+** them: mostly the segments of the responses it read (those that the client's worker thread was
+** not busy to take). Those events do not make the clients' event fds readable. Exceptions,
+** announced through the event fd as usual: a client that another thread is dispatching at that
+** moment, and one whose callback the calling thread is inside. Events from other threads (start,
+** stop, errors, connection states, segments the worker took) still come through the event fds,
+** so keep polling them. Stores in *out_ready how many connections were ready and in
+** *out_callbacks how many callbacks ran (either may be NULL). Returns what spc_io_process()
+** would.
+**
+** It runs the callbacks of any such client whose connection it served, so use it where one thread
+** serves spc_io_fd() and dispatches every SPC_IO_APPLICATION client with application delivery
+** (with several dispatching threads, use spc_io_process()). The callbacks may call the client
+** functions as in spc_client_dispatch(), spc_io_dispatch() included. Since 0.4. */
 SPC_API spc_status spc_io_dispatch(uint32_t *out_ready, uint32_t *out_callbacks);
 
 /* ---------------------------------------------------------------------------------------------

@@ -122,6 +122,13 @@ if [ -f docs/ABI.md ]; then
         grep -q -- "$word" docs/ABI.md || fail "docs/ABI.md does not mention $word"
     done
     grep -q 'docs/ABI.md' README.md || fail "README.md does not point to docs/ABI.md"
+    # Its table of the current values agrees with the header and the version script.
+    number=$(sed -n 's/^#define SPC_VERSION_NUMBER \([0-9]*\)$/\1/p' "$header")
+    grep -q "SPC_VERSION_STRING \"$version\"" docs/ABI.md || fail "docs/ABI.md does not give the version as $version"
+    grep -q "SPC_VERSION_NUMBER $number\b" docs/ABI.md || fail "docs/ABI.md does not give SPC_VERSION_NUMBER $number"
+    for node in $(grep -o '^SPEECHCLIENT_0[.0-9]*' Sources/SpeechClientCAPI/exports.map); do
+        grep -q "\`$node\`" docs/ABI.md || fail "docs/ABI.md does not list the version node $node"
+    done
 else
     fail "docs/ABI.md is missing"
 fi

@@ -59,8 +59,8 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     // the thread inside dispatch, and a lock that makes concurrent dispatch calls take turns.
     public let eventFD: Int32
     private var eventFDSignaled = false
-    /// An event waits for `deliverInline` on the thread serving the application's set (the
-    /// event fd is left alone meanwhile).
+    /// Events queued by spc_io_dispatch's network work wait for `deliverInline` on its thread
+    /// (the event fd is not written for them).
     private var deliveryDeferred = false
     /// With application delivery and SPC_IO_APPLICATION: the loop whose application set holds
     /// this client's connection (for spc_io_dispatch's inline delivery).
@@ -365,9 +365,11 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             }
         }
         events.push(event)
-        if eventFD >= 0 && !eventFDSignaled && !deliveryDeferred {
+        if eventFD >= 0 && !eventFDSignaled {
             // Queued by the network work of spc_io_dispatch: that thread delivers it shortly.
-            if let loop = applicationLoop, loop.deliverAfterServing(self) {
+            // An event from any other thread (the worker's stop, an error) is announced on the
+            // event fd as usual, even while a delivery is due.
+            if let loop = applicationLoop, loop.deliverAfterServing(self, noted: deliveryDeferred) {
                 deliveryDeferred = true
                 return
             }

@@ -237,11 +237,12 @@ final class EventLoop: @unchecked Sendable {
         return (ready, callbacks)
     }
 
-    /// From inside the loop's work: true, and `d` noted, when the thread doing it is in
-    /// `processApplicationIO(deliver: true)`, which calls `d.deliverInline()` once it is done.
-    func deliverAfterServing(_ d: any InlineDelivery) -> Bool {
+    /// True when the calling thread is doing the loop's work inside
+    /// `processApplicationIO(deliver: true)`, which calls `d.deliverInline()` once it is done;
+    /// `d` is noted unless `noted` (a call for it is due already: it delivers what is queued).
+    func deliverAfterServing(_ d: any InlineDelivery, noted: Bool) -> Bool {
         guard isInLoop, inlineDeliveries != nil else { return false }
-        inlineDeliveries?.append(d)
+        if !noted { inlineDeliveries?.append(d) }
         return true
     }
 

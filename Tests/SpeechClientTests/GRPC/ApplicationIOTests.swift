@@ -171,6 +171,38 @@ import Testing
         other.join()
         #expect(seen.withLock { $0 } == ["t0", "t1"])
         #expect(poll(&pfd, 1, 0) == 0)
+        // Nothing is left waiting for a delivery that will not come: the next one runs inline.
+        #expect(loop.processApplicationIO(deliver: true) { client.emit(.log(.error, "t2")) }.callbacks == 1)
+        #expect(seen.withLock { $0 } == ["t0", "t1", "t2"])
+    }
+
+    /// While a delivery is due, an event from another thread (the worker's stop, an error) is
+    /// still announced on the event fd; the delivery then runs both and leaves the fd quiet.
+    @Test func dispatchAnnouncesOtherThreadsEventsAsUsual() throws {
+        let loop = try EventLoop.shared()
+        let seen = Locked<[String]>([])
+        var o = try pushOptions()
+        o.delivery = .application
+        o.io = .application
+        let client = try Client(options: o, service: FakeRecognitionService()) { _, event in
+            guard case .log(_, let text) = event, text.hasPrefix("t") else { return }
+            seen.withLock { $0.append(text) }
+        }
+        defer { try? client.close() }
+        _ = try client.dispatch(maxEvents: 0)
+        var pfd = pollfd(fd: client.eventFD, events: Int16(POLLIN), revents: 0)
+        let readableMeanwhile = Atomic<Int>(-1)
+        let result = loop.processApplicationIO(deliver: true) {
+            client.emit(.log(.error, "t1"))  // this work's: delivered afterwards
+            let worker = try? NativeThread(name: "test-worker") { client.emit(.log(.error, "t2")) }
+            worker?.join()
+            var p = pollfd(fd: client.eventFD, events: Int16(POLLIN), revents: 0)
+            readableMeanwhile.store(Int(poll(&p, 1, 0)), ordering: .relaxed)
+        }
+        #expect(readableMeanwhile.load(ordering: .relaxed) == 1, "the other thread's event was not announced")
+        #expect(result.callbacks == 2)
+        #expect(seen.withLock { $0 } == ["t1", "t2"])
+        #expect(poll(&pfd, 1, 0) == 0)
     }
 
     /// The watchdog's rule (a real idle connection cannot be had here: grpcio pings after

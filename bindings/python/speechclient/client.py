@@ -6,7 +6,7 @@ run there, in order,
 one at a time; updates() and aupdates() receive the same events through a queue. With
 delivery="application" no library thread enters Python: callbacks run inside dispatch(),
 updates(), aupdates() and stream() (through the event fd and loop.add_reader), wait_idle() and
-close(), on the calling thread.
+close(), and, with io="application", speechclient.io_dispatch(), on the calling thread.
 
 asyncio. `async for update in client.stream():` (delivery="application") starts a context and
 yields its updates until its stop event, with no thread besides the event loop's; see
