@@ -45,8 +45,8 @@ REPEAT = int(os.environ.get("BENCH_REPEAT", "1"))
 COLD_RUNS = 3 if QUICK else 7
 # Ours keeps each context's unfinished audio for replay after a reconnection; the peers keep
 # none. The sink never finishes a segment, so that buffer only fills: with the default 30 s it
-# takes fresh pages (a page fault per chunk, ~15 % of the CPU at 1,000 streams) for the whole
-# window. The rows that compare clients run ours with the smallest buffer, 1 s, full within the
+# takes fresh pages (a page fault per chunk, 8-20 % of the CPU at 1,000 streams) for the whole
+# window. The paced rows that compare clients run ours with the smallest buffer, 1 s, full within the
 # warm-up (the steady state); one run shows the default buffer during its fill.
 OURS_REPLAY_MS = 1000
 FILE_SECONDS = 60 if QUICK else 240
