@@ -74,8 +74,11 @@ def test_application_io_errors(monkeypatch):
     # A library without 0.3: the functions and the option say so (nothing reaches C).
     monkeypatch.setattr(_native, "HAS_APPLICATION_IO", False)
     for call in (sc.io_fd, sc.io_process):
-        with pytest.raises(sc.InvalidStateError, match=r"without application-driven network I/O \(0\.3\)"):
+        with pytest.raises(sc.InvalidStateError, match=r"without application-driven network I/O \(0\.3\)") as info:
             call()
+        # The status is the exception's own, and the message starts with the library's path.
+        assert info.value.code == sc.Status.INVALID_STATE
+        assert str(info.value).startswith(f"{_native.LIBRARY_PATH} is libspeechclient {sc.version()}, without")
     with pytest.raises(sc.InvalidArgumentError, match=r"io='application'.*\(0\.3\)") as info:
         sc.Client(url=UNREACHABLE, app_id="a", io="application")
     assert info.value.option == "io"
@@ -83,8 +86,9 @@ def test_application_io_errors(monkeypatch):
     monkeypatch.undo()
     # The library's own failures (its network thread could not start) become exceptions.
     monkeypatch.setattr(_native, "spc_io_fd", lambda: -1)
-    with pytest.raises(sc.InternalError, match="could not be started"):
+    with pytest.raises(sc.InternalError, match="could not be started") as info:
         sc.io_fd()
+    assert info.value.code == sc.Status.INTERNAL and str(info.value).startswith("spc_io_fd:")
     monkeypatch.setattr(_native, "spc_io_process", lambda out: int(sc.Status.INTERNAL))
     with pytest.raises(sc.InternalError, match="spc_io_process"):
         sc.io_process()
@@ -93,8 +97,10 @@ def test_application_io_errors(monkeypatch):
         sc.io_dispatch()
     # A 0.3 library: no spc_io_dispatch.
     monkeypatch.setattr(_native, "HAS_IO_DISPATCH", False)
-    with pytest.raises(sc.InvalidStateError, match=r"without spc_io_dispatch \(0\.4\)"):
+    with pytest.raises(sc.InvalidStateError, match=r"without spc_io_dispatch \(0\.4\)") as info:
         sc.io_dispatch()
+    assert info.value.code == sc.Status.INVALID_STATE
+    assert str(info.value).startswith(f"{_native.LIBRARY_PATH} is libspeechclient")
 
 
 def test_the_library_is_the_one_named_by_the_environment():

@@ -58,8 +58,8 @@ def version_number() -> int:
 
 def _require_application_io() -> None:
     if not _native.HAS_APPLICATION_IO:
-        raise InvalidStateError(f"{_native.LIBRARY_PATH} is libspeechclient {version()}, without "
-                                f"application-driven network I/O (0.3)")
+        raise InvalidStateError(_native.Status.INVALID_STATE, f"{_native.LIBRARY_PATH} is libspeechclient "
+                                f"{version()}, without application-driven network I/O (0.3)")
 
 
 def io_fd() -> int:
@@ -68,7 +68,7 @@ def io_fd() -> int:
     _require_application_io()
     fd = int(_native.spc_io_fd())
     if fd < 0:
-        raise InternalError("spc_io_fd: the library's network thread could not be started")
+        raise InternalError(_native.Status.INTERNAL, "spc_io_fd: the library's network thread could not be started")
     return fd
 
 
@@ -89,8 +89,8 @@ def io_dispatch() -> tuple[int, int]:
     those. Returns (connections ready, callbacks run). For the one thread that serves io_fd()
     and dispatches the clients; other events still come through the clients' event fds."""
     if not _native.HAS_IO_DISPATCH:
-        raise InvalidStateError(f"{_native.LIBRARY_PATH} is libspeechclient {version()}, without "
-                                f"spc_io_dispatch (0.4)")
+        raise InvalidStateError(_native.Status.INVALID_STATE, f"{_native.LIBRARY_PATH} is libspeechclient "
+                                f"{version()}, without spc_io_dispatch (0.4)")
     ready, ran = ctypes.c_uint32(0), ctypes.c_uint32(0)
     status = int(_native.spc_io_dispatch(ctypes.byref(ready), ctypes.byref(ran)))
     if status != 0:
