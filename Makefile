@@ -25,7 +25,7 @@ SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEAS
 	-Xlinker -z -Xlinker defs -Xlinker -z -Xlinker nodelete \
 	-Xlinker -z -Xlinker now -Xlinker -z -Xlinker relro
 
-.PHONY: all lib demo examples test test-swift test-c test-abi test-python test-server test-e2e test-faults install clean
+.PHONY: all lib demo examples test test-swift test-c test-abi test-python test-server test-e2e test-faults test-old-library install clean
 
 all: lib demo
 
@@ -72,7 +72,7 @@ install: $(if $(NO_BUILD),,all)
 		-L$(BUILD) -lspeechclient -o $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 	$(STRIP) $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 
-test: test-swift lib test-c test-abi test-python test-server test-e2e test-faults test-packaging
+test: test-swift lib test-c test-abi test-python test-old-library test-server test-e2e test-faults test-packaging
 
 test-swift:
 	$(SWIFT) test
@@ -85,6 +85,22 @@ test-abi: lib
 
 test-python: lib demo
 	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q Tests/python
+
+# The binding against the oldest release it supports: 0.1.0, built from git history (the last
+# commit of 0.1) with that commit's own Makefile. What 0.1 has must work; what it lacks must be
+# a clear error naming the release (Tests/python/test_older_library.py).
+OLDER_RELEASE        := 0.1.0
+OLDER_RELEASE_COMMIT := 4dea9f493e5234f84f070d97fb77b4cd577bb091
+OLDER_DIR            := $(BUILD)/older-$(OLDER_RELEASE)
+test-old-library: lib
+	rm -rf $(OLDER_DIR)
+	mkdir -p $(OLDER_DIR)
+	git archive $(OLDER_RELEASE_COMMIT) | tar -x -C $(OLDER_DIR)
+	$(MAKE) -C $(OLDER_DIR) lib SWIFT=$(SWIFT)
+	test "$$(readlink $(OLDER_DIR)/build/libspeechclient.so.0)" = libspeechclient.so.$(OLDER_RELEASE)
+	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(OLDER_DIR)/build/libspeechclient.so.0 SPEECHCLIENT_OLDER_RELEASE=$(OLDER_RELEASE) \
+		$(PYTHON) -m pytest -q Tests/python/test_older_library.py
+	rm -rf $(OLDER_DIR)
 
 # The reference server driven by grpcio's own client.
 test-server:
