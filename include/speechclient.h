@@ -93,9 +93,9 @@ extern "C" {
 */
 #define SPC_VERSION_MAJOR 0
 #define SPC_VERSION_MINOR 4
-#define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.4.0"
-#define SPC_VERSION_NUMBER 4000
+#define SPC_VERSION_PATCH 1
+#define SPC_VERSION_STRING "0.4.1"
+#define SPC_VERSION_NUMBER 4001
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -343,8 +343,9 @@ typedef enum spc_listen_event {
 } spc_listen_event;
 
 /* Tunables of the voice activity detector (spc_options_set_vad()). The detector looks at 20 ms
-** frames; a frame is loud when its energy is SNR_DB above the learnt noise floor and above
-** NOISE_GATE_DB. Speech begins when at least ACTIVATION_RATIO of the last WINDOW_FRAMES frames
+** frames; a frame is loud when its energy above 200 Hz (a high-pass in front of the detector:
+** rumble, traffic and mains hum carry their power below the voice) is SNR_DB above the learnt
+** noise floor and above NOISE_GATE_DB. Levels (spc_options_set_level_cb()) are not filtered. Speech begins when at least ACTIVATION_RATIO of the last WINDOW_FRAMES frames
 ** are loud, and ends when at most RELEASE_RATIO are for HOLD_MS (the SILENCE event then gives
 ** the position where the quiet began). The floor follows quiet audio with the half-time, and
 ** rises to the quietest frame of each 1.5 s, so a steady new noise stops counting as speech. */

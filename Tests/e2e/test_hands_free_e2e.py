@@ -51,11 +51,31 @@ def utterances(tmp_path, texts, gap_s=2.0, lead_s=1.0):
     return np.concatenate(parts), spans
 
 
-def with_noise(clean, spans, snr_db, seed=1):
-    """White noise at snr_db below the speech's level (RMS over the true spans)."""
+def coloured_noise(n, colour, rng):
+    """n samples of unit-RMS noise: "white"; "pink" (power falling 3 dB per octave, like most
+    room and fan noise); "brown" (6 dB per octave: rumble, traffic, a car); "hum" (mains hum,
+    50 Hz and its harmonics, with a little white noise under it)."""
+    if colour == "white":
+        x = rng.normal(0, 1, n)
+    elif colour in ("pink", "brown"):
+        spectrum = np.fft.rfft(rng.normal(0, 1, n))
+        f = np.fft.rfftfreq(n, 1 / RATE)
+        f[0] = f[1]
+        spectrum /= np.sqrt(f) if colour == "pink" else f
+        x = np.fft.irfft(spectrum, n)
+    elif colour == "hum":
+        t = np.arange(n) / RATE
+        x = sum(np.sin(2 * np.pi * 50 * k * t + k) / k for k in (1, 2, 3, 5)) + rng.normal(0, 0.05, n)
+    else:
+        raise ValueError(colour)
+    return x / np.sqrt((x ** 2).mean())
+
+
+def with_noise(clean, spans, snr_db, seed=1, colour="white"):
+    """Noise at snr_db below the speech's level (RMS over the true spans)."""
     speech = np.concatenate([clean[a:b] for a, b in spans])
     noise_rms = np.sqrt((speech ** 2).mean()) / 10 ** (snr_db / 20)
-    return clean + np.random.default_rng(seed).normal(0, noise_rms, len(clean))
+    return clean + noise_rms * coloured_noise(len(clean), colour, np.random.default_rng(seed))
 
 
 def run_demo(url, wav, tmp_path, *args):
@@ -102,36 +122,53 @@ def test_hands_free_opens_a_context_per_utterance(server, tmp_path):
         assert a / 16 - 100 <= at <= a / 16 + 300, (spans, starts)
 
 
-def test_vad_precision_and_recall_at_several_snrs(server, tmp_path):
-    texts = ["turn on the kitchen lights", "set a timer for five minutes", "play some jazz music",
+VAD_TEXTS = ["turn on the kitchen lights", "set a timer for five minutes", "play some jazz music",
              "what time is it"]
-    clean, spans = utterances(tmp_path, texts, gap_s=1.5)
+
+
+def vad_figures(server, tmp_path, clean, spans, snr, colour):
+    """(precision, recall) of the demo's speech/silence events over the true speech frames."""
     n = len(clean) // FRAME
     truth = np.zeros(n, dtype=bool)
     for a, b in spans:
         truth[a // FRAME:(b + FRAME - 1) // FRAME] = True
-    figures = {}
-    for snr in (20, 10, 5, 0):
-        wav = write(tmp_path / f"snr{snr}.wav", with_noise(clean, spans, snr, seed=snr))
-        events = run_demo(server.url, wav, tmp_path, "--hands-free")
-        said = np.zeros(n, dtype=bool)
-        on = None
-        for e in events:
-            if e["type"] == "listen" and e["event"] == "speech":
-                on = e["position_ms"] * 16 // FRAME
-            elif e["type"] == "listen" and e["event"] == "silence" and on is not None:
-                said[on:e["position_ms"] * 16 // FRAME] = True
-                on = None
-        if on is not None:
-            said[on:] = True
-        tp = int((said & truth).sum())
-        precision = tp / max(1, int(said.sum()))
-        recall = tp / int(truth.sum())
-        figures[snr] = (precision, recall)
-        print(f"figure: VAD at {snr:>2} dB SNR (white noise): precision {precision:.1%}, recall {recall:.1%} "
-              f"of {int(truth.sum())} speech frames")
+    wav = write(tmp_path / f"{colour}-snr{snr}.wav", with_noise(clean, spans, snr, seed=snr, colour=colour))
+    events = run_demo(server.url, wav, tmp_path, "--hands-free")
+    said = np.zeros(n, dtype=bool)
+    on = None
+    for e in events:
+        if e["type"] == "listen" and e["event"] == "speech":
+            on = e["position_ms"] * 16 // FRAME
+        elif e["type"] == "listen" and e["event"] == "silence" and on is not None:
+            said[on:e["position_ms"] * 16 // FRAME] = True
+            on = None
+    if on is not None:
+        said[on:] = True
+    tp = int((said & truth).sum())
+    precision, recall = tp / max(1, int(said.sum())), tp / int(truth.sum())
+    print(f"figure: VAD at {snr:>2} dB SNR ({colour} noise): precision {precision:.1%}, recall {recall:.1%} "
+          f"of {int(truth.sum())} speech frames")
+    return precision, recall
+
+
+def test_vad_precision_and_recall_at_several_snrs(server, tmp_path):
+    clean, spans = utterances(tmp_path, VAD_TEXTS, gap_s=1.5)
+    figures = {snr: vad_figures(server, tmp_path, clean, spans, snr, "white") for snr in (20, 10, 5, 0)}
     # Bounds a little under what was measured when this test was written (20 dB: 97 % / 95 %,
     # 10 dB: 100 % / 85 %); the input is deterministic (fixed noise seeds, espeak-ng).
+    assert figures[20][0] >= 0.93 and figures[20][1] >= 0.9, figures
+    assert figures[10][0] >= 0.93 and figures[10][1] >= 0.8, figures
+
+
+@pytest.mark.parametrize("colour", ["pink", "brown", "hum"])
+def test_vad_in_noise_that_is_not_white(colour, server, tmp_path):
+    """The detector compares frame energy with a learnt floor, so the noise's spectrum should
+    not matter as long as it is steady: room and fan noise (pink), rumble (brown), mains hum."""
+    clean, spans = utterances(tmp_path, VAD_TEXTS, gap_s=1.5)
+    figures = {snr: vad_figures(server, tmp_path, clean, spans, snr, colour) for snr in (20, 10)}
+    # The white-noise bounds. Measured with the 200 Hz high-pass (0.4.1), precision / recall at
+    # 20 and 10 dB: pink 97/96 %, 100/92 %; brown 96/96 % at both; hum 96/97 %, 97/96 %. Without
+    # it (0.4.0) pink gave 84/97 %, 79/94 % and brown 51/100 %, 58/95 %.
     assert figures[20][0] >= 0.93 and figures[20][1] >= 0.9, figures
     assert figures[10][0] >= 0.93 and figures[10][1] >= 0.8, figures
 

@@ -23,6 +23,46 @@ public struct VADSettings: Sendable, Equatable {
 
     /// Frames are 20 ms of 16 kHz audio.
     public static let frameSamples = 320
+    /// The detector weighs only the audio above this frequency: rumble, traffic, mains hum and
+    /// the low end of room and fan noise carry most of their power below the voice, and their
+    /// slow swings would otherwise pass for syllables (measured in Tests/e2e: brown noise at
+    /// 20 dB SNR had 51 % precision without it).
+    static let highPassHertz = 200.0
+}
+
+/// A second-order Butterworth high-pass at 16 kHz (a biquad, direct form I), and the energy of
+/// what it lets through. Its state runs on from frame to frame, so chunk boundaries change
+/// nothing.
+struct HighPass: Sendable {
+    private let b0: Double, b1: Double, b2: Double, a1: Double, a2: Double
+    private var x1 = 0.0, x2 = 0.0, y1 = 0.0, y2 = 0.0
+
+    init(cutoffHertz: Double, sampleRate: Double = 16_000) {
+        let w0 = 2 * Double.pi * cutoffHertz / sampleRate
+        let alpha = sin(w0) / 2.0.squareRoot()  // Q = 1/sqrt(2)
+        let a0 = 1 + alpha
+        b0 = (1 + cos(w0)) / 2 / a0
+        b1 = -(1 + cos(w0)) / a0
+        b2 = b0
+        a1 = -2 * cos(w0) / a0
+        a2 = (1 - alpha) / a0
+    }
+
+    /// Filters the samples and returns their energy in dBFS (-100 for silence), as `decibels`.
+    mutating func decibels(_ samples: ArraySlice<Int16>) -> Double {
+        guard !samples.isEmpty else { return -100 }
+        var sum = 0.0
+        for s in samples {
+            let x = Double(s)
+            var y = b0 * x + b1 * x1 + b2 * x2 - a1 * y1 - a2 * y2
+            if abs(y) < 1e-9 { y = 0 }  // after digital silence: no decay into slow subnormals
+            x2 = x1; x1 = x
+            y2 = y1; y1 = y
+            sum += y * y
+        }
+        let mean = sum / Double(samples.count) / (32768.0 * 32768.0)
+        return max(-100, 10 * log10(mean + 1e-10))
+    }
 }
 
 /// An adaptive energy detector: frame energy against a noise floor learnt while nobody speaks,
@@ -37,6 +77,7 @@ public struct VoiceActivityDetector: Sendable {
     public private(set) var position = 0
 
     private var pending: [Int16] = []
+    private var highPass = HighPass(cutoffHertz: VADSettings.highPassHertz)
     private var window: [Bool]
     private var windowNext = 0
     private var loudInWindow = 0
@@ -97,7 +138,7 @@ public struct VoiceActivityDetector: Sendable {
     }
 
     private mutating func frame(_ samples: ArraySlice<Int16>) -> Transition? {
-        let energy = Self.decibels(samples)
+        let energy = highPass.decibels(samples)
         let floor = noiseFloorDecibels ?? energy
         let loud = energy > settings.noiseGateDecibels && energy > floor + settings.snrDecibels
         // The floor follows quiet frames (and any quieter one) at the learning rate; loud frames

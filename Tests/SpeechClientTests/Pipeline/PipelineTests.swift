@@ -94,6 +94,57 @@ enum Signals {
         _ = vad.process(Signals.noise(ms: 20_000, dbfs: -35, &g))
         #expect(!vad.isSpeech)
     }
+
+    static func sine(hertz: Double, ms: Int, dbfs: Double) -> [Int16] {
+        let a = 32768 * pow(10, dbfs / 20) * 2.0.squareRoot()  // RMS of a sine is amplitude/sqrt(2)
+        return (0..<16 * ms).map { Int16(clamping: Int(a * sin(2 * Double.pi * hertz * Double($0) / 16_000))) }
+    }
+
+    @Test func theHighPassKeepsTheVoiceBandAndDropsHumAndRumble() {
+        func through(_ hertz: Double) -> Double {
+            var hp = HighPass(cutoffHertz: VADSettings.highPassHertz)
+            let tone = Self.sine(hertz: hertz, ms: 1_000, dbfs: -20)
+            _ = hp.decibels(tone[0..<8_000])  // past the filter's start
+            return hp.decibels(tone[8_000...])
+        }
+        #expect(abs(through(1_000) + 20) < 0.5, "\(through(1_000))")
+        #expect(abs(through(200) + 23) < 0.5, "\(through(200))")  // -3 dB at the cutoff
+        #expect(through(50) < -20 - 20, "\(through(50))")  // mains hum: 12 dB per octave below
+        // Digital silence after sound: the state settles to zero instead of decaying for ever.
+        var hp = HighPass(cutoffHertz: VADSettings.highPassHertz)
+        _ = hp.decibels(Self.sine(hertz: 440, ms: 100, dbfs: -10)[...])
+        _ = hp.decibels([Int16](repeating: 0, count: 16_000)[...])
+        #expect(hp.decibels([Int16](repeating: 0, count: 320)[...]) == -100)
+    }
+
+    @Test func rumbleAndHumAreNotSpeech() {
+        // Brown noise (a random walk: rumble, traffic) and 50 Hz hum swing slowly; by energy alone
+        // their swings pass for syllables. Both at -30 dBFS, 10 s: no speech found.
+        var g = Signals.Noise()
+        var walk = 0.0
+        var brown = (0..<160_000).map { _ -> Double in walk = 0.999 * walk + g.next(); return walk }
+        let rms = (brown.reduce(0) { $0 + $1 * $1 } / Double(brown.count)).squareRoot()
+        brown = brown.map { $0 / rms * 32768 * pow(10, -30.0 / 20) }
+        var vad = VoiceActivityDetector()
+        var t: [VoiceActivityDetector.Transition] = []
+        for c in Signals.chunks(brown.map { Int16(clamping: Int($0)) }) { t += vad.process(c) }
+        #expect(t.isEmpty, "brown noise: \(t.map { ($0.isSpeech, $0.sample / 16) })")
+        var hum = VoiceActivityDetector()
+        let tone = Self.sine(hertz: 50, ms: 10_000, dbfs: -30)
+        var th: [VoiceActivityDetector.Transition] = []
+        for c in Signals.chunks(tone) { th += hum.process(c) }
+        #expect(th.isEmpty, "hum: \(th.map { ($0.isSpeech, $0.sample / 16) })")
+        // Speech over that rumble is still found.
+        var g2 = Signals.Noise()
+        var both = VoiceActivityDetector()
+        let speech = Signals.speech(ms: 1_500, dbfs: -20, &g2)
+        let mixed = zip(brown[0..<24_000], [Int16](repeating: 0, count: 24_000)).map { Int16(clamping: Int($0.0)) }
+            + zip(brown[24_000..<48_000], speech).map { Int16(clamping: Int($0.0) + Int($0.1)) }
+            + brown[48_000..<80_000].map { Int16(clamping: Int($0)) }
+        var tb: [VoiceActivityDetector.Transition] = []
+        for c in Signals.chunks(mixed) { tb += both.process(c) }
+        #expect(tb.count == 2 && tb.first?.isSpeech == true, "\(tb.map { ($0.isSpeech, $0.sample / 16) })")
+    }
 }
 
 @Suite struct EndpointerTests {

@@ -22,9 +22,9 @@ from typing import List
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h).
 SPC_VERSION_MAJOR = 0
 SPC_VERSION_MINOR = 4
-SPC_VERSION_PATCH = 0
-SPC_VERSION_STRING = "0.4.0"
-SPC_VERSION_NUMBER = 4000
+SPC_VERSION_PATCH = 1
+SPC_VERSION_STRING = "0.4.1"
+SPC_VERSION_NUMBER = 4001
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
