@@ -92,15 +92,19 @@ test-python: lib demo
 OLDER_RELEASE        := 0.1.0
 OLDER_RELEASE_COMMIT := 4dea9f493e5234f84f070d97fb77b4cd577bb091
 OLDER_DIR            := $(BUILD)/older-$(OLDER_RELEASE)
-test-old-library: lib
-	rm -rf $(OLDER_DIR)
-	mkdir -p $(OLDER_DIR)
-	git archive $(OLDER_RELEASE_COMMIT) | tar -x -C $(OLDER_DIR)
-	$(MAKE) -C $(OLDER_DIR) lib SWIFT=$(SWIFT)
-	test "$$(readlink $(OLDER_DIR)/build/libspeechclient.so.0)" = libspeechclient.so.$(OLDER_RELEASE)
+test-old-library:
+	@git cat-file -e $(OLDER_RELEASE_COMMIT)^{commit} 2>/dev/null || { echo "test-old-library: commit \
+	$(OLDER_RELEASE_COMMIT) ($(OLDER_RELEASE)) is not in this clone: it needs the full history \
+	(git fetch --unshallow)"; exit 1; }
+	rm -rf $(CURDIR)/$(OLDER_DIR)
+	mkdir -p $(CURDIR)/$(OLDER_DIR)
+	git archive $(OLDER_RELEASE_COMMIT) | tar -x -C $(CURDIR)/$(OLDER_DIR)
+	# Its own Makefile, with its own defaults: nothing of this make's command line leaks in.
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $(MAKE) -C $(CURDIR)/$(OLDER_DIR) lib SWIFT=$(SWIFT) \
+		BUILD=build RELEASE_DIR=.build-release
+	test "$$(readlink $(CURDIR)/$(OLDER_DIR)/build/libspeechclient.so.0)" = libspeechclient.so.$(OLDER_RELEASE)
 	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(OLDER_DIR)/build/libspeechclient.so.0 SPEECHCLIENT_OLDER_RELEASE=$(OLDER_RELEASE) \
 		$(PYTHON) -m pytest -q Tests/python/test_older_library.py
-	rm -rf $(OLDER_DIR)
 
 # The reference server driven by grpcio's own client.
 test-server:

@@ -294,7 +294,8 @@ typedef enum spc_io {
 **
 ** SPC_ACTIVATION_VOICE: spc_client_start() begins listening and spc_client_stop() ends it; the
 ** client is LISTENING in between. The audio goes through a voice activity detector (an adaptive
-** energy detector with a learnt noise floor, tuned with spc_options_set_vad()). Speech opens a
+** detector of the energy above 200 Hz with a learnt noise floor, tuned with
+** spc_options_set_vad()). Speech opens a
 ** context, which also receives the audio of the pre-roll before it so the first word is not
 ** clipped; after the trailing silence, and once the activation is at least the minimum length,
 ** the context is stopped; an activation that reaches the maximum length is stopped with a
@@ -343,9 +344,10 @@ typedef enum spc_listen_event {
 } spc_listen_event;
 
 /* Tunables of the voice activity detector (spc_options_set_vad()). The detector looks at 20 ms
-** frames; a frame is loud when its energy above 200 Hz (a high-pass in front of the detector:
-** rumble, traffic and mains hum carry their power below the voice) is SNR_DB above the learnt
-** noise floor and above NOISE_GATE_DB. Levels (spc_options_set_level_cb()) are not filtered. Speech begins when at least ACTIVATION_RATIO of the last WINDOW_FRAMES frames
+** frames of the audio above 200 Hz (a high-pass in front of it, since 0.4.1: rumble, traffic
+** and mains hum carry their power below the voice). A frame is loud when that energy is SNR_DB
+** above the learnt noise floor and above NOISE_GATE_DB; it can be below the level that
+** spc_options_set_level_cb() reports, which is not filtered. Speech begins when at least ACTIVATION_RATIO of the last WINDOW_FRAMES frames
 ** are loud, and ends when at most RELEASE_RATIO are for HOLD_MS (the SILENCE event then gives
 ** the position where the quiet began). The floor follows quiet audio with the half-time, and
 ** rises to the quietest frame of each 1.5 s, so a steady new noise stops counting as speech. */

@@ -162,8 +162,9 @@ def test_vad_precision_and_recall_at_several_snrs(server, tmp_path):
 
 @pytest.mark.parametrize("colour", ["pink", "brown", "hum"])
 def test_vad_in_noise_that_is_not_white(colour, server, tmp_path):
-    """The detector compares frame energy with a learnt floor, so the noise's spectrum should
-    not matter as long as it is steady: room and fan noise (pink), rumble (brown), mains hum."""
+    """Steady noise whose power lies low: room and fan noise (pink), rumble (brown), mains hum.
+    Its slow swings in energy passed for syllables until the detector weighed only the audio
+    above 200 Hz (0.4.1)."""
     clean, spans = utterances(tmp_path, VAD_TEXTS, gap_s=1.5)
     figures = {snr: vad_figures(server, tmp_path, clean, spans, snr, colour) for snr in (20, 10)}
     # The white-noise bounds. Measured with the 200 Hz high-pass (0.4.1), precision / recall at

@@ -159,6 +159,9 @@ def test_exceptions_fit_pythons_own_hierarchy():
     unknown = sc.error_for(99, "m")
     assert isinstance(unknown, sc.InternalError) and "99" in unknown.message
     assert sc.status_text(99) == "unknown status"
+    # A message where the status belongs is the caller's bug, not an "unknown status".
+    with pytest.raises(TypeError, match="the first argument is the status"):
+        sc.InvalidStateError("the client is closed")
 
 
 # -- options -----------------------------------------------------------------------------------

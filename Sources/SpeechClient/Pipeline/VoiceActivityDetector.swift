@@ -4,9 +4,11 @@ import Glibc
 
 /// The detector's tunables, named after the Speechly browser client's VAD options.
 public struct VADSettings: Sendable, Equatable {
-    /// A frame is loud when its energy is this far above the learnt noise floor.
+    /// A frame is loud when its energy above `highPassHertz` is this far above the learnt noise
+    /// floor ...
     public var snrDecibels = 4.0
-    /// ... and above this absolute level (dBFS): quieter audio is never speech.
+    /// ... and above this absolute level (dBFS, of that same filtered energy): quieter audio is
+    /// never speech.
     public var noiseGateDecibels = -50.0
     /// How fast the noise floor follows the audio while nobody speaks.
     public var noiseLearnHalftimeMilliseconds = 400
@@ -35,7 +37,9 @@ public struct VADSettings: Sendable, Equatable {
 /// nothing.
 struct HighPass: Sendable {
     private let b0: Double, b1: Double, b2: Double, a1: Double, a2: Double
-    private var x1 = 0.0, x2 = 0.0, y1 = 0.0, y2 = 0.0
+    private var x1 = 0.0, x2 = 0.0
+    /// The last two outputs (readable for the tests: exactly zero once digital silence settles).
+    private(set) var y1 = 0.0, y2 = 0.0
 
     init(cutoffHertz: Double, sampleRate: Double = 16_000) {
         let w0 = 2 * Double.pi * cutoffHertz / sampleRate

@@ -21,6 +21,9 @@ class SpeechClientError(Exception):
     option: Optional[str] = None
 
     def __init__(self, code: int, message: str = "", grpc_status: Optional[int] = None):
+        if not isinstance(code, int):
+            # A message given where the status belongs: a bug in the caller, not a status.
+            raise TypeError(f"{type(self).__name__}: the first argument is the status, got {code!r}")
         try:
             self.code: Status = Status(code)
         except ValueError:
