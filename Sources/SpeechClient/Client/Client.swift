@@ -373,10 +373,15 @@ public final class Client: @unchecked Sendable, InlineDelivery {
                 deliveryDeferred = true
                 return
             }
-            eventFDSignaled = true
-            var one: UInt64 = 1
-            _ = write(eventFD, &one, 8)
+            signalEventFDLocked()
         }
+    }
+
+    /// Makes the event fd readable (once: dispatch clears it). With `lock` held.
+    private func signalEventFDLocked() {
+        eventFDSignaled = true
+        var one: UInt64 = 1
+        _ = write(eventFD, &one, 8)
     }
 
     /// On the thread that served the application's set (spc_io_dispatch), after it let go of
@@ -395,11 +400,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         }
         return lock.withLock {
             deliveryDeferred = false
-            if !events.isEmpty && !eventFDSignaled {
-                eventFDSignaled = true
-                var one: UInt64 = 1
-                _ = write(eventFD, &one, 8)
-            }
+            if !events.isEmpty && !eventFDSignaled { signalEventFDLocked() }
             return 0
         }
     }

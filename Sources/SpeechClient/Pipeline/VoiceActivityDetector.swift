@@ -64,8 +64,7 @@ struct HighPass: Sendable {
             y2 = y1; y1 = y
             sum += y * y
         }
-        let mean = sum / Double(samples.count) / (32768.0 * 32768.0)
-        return max(-100, 10 * log10(mean + 1e-10))
+        return VoiceActivityDetector.decibels(sumOfSquares: sum, count: samples.count)
     }
 }
 
@@ -115,7 +114,12 @@ public struct VoiceActivityDetector: Sendable {
         guard !samples.isEmpty else { return -100 }
         var sum = 0.0
         for s in samples { let v = Double(s); sum += v * v }
-        let mean = sum / Double(samples.count) / (32768.0 * 32768.0)
+        return decibels(sumOfSquares: sum, count: samples.count)
+    }
+
+    /// dBFS of `count` samples whose squares add up to `sumOfSquares` (-100 for silence).
+    static func decibels(sumOfSquares: Double, count: Int) -> Double {
+        let mean = sumOfSquares / Double(count) / (32768.0 * 32768.0)
         return max(-100, 10 * log10(mean + 1e-10))
     }
 

@@ -105,6 +105,21 @@ import Testing
         loop.applicationDidUnblock()
     }
 
+    /// A client in application delivery with application-driven I/O, no server; `onTestLog`
+    /// gets the text of each log event starting with "t" (the tests emit those). What the
+    /// constructor queued is dispatched already.
+    private func dispatchingClient(onTestLog: @escaping @Sendable (Client, String) -> Void) throws -> Client {
+        var o = try pushOptions()
+        o.delivery = .application
+        o.io = .application
+        let client = try Client(options: o, service: FakeRecognitionService()) { c, event in
+            guard case .log(_, let text) = event, text.hasPrefix("t") else { return }
+            onTestLog(c, text)
+        }
+        _ = try client.dispatch(maxEvents: 0)
+        return client
+    }
+
     /// spc_io_dispatch: events queued by the network work of this thread, for a client in
     /// application delivery with application-driven I/O, run on this thread once it let go of
     /// the loop, and leave the event fd alone. (A client's events are queued here the way a
@@ -112,15 +127,10 @@ import Testing
     @Test func dispatchRunsTheCallbacksOfItsOwnWorkAfterLettingGoOfTheLoop() throws {
         let loop = try EventLoop.shared()
         let seen = Locked<[String]>([])
-        var o = try pushOptions()
-        o.delivery = .application
-        o.io = .application
-        let client = try Client(options: o, service: FakeRecognitionService()) { c, event in
-            guard case .log(_, let text) = event, text.hasPrefix("t") else { return }
+        let client = try dispatchingClient { c, text in
             seen.withLock { $0.append("\(text) inLoop=\(loop.isInLoop) inside=\(c.isOnCallbackThread)") }
         }
         defer { try? client.close() }
-        _ = try client.dispatch(maxEvents: 0)  // what the constructor queued
         let result = loop.processApplicationIO(deliver: true) {
             client.emit(.log(.error, "t1"))
             client.emit(.log(.error, "t2"))
@@ -145,11 +155,7 @@ import Testing
         let seen = Locked<[String]>([])
         let inCallback = OneShot<Bool>()
         let release = OneShot<Bool>()
-        var o = try pushOptions()
-        o.delivery = .application
-        o.io = .application
-        let client = try Client(options: o, service: FakeRecognitionService()) { _, event in
-            guard case .log(_, let text) = event, text.hasPrefix("t") else { return }
+        let client = try dispatchingClient { _, text in
             if text == "t0" {
                 inCallback.set(true)
                 _ = release.wait()
@@ -157,7 +163,6 @@ import Testing
             seen.withLock { $0.append(text) }
         }
         defer { try? client.close() }
-        _ = try client.dispatch(maxEvents: 0)
         let other = try NativeThread(name: "test-io-dispatch") {
             _ = loop.processApplicationIO(deliver: true) { client.emit(.log(.error, "t0")) }
         }
@@ -181,15 +186,8 @@ import Testing
     @Test func dispatchAnnouncesOtherThreadsEventsAsUsual() throws {
         let loop = try EventLoop.shared()
         let seen = Locked<[String]>([])
-        var o = try pushOptions()
-        o.delivery = .application
-        o.io = .application
-        let client = try Client(options: o, service: FakeRecognitionService()) { _, event in
-            guard case .log(_, let text) = event, text.hasPrefix("t") else { return }
-            seen.withLock { $0.append(text) }
-        }
+        let client = try dispatchingClient { _, text in seen.withLock { $0.append(text) } }
         defer { try? client.close() }
-        _ = try client.dispatch(maxEvents: 0)
         var pfd = pollfd(fd: client.eventFD, events: Int16(POLLIN), revents: 0)
         let readableMeanwhile = Atomic<Int>(-1)
         let result = loop.processApplicationIO(deliver: true) {
