@@ -56,10 +56,15 @@ def version_number() -> int:
     return int(_native.spc_version_number())
 
 
-def _require_application_io() -> None:
-    if not _native.HAS_APPLICATION_IO:
+def _require(present: bool, feature: str) -> None:
+    """The error for a function the loaded (older) library lacks: `feature` names it and its release."""
+    if not present:
         raise InvalidStateError(_native.Status.INVALID_STATE, f"{_native.LIBRARY_PATH} is libspeechclient "
-                                f"{version()}, without application-driven network I/O (0.3)")
+                                f"{version()}, without {feature}")
+
+
+def _require_application_io() -> None:
+    _require(_native.HAS_APPLICATION_IO, "application-driven network I/O (0.3)")
 
 
 def io_fd() -> int:
@@ -88,9 +93,7 @@ def io_dispatch() -> tuple[int, int]:
     delivery="application" clients (spc_io_dispatch): their event fds are not made readable for
     those. Returns (connections ready, callbacks run). For the one thread that serves io_fd()
     and dispatches the clients; other events still come through the clients' event fds."""
-    if not _native.HAS_IO_DISPATCH:
-        raise InvalidStateError(_native.Status.INVALID_STATE, f"{_native.LIBRARY_PATH} is libspeechclient "
-                                f"{version()}, without spc_io_dispatch (0.4)")
+    _require(_native.HAS_IO_DISPATCH, "spc_io_dispatch (0.4)")
     ready, ran = ctypes.c_uint32(0), ctypes.c_uint32(0)
     status = int(_native.spc_io_dispatch(ctypes.byref(ready), ctypes.byref(ran)))
     if status != 0:
