@@ -2,8 +2,8 @@
 # Installs what building and testing libspeechclient needs on a fresh Debian 12 (run as root,
 # or with sudo available): the C libraries the .so links, the tools the tests drive (espeak-ng
 # and sox make test speech, alsa-utils for the ALSA capture tests, valgrind for the memcheck
-# test), and a Python venv in .venv with pytest and the reference server (with its Whisper
-# engine). The Swift toolchain itself is expected on PATH.
+# test, nginx and haproxy for the real-proxy suite), and a Python venv in .venv with pytest and
+# the reference server (with its Whisper engine). The Swift toolchain itself is expected on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,13 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PACKAGES=(pkg-config libnghttp2-dev libssl-dev libasound2-dev alsa-utils espeak-ng sox python3-venv gcc g++ make valgrind)
+# The real-proxy suite (Tests/proxies, `make test-proxies`): Debian's nginx (1.22, grpc_pass) and
+# HAProxy (2.6), run by the tests in the foreground from a temp dir on 127.0.0.1; iproute2 for `ss`.
+PACKAGES+=(nginx haproxy iproute2)
+# Both start a system service when installed (nginx then listens on port 80). The tests never
+# use it, so one installed here is kept from starting and disabled (see below); a service that
+# was already installed is left as it was.
+SERVICES=(nginx haproxy)
 # SPC_SETUP_PACKAGING=1: also what dpkg-buildpackage, lintian and scripts/deb-smoke.sh need.
 if [ -n "${SPC_SETUP_PACKAGING:-}" ]; then
   PACKAGES+=(dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools fakeroot lintian debootstrap)
@@ -20,8 +27,36 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
+  new_services=()
+  for s in "${SERVICES[@]}"; do
+    case " ${missing[*]} " in *" $s "*) new_services+=("$s") ;; esac
+  done
+  # invoke-rc.d asks policy-rc.d whether a package may start its service: 101 says no (so a
+  # busy port 80 cannot fail nginx's postinst either). Only when no policy is in place already
+  # (containers usually have one), and removed again on the way out.
+  policy=""
+  if [ ${#new_services[@]} -gt 0 ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+    printf '#!/bin/sh\n# setup-debian.sh: no service starts while it installs packages\nexit 101\n' \
+      | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 0755 "$policy"
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [ -n "$policy" ]; then
+    $SUDO rm -f "$policy"
+    trap - EXIT
+  fi
+  # Not started at boot either; stopped if something started it anyway.
+  for s in ${new_services[@]+"${new_services[@]}"}; do
+    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+      $SUDO systemctl disable --now "$s.service" >/dev/null 2>&1 || true
+    else
+      $SUDO update-rc.d "$s" disable >/dev/null 2>&1 || true
+      $SUDO service "$s" stop >/dev/null 2>&1 || true
+    fi
+  done
 fi
 
 command -v swift >/dev/null || { echo "setup: the Swift toolchain (6.3) is not on PATH" >&2; exit 1; }
