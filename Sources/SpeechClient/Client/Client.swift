@@ -156,6 +156,8 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         let tls = TLSSettings(caFile: options.caFile, insecure: options.insecureTLS)
         var configuration = GRPCChannel.Configuration()
         configuration.http2.applicationDrivenIO = options.io == .application
+        configuration.http2.keepaliveIntervalMilliseconds = options.keepaliveIntervalMilliseconds
+        configuration.http2.keepaliveTimeoutMilliseconds = options.keepaliveTimeoutMilliseconds
         let channel = GRPCChannel.shared(server: server, tls: tls, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
                                          configuration: configuration)
         let identityServer = options.identityServer ?? server

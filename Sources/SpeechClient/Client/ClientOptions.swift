@@ -46,6 +46,14 @@ public struct ClientOptions: Sendable {
     public var contextRolloverMilliseconds = 270_000
     /// Audio of the current context kept for replay after a reconnection.
     public var replayBufferMilliseconds = 30_000
+    /// Request bytes one HTTP/2 stream may carry (issue 18): from half of it the context moves to
+    /// a new stream at a pause, at all of it at once. Under nginx's default 1 MB request body cap
+    /// (client_max_body_size 1m counts the gRPC framing too) with room to spare.
+    public var streamBudgetBytes = 900_000
+    /// After GOAWAY, the longest a context stays on the closing connection before it moves.
+    public var drainTimeoutMilliseconds = 10_000
+    /// `reconnectAttempts` that means "never give up".
+    public static let unlimitedReconnects = Int(UInt32.max)
 
     // The hands-free pipeline (issue 8).
     public var activation = ActivationMode.manual
@@ -140,8 +148,8 @@ public struct ClientOptions: Sendable {
     }
 
     public mutating func setReconnect(attempts: Int, initialMilliseconds: Int, maxMilliseconds: Int) throws(SpeechClientError) {
-        guard (0...100).contains(attempts) else {
-            throw SpeechClientError(.invalidArgument, "reconnect attempts \(attempts) is outside 0-100")
+        guard (0...100).contains(attempts) || attempts == Self.unlimitedReconnects else {
+            throw SpeechClientError(.invalidArgument, "reconnect attempts \(attempts) is outside 0-100 (or SPC_RECONNECT_UNLIMITED)")
         }
         guard (1...60_000).contains(initialMilliseconds) else {
             throw SpeechClientError(.invalidArgument, "reconnect initial delay \(initialMilliseconds) ms is outside 1-60000 ms")
@@ -159,6 +167,38 @@ public struct ClientOptions: Sendable {
             throw SpeechClientError(.invalidArgument, "replay buffer \(milliseconds) ms is outside 1000-600000 ms")
         }
         replayBufferMilliseconds = milliseconds
+    }
+
+    public static let streamBudgetRange = 65_536...1_073_741_824
+
+    public mutating func setStreamBudget(bytes: Int) throws(SpeechClientError) {
+        guard Self.streamBudgetRange.contains(bytes) else {
+            throw SpeechClientError(.invalidArgument, "stream budget \(bytes) bytes is outside 65536-1073741824 bytes")
+        }
+        streamBudgetBytes = bytes
+    }
+
+    public mutating func setDrainTimeout(milliseconds: Int) throws(SpeechClientError) {
+        guard (100...600_000).contains(milliseconds) else {
+            throw SpeechClientError(.invalidArgument, "drain timeout \(milliseconds) ms is outside 100-600000 ms")
+        }
+        drainTimeoutMilliseconds = milliseconds
+    }
+
+    /// HTTP/2 PING on a connection with streams open and nothing received for `interval` (0: no
+    /// keepalive); no answer within `timeout` fails the connection (a dead peer or path).
+    public var keepaliveIntervalMilliseconds = 30_000
+    public var keepaliveTimeoutMilliseconds = 10_000
+
+    public mutating func setKeepalive(intervalMilliseconds: Int, timeoutMilliseconds: Int) throws(SpeechClientError) {
+        guard intervalMilliseconds == 0 || (1_000...3_600_000).contains(intervalMilliseconds) else {
+            throw SpeechClientError(.invalidArgument, "keepalive interval \(intervalMilliseconds) ms is outside 1000-3600000 ms (0: off)")
+        }
+        guard (100...600_000).contains(timeoutMilliseconds) else {
+            throw SpeechClientError(.invalidArgument, "keepalive timeout \(timeoutMilliseconds) ms is outside 100-600000 ms")
+        }
+        keepaliveIntervalMilliseconds = intervalMilliseconds
+        keepaliveTimeoutMilliseconds = timeoutMilliseconds
     }
 
     public mutating func setContextLimit(milliseconds: Int) throws(SpeechClientError) {

@@ -4,7 +4,8 @@ import Glibc
 
 /// The client's worker thread: opens audio and streams, sends audio and start/stop, and folds
 /// the server's responses into segments. Only this thread touches the fields below (after
-/// `prepare` in the constructor, which runs before the thread starts).
+/// `prepare` in the constructor, which runs before the thread starts), or a thread holding
+/// `audioLock` while the worker is idle.
 final class ClientWorker: @unchecked Sendable {
     weak var client: Client?
 
@@ -20,8 +21,13 @@ final class ClientWorker: @unchecked Sendable {
     private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
     private let samplesPerChunk: Int
 
-    private var stream: (any RecognitionStream)?
+    /// Every stream has a generation; events of streams that are no longer ours are ignored.
     private var generation = 0
+    /// A stream opened before a context (prepare-on-init, resume): the next context's first lane.
+    private var prepared: (generation: Int, stream: any RecognitionStream)?
+    /// The streams of the open context, by generation (see `Lane`), and the one taking live audio.
+    private var lanes: [Int: Lane] = [:]
+    private var current: Int?
     private var assembler = SegmentAssembler()
 
     private var source: (any AudioSource)?
@@ -31,8 +37,11 @@ final class ClientWorker: @unchecked Sendable {
     private var pumping = false
     /// A context was requested and its `finished` has not arrived.
     private var contextOpen = false
+    /// The user's context is over (stop, end of audio, or the server ended it): no more audio.
     private var stopSent = false
     private var contextId = ""
+    /// Events to deliver with the stop, once every lane has finished (errors the server sent).
+    private var endEvents: [ClientEvent] = []
     /// A start that arrived while the previous context was still finishing (after resume).
     private var deferredStart = false
     private var suspended = false
@@ -45,36 +54,27 @@ final class ClientWorker: @unchecked Sendable {
     private var replay: ReplayBuffer
     /// Samples of the user's context recorded so far (sent, or held while disconnected).
     private var contextSamples = 0
-    /// Everything before this sample is in final segments: a reconnection replays from here.
-    private var finalizedUpTo = 0
-    /// Added to a server context's word times to put them in the user's context. A start sent
-    /// queues its offset; the matching `started` names the server context.
-    private var pendingOffsets: [Int32] = []
+    /// Added to a server context's word times to put them in the user's context (its lane's start).
     private var timeOffsets: [String: Int32] = [:]
     /// User segment ids, given in order of first appearance across server contexts.
     private var segmentMap: [String: [Int32: Int32]] = [:]
     private var nextUserSegment: Int32 = 0
-    /// The user segment ids below this are final (a reconnection reuses the ids from here).
-    private var nextSegment: Int32 = 0
-    /// `finished` answers to rollover stops still to come: they are not the user's stop.
-    private var rolloverFinishes = 0
-    /// Where the current server context began, in user-context samples, and how long the
-    /// audio sent since has been silent (the rollover waits for a pause).
-    private var serverContextStart = 0
+    /// How long the audio sent on the current lane has been quiet (a rotation waits for a pause),
+    /// and the loudest recent chunk energy (a pause is quiet for absolute or relative reasons).
     private var silentRun = 0
+    private var loudEnergy: Int64 = 0
+    /// Lanes lost and waiting to be replaced: the audio [from, end) they had not finished (end nil:
+    /// the live lane), after a delay; all are reopened together.
+    private var repairs: [(from: Int, end: Int?)] = []
     private var reconnect: (attempt: Int, at: UInt64, cause: SpeechClientError)?
-    /// Connection losses since the context last made progress (a final segment): a server that
-    /// accepts the reconnection but fails again still runs out of attempts.
+    /// Connection losses since the context last made progress (a final segment, or a lane the
+    /// server served for a while): a server that accepts the reconnection but fails again still
+    /// runs out of attempts.
     private var lossesWithoutProgress = 0
     /// Audio (user-context samples) the replay buffer no longer held at a reconnection, reported
     /// once the server has taken the replay (its `started`), so an outage with several attempts
     /// gives one error naming the whole loss.
     private var pendingLoss: (from: Int, to: Int)?
-    /// After a reconnection: the user-context sample from which the replay buffer still has to
-    /// be sent on the new stream. The replay goes out as the stream drains (like a file), not
-    /// all at once: more than the call's send queue (256 KiB, ~8 s) would fail the new stream.
-    /// Live audio meanwhile is appended to the buffer and follows in order.
-    private var replayCursor: Int?
     /// The last connection state reported, so that only changes are.
     private var connectionState: ConnectionState?
 
@@ -109,19 +109,21 @@ final class ClientWorker: @unchecked Sendable {
     /// by far more than one block; 64 KiB with 2 ms naps capped files at ~1,000x real time.
     static let fileBacklogLimit = 160 * 1024
 
+    /// A lane the server served this long before it was lost counts as progress: a proxy's idle
+    /// timeout cutting streams during a long pause must not use up the reconnect attempts.
+    static let servedLongEnoughNanos: UInt64 = 5_000_000_000
+
     // MARK: - Loop
 
     func run() {
         while let client {
-            // While pumping, take commands without waiting and read audio between them. An open
-            // stream with no context is closed after `idleStreamMilliseconds` (protocol.md: the
-            // official clients did the same) and reopened by the next start.
-            let idleDeadline = (stream != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
-            let deadline = reconnect?.at ?? idleDeadline
-            // A file waits out a reconnection's delay (nothing would take its audio but the
-            // replay buffer, which would overflow); a microphone is read all the same.
-            let busy = (pumping && !(isFile && reconnect != nil)) || replayCursor != nil
-            guard let next = client.nextCommand(wait: !busy || stream == nil && isFile && replayCursor == nil, deadline: deadline) else {
+            // While pumping, take commands without waiting and read audio between them. A
+            // prepared stream with no context is closed after `idleStreamMilliseconds`
+            // (protocol.md: the official clients did the same) and reopened by the next start.
+            let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
+            let deadline = [reconnect?.at, idleDeadline, moveDeadline].compactMap { $0 }.min()
+            let busy = pumpWanted || replaying
+            guard let next = client.nextCommand(wait: !busy, deadline: deadline) else {
                 audioLock.withLock { idleStep(idleDeadline: idleDeadline) }
                 continue
             }
@@ -131,22 +133,35 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
-    /// What the worker does between commands: reconnect, replay, pump the source, close an
-    /// idle stream.
+    /// A lane still has replay audio to send.
+    private var replaying: Bool { lanes.values.contains { $0.cursor != nil } }
+
+    /// The source is being read and can take audio now (a file waits while a reconnection is
+    /// pending: nothing would take its audio but the replay buffer; a microphone is read all the same).
+    private var pumpWanted: Bool { pumping && !(isFile && (reconnect != nil || current == nil)) }
+
+    /// The earliest time a lane on a going-away connection must move.
+    private var moveDeadline: UInt64? { lanes.values.compactMap(\.moveBy).min() }
+
+    /// What the worker does between commands: reconnect, replay, pump the source, move a lane
+    /// off a closing connection, close an idle stream.
     private func idleStep(idleDeadline: UInt64?) {
         guard let client else { return }
-        if let r = reconnect, Clock.monotonicNanos() >= r.at {
+        let now = Clock.monotonicNanos()
+        if let r = reconnect, now >= r.at {
             attemptReconnect()
-        } else if replayCursor != nil || pumping {
-            if replayCursor != nil && !pumpReplay() && !pumping {
+        } else if replaying || pumping {
+            let replayed = replaying && pumpReplay()
+            if pumpWanted { pumpOnce() } else if !replayed {
                 var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
                 nanosleep(&ts, nil)
             }
-            if pumping { pumpOnce() }
-        } else if let idleDeadline, Clock.monotonicNanos() >= idleDeadline {
+        } else if let by = moveDeadline, now >= by {
+            rotate(reason: "the connection is closing (GOAWAY)")
+        } else if let idleDeadline, now >= idleDeadline {
             client.log(.debug, "closing the idle SLU stream")
-            stream?.finish()
-            stream = nil
+            prepared?.stream.finish()
+            prepared = nil
         }
     }
 
@@ -162,7 +177,7 @@ final class ClientWorker: @unchecked Sendable {
 
     /// Segment updates (nearly all of a stream's traffic) that may be folded in by the thread
     /// that received them, with `audioLock` held, while the worker is idle: one thread hand-off
-    /// less per response. They change none of the state the worker's loop decides on (stream,
+    /// less per response. They change none of the state the worker's loop decides on (streams,
     /// context, pumping, reconnection); everything else goes through the worker.
     static func isDirectUpdate(_ event: StreamEvent) -> Bool {
         guard case .response(let response) = event else { return false }
@@ -175,9 +190,9 @@ final class ClientWorker: @unchecked Sendable {
     /// A segment update taken on the receiving thread (see `isDirectUpdate`); the caller holds
     /// `audioLock`. A response the assembler refuses ends the stream through the worker.
     func takeDirect(_ event: StreamEvent, generation gen: Int) {
-        guard gen == generation, case .response(let response) = event else { return }
-        if let error = applySegmentUpdate(response) {
-            stream?.cancel()
+        guard let lane = lanes[gen], case .response(let response) = event else { return }
+        if let error = applySegmentUpdate(response, lane: gen) {
+            lane.stream.cancel()
             client?.enqueue(.stream(.closed(error), generation: gen))
         }
     }
@@ -187,14 +202,17 @@ final class ClientWorker: @unchecked Sendable {
         return false
     }
 
-    /// Called after the thread was joined: releases the stream and the source.
+    /// Called after the thread was joined: releases the streams and the source.
     func shutdown() {
         audioLock.withLock { releaseAll() }
     }
 
     private func releaseAll() {
-        stream?.cancel()
-        stream = nil
+        for lane in lanes.values { lane.stream.cancel() }
+        lanes = [:]
+        current = nil
+        prepared?.stream.cancel()
+        prepared = nil
         source?.close()
         source = nil
     }
@@ -211,13 +229,13 @@ final class ClientWorker: @unchecked Sendable {
         case .suspend: handleSuspend()
         case .resume: handleResume()
         case .stream(let event, let gen):
-            if gen == generation { handleStream(event) }
+            handleStream(event, generation: gen)
         }
     }
 
     // MARK: - Preparing
 
-    /// Opens the microphone (for a microphone source) and the stream. Called with `client` nil
+    /// Opens the microphone (for a microphone source) and a stream. Called with `client` nil
     /// from the constructor (errors are thrown to spc_client_new) or from the worker.
     func prepare(client: Client?) throws(SpeechClientError) {
         if case .microphone = options.audio, source == nil {
@@ -229,24 +247,49 @@ final class ClientWorker: @unchecked Sendable {
         try ensureStream()
     }
 
+    /// A stream ready for the next lane (`prepared`): opened now unless one is waiting.
     private func ensureStream() throws(SpeechClientError) {
-        if stream != nil { return }
+        if prepared != nil { return }
         generation += 1
         let gen = generation
         let config = SLUConfig(languageCode: options.language)
-        if reconnect == nil { report(.connecting) }
+        if reconnect == nil && contextOpen == false { report(.connecting) }
         client?.log(.debug, "opening an SLU stream (language \(options.language))")
+        let stream: any RecognitionStream
         do throws(SpeechClientError) {
             stream = try service.openStream(config: config, cancellation: cancellation) { [weak self] event in
                 self?.client?.streamEvent(event, generation: gen)
             }
         } catch {
-            if reconnect == nil && !cancellation.isCancelled { report(.unavailable, reason: error) }
+            if reconnect == nil && !contextOpen && !cancellation.isCancelled { report(.unavailable, reason: error) }
             throw error
         }
-        stream?.send(.config(config))
+        stream.send(.config(config))
+        prepared = (gen, stream)
         client?.log(.debug, "SLU stream open")
         report(.ready)
+    }
+
+    /// A new lane on a new stream for the audio [from, end) (end nil: live audio), its start sent.
+    /// Audio before what was recorded so far is replayed from the replay buffer as the stream drains.
+    private func openLane(from: Int, end: Int?) throws(SpeechClientError) {
+        try ensureStream()
+        guard let (gen, stream) = prepared else { return }
+        prepared = nil
+        let replayFrom = from < (end ?? contextSamples) ? from : nil
+        var lane = Lane(stream: stream, start: from, end: end, replayFrom: replayFrom)
+        stream.send(.start(appId: options.appId ?? "", options: options.contextOptions))
+        lane.bytes = 64
+        if end != nil && replayFrom == nil {
+            stream.send(.stop)
+            stream.finish()
+            lane.stopSent = true
+        }
+        lanes[gen] = lane
+        if end == nil {
+            current = gen
+            silentRun = 0
+        }
     }
 
     /// After a successful prepare-on-init (which ran before the client existed, so its reports
@@ -294,27 +337,30 @@ final class ClientWorker: @unchecked Sendable {
         pumping = source != nil
     }
 
-    /// Opens a context on the open stream: the bookkeeping, then the start message.
+    /// Opens a context on the prepared stream: the bookkeeping, then its first lane.
     private func beginContext() {
         contextOpen = true
         stopSent = false
         woken = false
         contextId = ""
+        endEvents = []
         lossesWithoutProgress = 0
         pendingLoss = nil
         replay.reset()
         contextSamples = 0
-        finalizedUpTo = 0
-        pendingOffsets = [0]
         timeOffsets = [:]
         segmentMap = [:]
         nextUserSegment = 0
-        rolloverFinishes = 0
-        serverContextStart = 0
         silentRun = 0
-        nextSegment = 0
+        loudEnergy = 0
+        repairs = []
         client?.transition({ _, _ in }, contextOpen: true)
-        stream?.send(.start(appId: options.appId ?? "", options: options.contextOptions))
+        do throws(SpeechClientError) {
+            try openLane(from: 0, end: nil)
+        } catch {
+            // Only reached when the prepared stream vanished in between: retried as a loss.
+            laneLost(from: 0, end: nil, cause: error, servedLongEnough: false)
+        }
     }
 
     private func openAudioForContext() throws(SpeechClientError) {
@@ -333,21 +379,35 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
+    /// Audio recorded and not yet final (in flight at the server, or waiting): a file is never
+    /// let ahead of what the replay buffer can hold, so a stream lost at any moment loses nothing.
+    private var unfinishedSamples: Int { contextSamples - replayPoint }
+
     /// Reads one block from the source into the context; at the end of a file, stops it.
     /// A file is read as fast as the server takes it: while the stream's backlog is above
-    /// `fileBacklogLimit` the worker waits (checking commands between waits) instead of queueing
-    /// more. The microphone is never held back: its audio cannot wait.
+    /// `fileBacklogLimit`, or the audio in flight fills the replay buffer, the worker waits
+    /// (checking commands between waits) instead of sending more. The microphone is never held
+    /// back: its audio cannot wait.
     private func pumpOnce() {
         guard pumping, let source, let converter else { pumping = false; return }
-        // A file also waits while an activation waits for the previous context to finish, and
-        // while a reconnection is pending or its replay still going out.
-        if case .file = options.audio,
-           backlogWaiting || reconnect != nil || replayCursor != nil || (stream?.backlogBytes ?? 0) > Self.fileBacklogLimit {
-            var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
-            nanosleep(&ts, nil)
-            return
-        }
         let frames = max(1, source.format.sampleRate * options.chunkMilliseconds / 1000)
+        if isFile {
+            let backlog = current.flatMap { lanes[$0]?.stream.backlogBytes } ?? 0
+            let chunkSamples = 16 * options.chunkMilliseconds
+            var full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
+            if full && lanes.count == 1 && contextOpen && !stopSent && endpointer == nil {
+                // Nothing is draining that would free the buffer: end this server context (the
+                // server then finishes every word of it) and go on in a new one.
+                rotate(reason: "the audio in flight filled the replay buffer")
+                full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
+            }
+            // A file also waits while an activation waits for the previous context to finish.
+            if backlogWaiting || full || backlog > Self.fileBacklogLimit || current.flatMap({ lanes[$0]?.cursor }) != nil {
+                var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
+                nanosleep(&ts, nil)
+                return
+            }
+        }
         let block: [Float]?
         do throws(SpeechClientError) {
             block = try source.read(maxFrames: frames)
@@ -383,13 +443,33 @@ final class ClientWorker: @unchecked Sendable {
             if let partial = chunker.flush() { sendAudio(partial) }
         }
         stopSent = true
-        client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")\(replayCursor != nil ? " (after the replay)" : "")")
-        if replayCursor == nil { stream?.send(.stop) }
+        client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")\(replaying ? " (after the replay)" : "")")
+        endLiveAudio()
         if auto {
             client?.transition { state, _ in
                 if state == .starting || state == .listening { state = .stopping }
             }
         }
+    }
+
+    /// The live audio ends here: the current lane (or the repair waiting to replace it) gets its
+    /// end, and its stop goes out once its replay has caught up.
+    private func endLiveAudio() {
+        if let gen = current, var lane = lanes[gen] {
+            lane.end = contextSamples
+            if lane.cursor == nil { stopLane(&lane) }
+            lanes[gen] = lane
+            current = nil
+        }
+        for i in repairs.indices where repairs[i].end == nil { repairs[i].end = contextSamples }
+    }
+
+    /// Stop, then the end of the request side: the server finishes the words and ends the stream.
+    private func stopLane(_ lane: inout Lane) {
+        guard !lane.stopSent else { return }
+        lane.stream.send(.stop)
+        lane.stream.finish()
+        lane.stopSent = true
     }
 
     private func closeFileSource() {
@@ -404,7 +484,7 @@ final class ClientWorker: @unchecked Sendable {
     /// happens (the header promises it after the pending stop completes; an error completes it).
     /// `pendingLoss` is not reported: the error names everything from the last final segment on.
     private func failContext(_ error: SpeechClientError) {
-        endContext(events: [.error(error), .stop(contextId: contextId)], startQueued: true)
+        endContext(events: closeUnfinishedSegments(why: "the context failed") + [.error(error), .stop(contextId: contextId)], startQueued: true)
     }
 
     /// A context whose start a suspend (or free) interrupted before the server opened it: it
@@ -415,6 +495,18 @@ final class ClientWorker: @unchecked Sendable {
         endContext(events: [.stop(contextId: "")], startQueued: false)
     }
 
+    /// Segments that had words and never got their final update (the server never ended them):
+    /// each is delivered final, its unconfirmed words flagged `final` false, so nothing heard is
+    /// dropped silently. Returns the events, with a warning per context.
+    private func closeUnfinishedSegments(why: String) -> [ClientEvent] {
+        guard !contextId.isEmpty else { return [] }
+        let closed = assembler.closeUnfinished(context: contextId)
+        guard !closed.isEmpty else { return [] }
+        let words = closed.reduce(0) { $0 + $1.words.count }
+        client?.log(.warning, "context \(contextId): \(why) with \(closed.count) segment(s) the server never ended; their \(words) word(s) are delivered as a final update with the words marked unconfirmed")
+        return closed.map { .segment($0) }
+    }
+
     /// Every way a context ends (finished, failed, abandoned): the per-context state is reset,
     /// `events` are queued with the state change, and then, with `startQueued`, a start the
     /// application queued behind this context (or made during a resume) begins.
@@ -422,12 +514,17 @@ final class ClientWorker: @unchecked Sendable {
         pendingLoss = nil
         authRetried = false
         reconnect = nil
-        replayCursor = nil
+        repairs = []
+        for lane in lanes.values where !lane.stopSent { lane.stream.cancel() }
+        lanes = [:]
+        current = nil
         replay.reset()
         contextOpen = false
         stopSent = false
+        endEvents = []
         // While listening the source keeps being read between contexts.
         if endpointer == nil { pumping = false }
+        if !contextId.isEmpty { _ = assembler.apply(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))) }
         contextId = ""
         var events = events
         if woken {
@@ -454,47 +551,103 @@ final class ClientWorker: @unchecked Sendable {
         let deferred = deferredStart && startQueued
         deferredStart = false
         if suspended {
-            stream?.finish()
-            stream = nil
+            prepared?.stream.finish()
+            prepared = nil
         } else if restart || deferred {
             handleStart()
         }
     }
 
+    /// The context ends once the user's stop was sent and every lane has finished.
+    private func endContextIfDone() {
+        guard contextOpen, stopSent, current == nil, lanes.isEmpty, repairs.isEmpty, reconnect == nil else { return }
+        let id = contextId
+        client?.log(.debug, "context \(id) finished")
+        endContext(events: closeUnfinishedSegments(why: "the context ended") + endEvents + [.stop(contextId: id)], startQueued: true)
+    }
+
     // MARK: - Responses
 
-    private func handleStream(_ event: StreamEvent) {
-        switch event {
-        case .closed(let error):
-            stream = nil
-            // A rejected token (expired, or a server restarted with a new secret), before the
-            // context started or during it: the relay has dropped the cached token. Once, log in
-            // afresh and replay the context's audio, as after a connection loss: what was sent
-            // to the refused stream is in the replay buffer, and the source goes on where it is.
-            if contextOpen, !authRetried, let error, error.code == .auth {
-                authRetried = true
-                client?.log(.info, "the server rejected the token\(contextId.isEmpty ? "" : " during context \(contextId)"); logging in again")
-                scheduleReconnect(attempt: 1, cause: error)
-                return
-            }
-            guard contextOpen else {
+    private func handleStream(_ event: StreamEvent, generation gen: Int) {
+        if let p = prepared, p.generation == gen {
+            // The prepared stream, before any context: only its loss matters.
+            switch event {
+            case .closed(let error):
+                prepared = nil
                 if let error {
                     client?.log(.warning, "stream closed: \(error.message)")
                     report(.unavailable, reason: error)
                 }
+            case .goingAway:
+                // A new context goes to a new connection.
+                p.stream.finish()
+                prepared = nil
+            case .response(let response):
+                if case .rttRequest(let id) = response.payload { p.stream.send(.rttResponse(id: id)) }
+            }
+            return
+        }
+        guard var lane = lanes[gen] else { return }
+        switch event {
+        case .closed(let error):
+            lanes[gen] = nil
+            let wasCurrent = current == gen
+            if wasCurrent { current = nil }
+            let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
+            dropSegments(of: lane)
+            // A rejected token (expired, or a server restarted with a new secret), before the
+            // context started or during it: the relay has dropped the cached token. Once, log in
+            // afresh and replay the lane's audio, as after a connection loss.
+            if !authRetried, cause.code == .auth {
+                authRetried = true
+                client?.log(.info, "the server rejected the token\(contextId.isEmpty ? "" : " during context \(contextId)"); logging in again")
+                repairs.append((lane.floor, wasCurrent ? nil : lane.end))
+                scheduleReconnect(attempt: 1, cause: cause)
                 return
             }
-            let cause = error ?? SpeechClientError(.network, "the server closed the stream during a context")
-            lossesWithoutProgress += 1
-            if Self.isRetryable(cause) && lossesWithoutProgress <= options.reconnectAttempts {
-                scheduleReconnect(attempt: lossesWithoutProgress, cause: cause)
-            } else if Self.isRetryable(cause) && options.reconnectAttempts > 0 {
-                failContext(lostAudioError(cause, attempts: lossesWithoutProgress - 1))
-            } else {
-                failContext(cause)
+            let served = lane.startedAt.map { Clock.monotonicNanos() &- $0 >= Self.servedLongEnoughNanos } ?? false
+            laneLost(from: lane.floor, end: wasCurrent ? nil : lane.end, cause: cause, servedLongEnough: served)
+        case .goingAway:
+            // The server or a proxy worker is draining: a lane still taking audio moves to a new
+            // connection at its next pause, within the drain timeout.
+            if gen == current && lane.moveBy == nil {
+                lane.moveBy = Clock.monotonicNanos() + UInt64(options.drainTimeoutMilliseconds) * 1_000_000
+                lanes[gen] = lane
+                client?.log(.info, "the connection is closing (GOAWAY): context \(contextId) moves to a new connection at its next pause")
             }
         case .response(let response):
-            handleResponse(response)
+            handleResponse(response, lane: gen)
+        }
+    }
+
+    /// A lane was lost: its unfinished audio [from, end) is replayed on a new stream after a
+    /// delay when the loss is retryable and attempts remain; otherwise the context fails.
+    private func laneLost(from: Int, end: Int?, cause: SpeechClientError, servedLongEnough: Bool) {
+        if servedLongEnough { lossesWithoutProgress = 0 }
+        lossesWithoutProgress += 1
+        let unlimited = options.reconnectAttempts == ClientOptions.unlimitedReconnects
+        if Self.isRetryable(cause) && (unlimited || lossesWithoutProgress <= options.reconnectAttempts) {
+            repairs.append((from, end))
+            if reconnect == nil { scheduleReconnect(attempt: lossesWithoutProgress, cause: cause) }
+        } else if Self.isRetryable(cause) && options.reconnectAttempts > 0 {
+            failContext(lostAudioError(cause, attempts: lossesWithoutProgress - 1, from: from))
+        } else {
+            failContext(cause)
+        }
+    }
+
+    /// Forgets a lost lane's unfinished segments (its replacement recognises that audio again)
+    /// and its server context's mappings.
+    private func dropSegments(of lane: Lane) {
+        assembler.drop(context: contextId, segments: lane.openSegments)
+        if let id = lane.serverContext {
+            segmentMap[id] = nil
+            timeOffsets[id] = nil
+        }
+        // Reuse the ids when nothing newer was given out by another lane.
+        if let low = lane.openSegments.min(), !lanes.values.contains(where: { ($0.openSegments.max() ?? -1) > low }),
+           let high = lane.openSegments.max(), high &+ 1 == nextUserSegment {
+            nextUserSegment = low
         }
     }
 
@@ -503,11 +656,15 @@ final class ClientWorker: @unchecked Sendable {
         error.code == .network || error.code == .timeout
     }
 
-    private func handleResponse(_ response: SLUResponse) {
+    private func handleResponse(_ response: SLUResponse, lane gen: Int) {
+        guard var lane = lanes[gen] else { return }
         switch response.payload {
         case .started:
             authRetried = false
-            timeOffsets[response.audioContext] = pendingOffsets.isEmpty ? 0 : pendingOffsets.removeFirst()
+            lane.serverContext = response.audioContext
+            lane.startedAt = Clock.monotonicNanos()
+            lanes[gen] = lane
+            timeOffsets[response.audioContext] = Int32(clamping: lane.start / 16)
             if let loss = pendingLoss {
                 // The replay was taken: now the loss is final, and reported once.
                 pendingLoss = nil
@@ -522,44 +679,59 @@ final class ClientWorker: @unchecked Sendable {
                     if state == .starting { state = .listening }
                 }, events: [.start(contextId: response.audioContext)])
             } else {
-                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext)")
+                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext) from \(Self.seconds(Double(lane.start) / 16_000)) s")
             }
         case .finished(let code, let message):
-            if rolloverFinishes > 0 {
-                rolloverFinishes -= 1
-                timeOffsets[response.audioContext] = nil
-                segmentMap[response.audioContext] = nil
-                if let code {
-                    client?.emit(.error(SpeechClientError(.api, "context \(contextId) (server context \(response.audioContext)) ended with error \(code): \(message ?? "")")))
+            // Everything this lane carried is final now.
+            lanes[gen] = nil
+            if gen == current {
+                // The server ended the context by itself (a limit, an error): no more audio.
+                current = nil
+                if !stopSent {
+                    stopSent = true
+                    if endpointer == nil {
+                        closeFileSource()
+                        client?.transition { state, _ in
+                            if state == .starting || state == .listening { state = .stopping }
+                        }
+                    }
                 }
-                return
             }
-            if assembler.hasUnfinished(context: contextId) {
-                client?.log(.warning, "context \(contextId) finished with a segment the server never ended: its words are dropped")
+            if !lane.stopSent { lane.stream.finish() }
+            if let id = lane.serverContext {
+                segmentMap[id] = nil
+                timeOffsets[id] = nil
             }
-            _ = assembler.apply(SLUResponse(audioContext: contextId, segmentId: 0, payload: response.payload))
             let id = contextId.isEmpty ? response.audioContext : contextId
-            client?.log(.debug, "context \(id) finished" + (code.map { " with error \($0)" } ?? ""))
-            var events: [ClientEvent] = []
             if let code {
-                events.append(.error(SpeechClientError(.api, "context \(id) finished with error \(code): \(message ?? "")")))
+                endEvents.append(.error(SpeechClientError(.api, "context \(id)\(response.audioContext == id ? "" : " (server context \(response.audioContext))") finished with error \(code): \(message ?? "")")))
             }
-            events.append(.stop(contextId: id))
-            endContext(events: events, startQueued: true)
+            lossesWithoutProgress = 0
+            replay.release(upTo: replayPoint)
+            endContextIfDone()
         case .rttRequest(let id):
-            stream?.send(.rttResponse(id: id))
+            lane.stream.send(.rttResponse(id: id))
         default:
-            if let error = applySegmentUpdate(response) {
+            if let error = applySegmentUpdate(response, lane: gen) {
                 // A server past the assembler's bounds: end the stream as for a malformed message.
-                stream?.cancel()
-                handleStream(.closed(error))
+                lane.stream.cancel()
+                handleStream(.closed(error), generation: gen)
             }
         }
     }
 
+    /// The first sample not yet final in every lane (and every lane waiting to be replaced): the
+    /// replay buffer keeps audio from here, and a file is not let further ahead than it holds.
+    private var replayPoint: Int {
+        var point = contextSamples
+        for lane in lanes.values { point = min(point, lane.floor) }
+        for r in repairs { point = min(point, r.from) }
+        return point
+    }
+
     /// Folds a segment update into the user's context (its id, continuous segment ids and word
     /// times) and emits the segment. Returns the error when the assembler refuses it.
-    private func applySegmentUpdate(_ response: SLUResponse) -> SpeechClientError? {
+    private func applySegmentUpdate(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
         var mapped = response
         mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
         mapped.segmentId = userSegment(context: response.audioContext, segment: response.segmentId)
@@ -571,13 +743,18 @@ final class ClientWorker: @unchecked Sendable {
             return error
         }
         guard let segment = applied else { return nil }
-        if segment.isFinal {
-            lossesWithoutProgress = 0
-            nextSegment = max(nextSegment, segment.segmentId &+ 1)
-            if let end = segment.words.map(\.endMilliseconds).max() {
-                finalizedUpTo = max(finalizedUpTo, Int(end) * 16)
-                replay.release(upTo: finalizedUpTo)
+        if var lane = lanes[gen] {
+            if segment.isFinal {
+                lane.openSegments.remove(segment.segmentId)
+                lossesWithoutProgress = 0
+                if let end = segment.words.map(\.endMilliseconds).max() {
+                    lane.floor = min(max(lane.floor, Int(end) * 16), lane.end ?? contextSamples)
+                }
+            } else {
+                lane.openSegments.insert(segment.segmentId)
             }
+            lanes[gen] = lane
+            if segment.isFinal { replay.release(upTo: replayPoint) }
         }
         if options.activation == .wakeword && !woken {
             // Withheld until the phrase is heard; from that snapshot on, the context's
@@ -609,32 +786,6 @@ final class ClientWorker: @unchecked Sendable {
         return id
     }
 
-    /// A server context may hold 5 minutes of audio (protocol.md). Past the limit, at a pause in
-    /// the audio being sent (200 ms of near silence), or at the latest 20 s later, the context
-    /// continues in a new server context on the same stream: stop, start, and the audio goes on.
-    /// The application sees one context. Decided on the audio sent, not on the server's answers,
-    /// because a file is sent far ahead of them.
-    private func rollOverIfDue(before chunk: [Int16]) {
-        let limit = 16 * options.contextRolloverMilliseconds
-        let sent = contextSamples - serverContextStart
-        guard sent >= limit, reconnect == nil, replayCursor == nil, !stopSent, let stream else { return }
-        guard silentRun >= 3_200 || sent >= limit + 16 * 20_000 else { return }
-        rolloverFinishes += 1
-        serverContextStart = contextSamples
-        silentRun = 0
-        pendingOffsets.append(Int32(clamping: contextSamples / 16))
-        stream.send(.stop)
-        stream.send(.start(appId: options.appId ?? "", options: options.contextOptions))
-        client?.log(.info, "context \(contextId) continues in a new server context at \(Self.seconds(Double(contextSamples) / 16_000)) s")
-    }
-
-    /// Near silence: RMS under about -44 dBFS.
-    static func isQuiet(_ chunk: [Int16]) -> Bool {
-        var sum: Int64 = 0
-        for s in chunk { sum &+= Int64(s) * Int64(s) }
-        return sum <= Int64(chunk.count) * 200 * 200
-    }
-
     static func shift(_ payload: SLUResponse.Payload, by ms: Int32) -> SLUResponse.Payload {
         guard ms != 0 else { return payload }
         func move(_ w: SLUWord) -> SLUWord {
@@ -647,18 +798,82 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
-    // MARK: - Audio out, reconnection
+    // MARK: - Audio out, bounded streams, reconnection
 
-    /// Every chunk of the context is kept for replay, then sent when connected.
+    /// Every chunk of the context is kept for replay, then sent on the current lane when it is
+    /// caught up. Before it, the lane moves to a new stream when its budget says so.
     private func sendAudio(_ chunk: [Int16]) {
-        rollOverIfDue(before: chunk)
-        // Only the pause before the rollover point matters (200 ms of it): the chunks are only
-        // measured from shortly before it.
-        let nearLimit = contextSamples - serverContextStart + chunk.count + 3_200 >= 16 * options.contextRolloverMilliseconds
-        silentRun = nearLimit && Self.isQuiet(chunk) ? silentRun + chunk.count : 0
+        rotateIfDue(before: chunk)
         replay.append(chunk)
         contextSamples += chunk.count
-        if reconnect == nil && replayCursor == nil { stream?.send(.audio(chunk)) }
+        if let gen = current, var lane = lanes[gen], lane.cursor == nil {
+            lane.stream.send(.audio(chunk))
+            lane.bytes += Lane.audioBytes(samples: chunk.count)
+            lanes[gen] = lane
+        }
+    }
+
+    /// A stream is bounded (issue 18): proxies cap a request's bytes (nginx's default 1 MB) and
+    /// duration, and a server context lasts at most 5 minutes (protocol.md). From half the byte
+    /// budget, or past the context limit, or once the connection is going away, the current lane
+    /// moves to a new stream at the next pause in the audio sent (200 ms of quiet); at the byte
+    /// budget itself, 20 s past the context limit or at the drain deadline, it moves at once.
+    /// Decided on the audio sent, not on the server's answers: a file is sent far ahead of them.
+    private func rotateIfDue(before chunk: [Int16]) {
+        guard let gen = current, let lane = lanes[gen], lane.cursor == nil, !stopSent else { return }
+        let budget = options.streamBudgetBytes
+        let chunkBytes = Lane.audioBytes(samples: chunk.count)
+        let sent = contextSamples - lane.start
+        let limit = 16 * options.contextRolloverMilliseconds
+        let now = Clock.monotonicNanos()
+        let due = lane.bytes + chunkBytes > budget / 2 || sent >= limit || lane.moveBy != nil
+        // Only the pause before the rotation point matters: chunks are measured from shortly before.
+        let nearlyDue = due || lane.bytes + 3 * chunkBytes > budget / 2 || sent + 3_200 >= limit
+        if nearlyDue {
+            let energy = Self.energy(chunk)
+            let quiet = energy <= Int64(chunk.count) * 200 * 200 || energy * 300 <= loudEnergy
+            silentRun = quiet ? silentRun + chunk.count : 0
+            loudEnergy = max(energy, loudEnergy - loudEnergy / 8)
+        } else {
+            loudEnergy = max(Self.energy(chunk), loudEnergy - loudEnergy / 8)
+        }
+        let forced = lane.bytes + chunkBytes > budget || sent >= limit + 16 * 20_000 || (lane.moveBy.map { now >= $0 } ?? false)
+        guard forced || (due && silentRun >= 3_200) else { return }
+        let why = lane.moveBy != nil ? "the connection is closing (GOAWAY)"
+            : sent >= limit ? "the server context reached \(options.contextRolloverMilliseconds / 1000) s"
+            : "the stream carried \(lane.bytes / 1024) KiB of its \(budget / 1024) KiB budget"
+        rotate(reason: why)
+    }
+
+    /// Sum of squares of a chunk (its energy).
+    static func energy(_ chunk: [Int16]) -> Int64 {
+        var sum: Int64 = 0
+        for s in chunk { sum &+= Int64(s) * Int64(s) }
+        return sum
+    }
+
+    /// Near silence: RMS under about -44 dBFS.
+    static func isQuiet(_ chunk: [Int16]) -> Bool {
+        energy(chunk) <= Int64(chunk.count) * 200 * 200
+    }
+
+    /// The current lane ends here (stop, then end of stream: it drains) and a new lane on a new
+    /// stream takes the audio from here. The application sees one context.
+    private func rotate(reason: String) {
+        guard let gen = current, var lane = lanes[gen], lane.cursor == nil, !stopSent else { return }
+        lane.end = contextSamples
+        lane.moveBy = nil
+        stopLane(&lane)
+        lanes[gen] = lane
+        current = nil
+        silentRun = 0
+        client?.log(.info, "context \(contextId) continues on a new stream at \(Self.seconds(Double(contextSamples) / 16_000)) s: \(reason)")
+        do throws(SpeechClientError) {
+            try openLane(from: contextSamples, end: nil)
+        } catch {
+            if cancellation.isCancelled { return }
+            laneLost(from: contextSamples, end: nil, cause: error, servedLongEnough: false)
+        }
     }
 
     private func scheduleReconnect(attempt: Int, cause: SpeechClientError) {
@@ -667,88 +882,91 @@ final class ClientWorker: @unchecked Sendable {
         let jitter = Double.random(in: 0.75...1.25)
         let delayMs = UInt64(max(0, base * jitter))
         reconnect = (attempt, Clock.monotonicNanos() + delayMs * 1_000_000, cause)
-        replayCursor = nil
         report(.reconnecting, attempt: attempt, delayMilliseconds: Int(delayMs))
-        client?.log(.warning, "connection lost during context \(contextId) (\(cause.message)); reconnecting in \(delayMs) ms, attempt \(attempt) of \(options.reconnectAttempts)")
+        let of = options.reconnectAttempts == ClientOptions.unlimitedReconnects ? "unlimited" : "of \(options.reconnectAttempts)"
+        client?.log(.warning, "connection lost during context \(contextId) (\(cause.message)); reconnecting in \(delayMs) ms, attempt \(attempt) \(of)")
     }
 
-    /// Opens a new stream and a new server context, and replays the audio the server had not
-    /// finished with. When the buffer no longer holds all of it, an error says what was lost.
+    /// Opens a new stream for each lost lane and replays the audio it had not finished. When
+    /// the buffer no longer holds all of it, an error says what was lost.
     private func attemptReconnect() {
         guard let r = reconnect else { return }
-        do throws(SpeechClientError) {
-            try ensureStream()
-        } catch {
-            if cancellation.isCancelled {
-                // Suspended (or freed) during an outage: the context cannot finish.
-                reconnect = nil
-                failContext(lostAudioError(SpeechClientError(.network, "the client was suspended while reconnecting"),
-                                           attempts: r.attempt))
+        reconnect = nil
+        let pending = repairs.sorted { $0.from < $1.from }
+        repairs = []
+        for (k, repair) in pending.enumerated() {
+            var from = repair.from
+            if replay.oldestSample > from {
+                pendingLoss = (pendingLoss?.from ?? from, replay.oldestSample)
+                from = min(replay.oldestSample, repair.end ?? replay.oldestSample)
+            }
+            do throws(SpeechClientError) {
+                try openLane(from: from, end: repair.end)
+            } catch {
+                repairs.append(contentsOf: pending[k...].map { ($0.from, $0.end) })
+                if cancellation.isCancelled {
+                    // Suspended (or freed) during an outage: the context cannot finish.
+                    repairs = []
+                    failContext(lostAudioError(SpeechClientError(.network, "the client was suspended while reconnecting"),
+                                               attempts: r.attempt, from: replayPoint))
+                    return
+                }
+                lossesWithoutProgress += 1
+                let unlimited = options.reconnectAttempts == ClientOptions.unlimitedReconnects
+                if (!unlimited && lossesWithoutProgress > options.reconnectAttempts) || !Self.isRetryable(error) {
+                    let point = replayPoint
+                    repairs = []
+                    report(.unavailable, reason: error)
+                    failContext(lostAudioError(error, attempts: r.attempt, from: point))
+                } else {
+                    scheduleReconnect(attempt: lossesWithoutProgress, cause: error)
+                }
                 return
             }
-            lossesWithoutProgress += 1
-            if lossesWithoutProgress > options.reconnectAttempts || !Self.isRetryable(error) {
-                reconnect = nil
-                report(.unavailable, reason: error)
-                failContext(lostAudioError(error, attempts: r.attempt))
-            } else {
-                scheduleReconnect(attempt: lossesWithoutProgress, cause: error)
-            }
-            return
+            client?.log(.info, "reconnected; replaying \(Self.seconds(Double((repair.end ?? contextSamples) - from) / 16_000)) s of audio")
         }
-        reconnect = nil
-        var from = finalizedUpTo
-        if replay.oldestSample > from {
-            pendingLoss = (pendingLoss?.from ?? from, replay.oldestSample)
-            from = replay.oldestSample
-        }
-        // The new server context starts at `from`; its segment 0 is the user's next segment.
-        timeOffsets = [:]
-        segmentMap = [:]
-        nextUserSegment = nextSegment
-        rolloverFinishes = 0
-        pendingOffsets = [Int32(clamping: from / 16)]
-        serverContextStart = from
-        silentRun = 0
-        assembler.dropUnfinished(context: contextId)
-        stream?.send(.start(appId: options.appId ?? "", options: options.contextOptions))
-        replayCursor = from
-        client?.log(.info, "reconnected; replaying \(Self.seconds(Double(contextSamples - from) / 16_000)) s of audio")
+        report(.ready)
         _ = pumpReplay()
+        endContextIfDone()
     }
 
-    /// Sends replay audio while the stream's send backlog is under the file limit; once all of
-    /// it (and the live audio appended meanwhile) is out, a stop already made follows. Returns
-    /// whether it made progress.
+    /// Sends replay audio on every lane that has some, while its stream's send backlog is under
+    /// the file limit; a lane with an end sends its stop once all of it is out, a live lane then
+    /// takes live audio again. Returns whether it made progress.
     @discardableResult
     private func pumpReplay() -> Bool {
-        guard let cursor = replayCursor, let stream, reconnect == nil else { return false }
-        // Checked first: this runs every 0.3 ms while the stream drains.
-        if stream.backlogBytes > Self.fileBacklogLimit { return false }
-        var at = max(cursor, replay.oldestSample)
         var sent = false
-        for chunk in replay.chunks(from: at) {
-            if stream.backlogBytes > Self.fileBacklogLimit { break }
-            stream.send(.audio(chunk))
-            at += chunk.count
-            sent = true
-        }
-        if at >= replay.endSample {
-            replayCursor = nil
-            if stopSent { stream.send(.stop) }
-            client?.log(.debug, "replay done")
-        } else {
-            replayCursor = at
+        for gen in lanes.keys.sorted() {
+            guard var lane = lanes[gen], let cursor = lane.cursor else { continue }
+            // Checked first: this runs every 0.3 ms while the stream drains.
+            if lane.stream.backlogBytes > Self.fileBacklogLimit { continue }
+            let target = lane.end ?? replay.endSample
+            var at = max(cursor, replay.oldestSample)
+            for chunk in replay.chunks(from: at, upTo: target) {
+                if lane.stream.backlogBytes > Self.fileBacklogLimit { break }
+                lane.stream.send(.audio(chunk))
+                lane.bytes += Lane.audioBytes(samples: chunk.count)
+                at += chunk.count
+                sent = true
+            }
+            if at >= target {
+                lane.cursor = nil
+                if lane.end != nil { stopLane(&lane) }
+                client?.log(.debug, "replay done")
+            } else {
+                lane.cursor = at
+            }
+            lanes[gen] = lane
         }
         return sent
     }
 
     /// The error that ends a context whose connection could not be restored: what failed and
     /// exactly which audio was not transcribed.
-    private func lostAudioError(_ error: SpeechClientError, attempts: Int) -> SpeechClientError {
-        let lost = Double(contextSamples - finalizedUpTo) / 16_000
+    private func lostAudioError(_ error: SpeechClientError, attempts: Int, from: Int) -> SpeechClientError {
+        let lost = Double(contextSamples - from) / 16_000
         return SpeechClientError(error.code, "reconnection failed after \(attempts) attempt(s) (\(error.message)); "
-            + "the last \(Self.seconds(lost)) s of audio, from \(Self.seconds(Double(finalizedUpTo) / 16_000)) s into the context, were not transcribed",
+            + "the last \(Self.seconds(lost)) s of audio, from \(Self.seconds(Double(from) / 16_000)) s into the context, were not transcribed",
             grpcStatus: error.grpcStatus)
     }
 
@@ -909,8 +1127,8 @@ final class ClientWorker: @unchecked Sendable {
             source = nil
         }
         if !contextOpen {
-            stream?.finish()
-            stream = nil
+            prepared?.stream.finish()
+            prepared = nil
         }
     }
 

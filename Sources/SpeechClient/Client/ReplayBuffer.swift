@@ -38,14 +38,17 @@ struct ReplayBuffer {
         oldestSample = oldest
     }
 
-    /// The held chunks from `sample` on (the first one cut to start there).
-    func chunks(from sample: Int) -> [[Int16]] {
+    /// The held chunks from `sample` up to `limit` (the first and last cut to fit).
+    func chunks(from sample: Int, upTo limit: Int = .max) -> [[Int16]] {
         var copy = chunks
         var out: [[Int16]] = []
         while let c = copy.pop() {
             let end = c.start + c.samples.count
             if end <= sample { continue }
-            out.append(c.start >= sample ? c.samples : Array(c.samples[(sample - c.start)...]))
+            if c.start >= limit { break }
+            let lo = max(sample, c.start) - c.start
+            let hi = min(end, limit) - c.start
+            out.append(lo == 0 && hi == c.samples.count ? c.samples : Array(c.samples[lo..<hi]))
         }
         return out
     }

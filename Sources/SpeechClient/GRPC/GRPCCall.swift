@@ -185,6 +185,11 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         }
     }
 
+    func http2GoingAway() {
+        guard !finished else { return }
+        handler(.goingAway)
+    }
+
     func http2Data(_ bytes: UnsafeRawBufferPointer) {
         guard !finished else { return }
         do throws(SpeechClientError) {
@@ -209,8 +214,12 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
                 result = GRPCStatus.error(status: status, message: statusMessage, path: path)
             }
         } else {
-            result = SpeechClientError(.parse, "\(path): the response from \(peer) ended without a grpc-status"
-                                       + (deframer.isMidMessage ? ", in the middle of a message" : ""),
+            // What a proxy sends when the server behind it died (HAProxy ends the stream, no
+            // trailers): the call was broken in transit, so it is a network error, retried with
+            // replay. The status stays INTERNAL, as grpc-go reports it.
+            result = SpeechClientError(.network, "\(path): the response from \(peer) ended without a grpc-status"
+                                       + (deframer.isMidMessage ? ", in the middle of a message" : "")
+                                       + " (the server or a proxy in front of it broke the call)",
                                        grpcStatus: GRPCStatus.internal)
         }
         // The call is over even if we were still sending: stop the request side.

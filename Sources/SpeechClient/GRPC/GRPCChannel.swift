@@ -21,6 +21,9 @@ public struct TLSSettings: Sendable, Equatable, Hashable {
 /// (see `EventLoop`: usually its thread; a handler must not block).
 public enum GRPCCallEvent: Sendable {
     case message([UInt8])
+    /// The connection received GOAWAY and this call is below its last stream id: it may finish,
+    /// but the server (or proxy worker) is draining; new calls already go to a new connection.
+    case goingAway
     /// The call ended. nil means gRPC status OK; otherwise the error carries the status
     /// (`grpcStatus`) or the transport failure (network, TLS, timeout, parse).
     case closed(SpeechClientError?)
@@ -115,6 +118,8 @@ public final class GRPCChannel: GRPCCalling, Sendable {
                         if c.1 == 0 { c.0 = bytes }
                         c.1 += 1
                     }
+                case .goingAway:
+                    break
                 case .closed(let error):
                     if let error { result.set(.failure(error)) } else { result.set(.success(collected.withLock { $0 })) }
                 }

@@ -31,8 +31,14 @@ final class ConnectionPool: @unchecked Sendable {
     private var connecting = false
     private var attempt: UInt64 = 0
     private var lastFailure: (attempt: UInt64, error: SpeechClientError)?
+    /// Doubled each time a server answers our PINGs with GOAWAY ENHANCE_YOUR_CALM (as gRPC's
+    /// clients do): the keepalive interval of the next connections, up to an hour.
+    private var keepaliveIntervalMilliseconds: Int
 
-    private init(_ key: Key) { self.key = key }
+    private init(_ key: Key) {
+        self.key = key
+        keepaliveIntervalMilliseconds = key.settings.keepaliveIntervalMilliseconds
+    }
 
     /// A usable connection, opening one (on this thread, within the timeout) when needed.
     /// Waiting for another caller's attempt, and this caller's own connect, end early (with
@@ -69,7 +75,17 @@ final class ConnectionPool: @unchecked Sendable {
         do throws(SpeechClientError) {
             let io = try Connector.open(host: key.host, port: key.port, useTLS: key.useTLS, tls: key.tls,
                                         timeoutMilliseconds: timeoutMilliseconds, cancellation: cancellation)
-            let connection = HTTP2Connection(io: io, loop: loop, peer: "\(key.host):\(key.port)", settings: key.settings)
+            var settings = key.settings
+            settings.keepaliveIntervalMilliseconds = lock.withLock { keepaliveIntervalMilliseconds }
+            let connection = HTTP2Connection(io: io, loop: loop, peer: "\(key.host):\(key.port)", settings: settings)
+            connection.onEnhanceYourCalm = { [weak self] in
+                guard let self else { return }
+                self.lock.withLock {
+                    if self.keepaliveIntervalMilliseconds > 0 {
+                        self.keepaliveIntervalMilliseconds = min(self.keepaliveIntervalMilliseconds * 2, 3_600_000)
+                    }
+                }
+            }
             let startError = loop.executeAndWait { () -> SpeechClientError? in
                 do throws(SpeechClientError) { try connection.start(); return nil } catch { return error }
             }

@@ -36,6 +36,10 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     private let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     private var closed = false
 
+    /// Called (on the loop) when the server sent GOAWAY with ENHANCE_YOUR_CALM: the pool
+    /// lengthens the keepalive interval of the next connections.
+    var onEnhanceYourCalm: (() -> Void)?
+
     // Keepalive.
     private var lastReceiveNanos: UInt64 = 0
     private var pingSentNanos: UInt64?
@@ -338,8 +342,14 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
             if hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 { streams[hd.stream_id]?.http2RemoteEnded() }
         case NGHTTP2_GOAWAY.rawValue:
             // New calls go to a new connection; streams above last-stream-id are closed by
-            // nghttp2 with REFUSED_STREAM, the others may finish.
+            // nghttp2 with REFUSED_STREAM, the others may finish, and are told so they can move.
             usable.store(false, ordering: .releasing)
+            let goaway = frame.pointee.goaway
+            if goaway.error_code == 11 { onEnhanceYourCalm?() }  // ENHANCE_YOUR_CALM: too many pings
+            let last = goaway.last_stream_id
+            for (id, delegate) in streams.sorted(by: { $0.key < $1.key }) where id <= last {
+                delegate.http2GoingAway()
+            }
         case NGHTTP2_PING.rawValue:
             if hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 { pingSentNanos = nil }
         default:

@@ -12,6 +12,9 @@ protocol HTTP2StreamDelegate: AnyObject {
     /// 7 = REFUSED_STREAM after a GOAWAY, 8 = CANCEL); `connectionFailure` is set when the whole
     /// connection failed. Called exactly once, and nothing is called after it.
     func http2Closed(errorCode: UInt32, connectionFailure: SpeechClientError?)
+    /// The connection received GOAWAY and this stream is at or below its last stream id: it may
+    /// finish, but the peer is draining.
+    func http2GoingAway()
     /// Request body for nghttp2's data provider: copies at most `buffer.count` bytes and says
     /// whether the body ended; nil means "nothing now" (the stream is deferred until
     /// `HTTP2Connection.resumeBody` is called).

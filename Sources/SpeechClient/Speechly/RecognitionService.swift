@@ -11,6 +11,9 @@ public protocol RecognitionService: Sendable {
 
 public enum StreamEvent: Sendable {
     case response(SLUResponse)
+    /// The connection carrying the stream is going away (GOAWAY): the stream may finish, but new
+    /// work belongs on a new connection.
+    case goingAway
     /// The stream ended: nil when the server closed it with OK, else why it failed.
     case closed(SpeechClientError?)
 }

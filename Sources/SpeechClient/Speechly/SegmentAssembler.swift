@@ -28,6 +28,31 @@ public struct SegmentAssembler: Sendable {
         segments = segments.filter { $0.key.context != context }
     }
 
+    /// Forgets some segments of a context that are not final (a lost stream's: the stream that
+    /// replaces it recognises their audio again).
+    public mutating func drop(context: String, segments ids: Set<Int32>) {
+        guard !ids.isEmpty else { return }
+        segments = segments.filter { $0.key.context != context || !ids.contains($0.key.segment) }
+    }
+
+    /// Ends every segment of the context that is not final and had words, as the server never
+    /// did: each snapshot is final, its words keep `isFinal` false (the server never confirmed
+    /// them). In segment order; the segments are then ended.
+    public mutating func closeUnfinished(context: String) -> [Segment] {
+        let open = segments.filter { $0.key.context == context }.sorted { $0.key.segment < $1.key.segment }
+        var out: [Segment] = []
+        for (key, state) in open {
+            segments[key] = nil
+            ended.insert(key)
+            let snapshot = Self.snapshot(key: key, state: state, isFinal: false)
+            guard !snapshot.words.isEmpty else { continue }
+            out.append(Segment(contextId: snapshot.contextId, segmentId: snapshot.segmentId, isFinal: true,
+                               words: snapshot.words, intent: snapshot.intent, intentIsFinal: snapshot.intentIsFinal,
+                               entities: snapshot.entities))
+        }
+        return out
+    }
+
     /// Whether a segment of the context has started and not ended.
     public func hasUnfinished(context: String) -> Bool {
         segments.keys.contains { $0.context == context }

@@ -56,6 +56,8 @@ final class StreamRelay: @unchecked Sendable {
     func deliver(_ event: GRPCCallEvent) {
         if state.withLock({ closed }) { return }
         switch event {
+        case .goingAway:
+            handler(.goingAway)
         case .message(let bytes):
             do throws(SpeechClientError) {
                 handler(.response(try SLUResponse.decode(bytes[...])))

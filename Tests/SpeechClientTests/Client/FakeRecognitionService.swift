@@ -16,6 +16,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var rejectStreams = 0
         /// Only the first stream fails (`failAfterChunks`); later ones work.
         var failFirstStreamOnly = false
+        /// Only this stream (1-based) fails (`failAfterChunks`); others work.
+        var failStream: Int?
         /// Opening a stream hangs (like a login to a server that never answers) until the
         /// cancellation fires, or fails with a timeout after 10 s.
         var hangOpen = false
@@ -32,12 +34,19 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// while the worker is idle), else at once on the sending thread.
         var badWordAtChunk: Int?
         var badWordLater = true
+        /// Each chunk's word is named after its first sample ("a<sample>"), so a test can tell
+        /// exactly which audio was recognised, once or twice, across streams.
+        var wordsFromAudio = false
+        /// Stop is answered with finished alone: the segment is never ended (no final words).
+        var neverEndSegments = false
     }
 
     let behaviour: Behaviour
     let requests = Locked<[SLURequest]>([])
     let streamsOpened = Atomic<Int>(0)
     let streamsFinished = Atomic<Int>(0)
+    /// Context ids are numbered across streams, as a server numbers them (ctx-1, ctx-2, ...).
+    let contextsStarted = Atomic<Int>(0)
 
     init(_ behaviour: Behaviour = Behaviour()) { self.behaviour = behaviour }
 
@@ -58,14 +67,14 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         }
         let n = streamsOpened.add(1, ordering: .relaxed).newValue
         return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams,
-                          mayFail: n == 1 || !behaviour.failFirstStreamOnly, name: "s\(n)")
+                          mayFail: behaviour.failStream.map { $0 == n } ?? (n == 1 || !behaviour.failFirstStreamOnly), name: "s\(n)")
     }
 }
 
 final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let service: FakeRecognitionService
     private let handler: @Sendable (StreamEvent) -> Void
-    private let state = Locked<(context: String?, chunks: Int, contexts: Int, closed: Bool)>((nil, 0, 0, false))
+    private let state = Locked<(context: String?, chunks: Int, contexts: Int, closed: Bool, labels: [String])>((nil, 0, 0, false, []))
 
     private let reject: Bool
     private let mayFail: Bool
@@ -95,11 +104,13 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
             case .start:
                 s.contexts += 1
                 s.chunks = 0
-                let id = "ctx-\(s.contexts)"
+                s.labels = []
+                let id = "ctx-\(service.contextsStarted.add(1, ordering: .relaxed).newValue)"
                 s.context = id
                 out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .started)))
-            case .audio:
+            case .audio(let samples):
                 s.chunks += 1
+                s.labels.append(service.behaviour.wordsFromAudio ? "a\(samples.first ?? 0)" : "w\(s.chunks)")
                 if mayFail, let (n, error) = service.behaviour.failAfterChunks, s.chunks >= n {
                     s.closed = true
                     out.append(.closed(error))
@@ -110,15 +121,24 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     let bad = StreamEvent.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: w.text, words: [w])))
                     if service.behaviour.badWordLater { later.append(bad) } else { out.append(bad) }
                 } else if let id = s.context {
-                    let w = SLUWord(text: "w\(s.chunks)", index: Int32(s.chunks - 1), startMilliseconds: 0, endMilliseconds: 0)
-                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: w.text, words: [w]))))
+                    // With wordsFromAudio cumulative, as a server's tentative transcript is;
+                    // else the newest word alone (what the older tests count on).
+                    let labels = service.behaviour.wordsFromAudio ? s.labels : Array(s.labels.suffix(1))
+                    let first = s.labels.count - labels.count
+                    let words = labels.enumerated().map { k, text in
+                        let i = first + k
+                        return SLUWord(text: text, index: Int32(i), startMilliseconds: Int32(i * 100), endMilliseconds: Int32(i * 100 + 90))
+                    }
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: labels.joined(separator: " "), words: words))))
                 }
             case .stop where service.behaviour.ignoreStop:
                 break
             case .stop:
-                if let id = s.context {
+                if let id = s.context, service.behaviour.neverEndSegments {
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
+                } else if let id = s.context {
                     for i in 0..<s.chunks {
-                        let w = SLUWord(text: "w\(i + 1)", index: Int32(i), startMilliseconds: Int32(i * 100), endMilliseconds: Int32(i * 100 + 90))
+                        let w = SLUWord(text: s.labels[i], index: Int32(i), startMilliseconds: Int32(i * 100), endMilliseconds: Int32(i * 100 + 90))
                         out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .transcript(w))))
                     }
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .segmentEnd)))

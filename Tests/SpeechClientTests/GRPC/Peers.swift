@@ -159,6 +159,7 @@ final class EventCollector: @unchecked Sendable {
     private(set) var messages: [[UInt8]] = []
     private(set) var closed: [SpeechClientError?] = []
     private(set) var eventsAfterClose = 0
+    private(set) var goingAway = 0
 
     var isClosed: Bool {
         lock.lock()
@@ -172,6 +173,7 @@ final class EventCollector: @unchecked Sendable {
         switch event {
         case .message(let m): messages.append(m)
         case .closed(let e): closed.append(e)
+        case .goingAway: goingAway += 1
         }
         lock.broadcast()
         lock.unlock()

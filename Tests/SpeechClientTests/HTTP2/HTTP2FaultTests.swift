@@ -106,6 +106,8 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
     @Test func missingStatusIsInternal() throws {
         let e = try unaryError("NoStatus")
         #expect(e?.grpcStatus == 13)
+        // A stream broken in transit (a proxy whose backend died): retried, not a protocol error.
+        #expect(e?.code == .network)
         #expect(e?.message.contains("without a grpc-status") == true)
     }
 

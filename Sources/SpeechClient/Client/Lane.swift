@@ -1,0 +1,43 @@
+/// One HTTP/2 stream carrying one server context of the user's context (issue 18).
+///
+/// Every stream is bounded: a proxy caps a request's bytes (nginx: 1 MB by default) and its
+/// duration, and a draining server or proxy worker wants its streams gone. So the user's context
+/// is carried by a sequence of lanes: the current lane takes the live audio; at a pause past the
+/// budget it is stopped and half-closed (it drains: the server finishes its words, sends
+/// `finished` and ends the stream) while the next lane goes on. A lane lost before it finished is
+/// replaced by a lane that replays its unfinished audio [floor, end) from the replay buffer.
+struct Lane {
+    let stream: any RecognitionStream
+    /// The user-context samples it carries: [start, end). `end` is nil while it takes live audio.
+    let start: Int
+    var end: Int?
+    /// Its audio before this sample is in final segments: a replacement replays from here.
+    var floor: Int
+    /// The next sample to send from the replay buffer; nil once caught up (live audio then goes
+    /// straight out, and a lane with an end has sent its stop).
+    var cursor: Int?
+    /// The server's audio_context, from its `started`.
+    var serverContext: String?
+    /// Request bytes written to the stream (the budget that proxies count).
+    var bytes = 0
+    /// When the server acknowledged it (`started`), monotonic ns.
+    var startedAt: UInt64?
+    var stopSent = false
+    /// The connection is going away (GOAWAY): move to a new lane at the next pause, by this time.
+    var moveBy: UInt64?
+    /// User segment ids it updated that are not final yet (dropped if it is lost: its replacement
+    /// recognises that audio again).
+    var openSegments: Set<Int32> = []
+
+    init(stream: any RecognitionStream, start: Int, end: Int?, replayFrom: Int?) {
+        self.stream = stream
+        self.start = start
+        self.end = end
+        self.floor = start
+        self.cursor = replayFrom
+    }
+
+    /// Bytes a request of `samples` audio samples takes on the wire: the samples, the protobuf
+    /// field and message tags, the gRPC prefix (an upper bound: what a proxy counts).
+    static func audioBytes(samples: Int) -> Int { samples * 2 + 16 }
+}

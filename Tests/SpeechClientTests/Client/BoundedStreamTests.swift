@@ -1,0 +1,102 @@
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+@testable import SpeechClient
+
+/// Issue 18: every context on its own stream, long contexts moved to fresh streams within a byte
+/// budget, lost streams replayed, and no word lost or repeated at any seam.
+@Suite struct BoundedStreamTests {
+    /// Chunk k (0-based) of 100 ms: its first sample is k+1 (the fake names the word "a<k+1>");
+    /// loud, except two quiet chunks (a 200 ms pause) every `pauseEvery`.
+    static func chunk(_ k: Int, pauseEvery: Int = 8) -> [Int16] {
+        let quiet = pauseEvery > 0 && (k % pauseEvery == pauseEvery - 2 || k % pauseEvery == pauseEvery - 1)
+        var c = [Int16](repeating: quiet ? 0 : 3000, count: 1600)
+        c[0] = Int16(k + 1)
+        return c
+    }
+
+    /// Final words in delivery order, with their start times.
+    final class Finals: @unchecked Sendable {
+        let words = Locked<[(String, Int32, Bool)]>([])
+        let log = EventLog()
+        func handler(_ client: Client, _ event: ClientEvent) {
+            log.handler(client, event)
+            if case .segment(let s) = event, s.isFinal {
+                words.withLock { $0.append(contentsOf: s.words.map { ($0.text, $0.startMilliseconds, $0.isFinal) }) }
+            }
+        }
+    }
+
+    func run(chunks: Int, budget: Int, behaviour: FakeRecognitionService.Behaviour, pauseEvery: Int = 8)
+        throws -> (Finals, FakeRecognitionService) {
+        let finals = Finals()
+        let service = FakeRecognitionService(behaviour)
+        var o = try pushOptions()
+        o.streamBudgetBytes = budget
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: finals.handler)
+        defer { try? client.close() }
+        try client.start()
+        for k in 0..<chunks {
+            Self.chunk(k, pauseEvery: pauseEvery).withUnsafeBufferPointer { try? client.pushAudio($0) }
+            if k % 10 == 9 { usleepMs(5) }
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        return (finals, service)
+    }
+
+    @Test func eachContextHasItsOwnStreamEndedCleanly() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService()
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        for _ in 0..<2 {
+            try client.start()
+            try pushThreeChunksAndEnd(client)
+        }
+        #expect(log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") } == ["start ctx-1", "stop ctx-1", "start ctx-2", "stop ctx-2"])
+        #expect(service.streamsOpened.load(ordering: .relaxed) == 2)
+        // Each ended with a half-close after its stop (END_STREAM), not abandoned.
+        #expect(service.streamsFinished.load(ordering: .relaxed) == 2)
+    }
+
+    @Test func aLongContextMovesToNewStreamsWithEveryWordOnceAndInOrder() throws {
+        // 64 KiB budget: ~20 chunks per stream at most, moved at a pause from ~10.
+        let (finals, service) = try run(chunks: 80, budget: 65_536, behaviour: .init(wordsFromAudio: true))
+        let words = finals.words.withLock { $0 }
+        #expect(words.map(\.0) == (1...80).map { "a\($0)" })
+        // Word times continue across streams: the fake times word i of a stream at i*100 ms.
+        #expect(words.map(\.1) == (0..<80).map { Int32($0 * 100) })
+        let opened = service.streamsOpened.load(ordering: .relaxed)
+        #expect(opened >= 4)
+        #expect(finals.log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("error") } == ["start ctx-1", "stop ctx-1"])
+    }
+
+    @Test func withoutAPauseTheStreamMovesAtTheBudget() throws {
+        let (finals, service) = try run(chunks: 50, budget: 65_536, behaviour: .init(wordsFromAudio: true), pauseEvery: 0)
+        #expect(finals.words.withLock { $0 }.map(\.0) == (1...50).map { "a\($0)" })
+        let opened = service.streamsOpened.load(ordering: .relaxed)
+        #expect(opened >= 3)
+    }
+
+    @Test(arguments: [1, 2, 3]) func aLaneLostAnywhereIsReplayedWithoutRepeats(stream: Int) throws {
+        let reset = SpeechClientError(.network, "reset")
+        let (finals, service) = try run(chunks: 60, budget: 65_536,
+                                        behaviour: .init(failAfterChunks: (5, reset), failStream: stream, wordsFromAudio: true))
+        #expect(finals.words.withLock { $0 }.map(\.0) == (1...60).map { "a\($0)" })
+        #expect(!finals.log.lines.contains { $0.hasPrefix("error") })
+        let opened = service.streamsOpened.load(ordering: .relaxed)
+        #expect(opened >= 4)
+    }
+
+    @Test func aSegmentTheServerNeverEndedIsDeliveredFinalWithUnconfirmedWords() throws {
+        let (finals, _) = try run(chunks: 3, budget: 900_000, behaviour: .init(wordsFromAudio: true, neverEndSegments: true))
+        let words = finals.words.withLock { $0 }
+        #expect(words.map { $0.0 } == ["a1", "a2", "a3"])
+        #expect(words.allSatisfy { !$0.2 })
+        #expect(finals.log.lines.last == "stop ctx-1")
+    }
+}
