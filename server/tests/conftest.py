@@ -6,11 +6,18 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import pathlib
 import subprocess
 import sys
 import tempfile
 from typing import Iterable, List, Optional
+
+# The server under test is this source tree, not a copy installed into the venv earlier: in this
+# process and in the servers it starts.
+SOURCE = str(pathlib.Path(__file__).resolve().parents[1])
+sys.path.insert(0, SOURCE)
+os.environ["PYTHONPATH"] = os.pathsep.join([SOURCE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 import grpc
 import pytest

@@ -27,6 +27,11 @@ from typing import Dict, List, Optional, Sequence
 
 import grpc
 
+if __name__ == "__main__":  # run by hand: measure this source tree (pytest's conftest does the same)
+    _SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, _SOURCE)
+    os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
 from speechclient_server._proto.speechly.identity.v2 import identity_pb2 as idp, identity_pb2_grpc
 from speechclient_server._proto.speechly.slu.v1 import slu_pb2 as slu, slu_pb2_grpc
 
