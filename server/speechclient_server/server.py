@@ -97,11 +97,12 @@ class IdentityV1(identity_v1_pb2_grpc.IdentityServicer):
 
 
 class Segment:
-    """One stretch of speech inside a context, from the first loud frame to a long silence."""
+    """One stretch of speech inside a context: from the first loud frame to a long silence, or
+    to a stable point where the recognizer ends it (Recognizer.cut)."""
 
-    def __init__(self, recognizer: Recognizer, segment_id: int, start_sample: int):
-        self.recognizer = recognizer
-        self.id = segment_id
+    def __init__(self, start_sample: int, recognizer: Optional[Recognizer] = None):
+        self.recognizer = recognizer       # None until the audio's band is known (Context.narrowband)
+        self.id: Optional[int] = None      # the protocol's segment id, given when it first says something
         self.start_sample = start_sample   # in the context's 16 kHz audio
         self.silence = 0                   # samples of silence at the end
         self.pending = bytearray()         # audio not yet given to the recognizer
@@ -112,6 +113,9 @@ class Segment:
 
 class Context:
     """One audio context: start ... stop."""
+
+    BAND_FRAMES = 20          # loud 10 ms frames that decide whether the audio is telephone band
+    NARROWBAND_RATIO = 3e-5   # energy above 4.2 kHz under this share of the total: telephone band
 
     def __init__(self, rate: int):
         self.id = str(uuid.uuid4())
@@ -124,6 +128,26 @@ class Context:
         self.resampler = Resampler(rate) if rate != RATE else None
         self.rate = rate
         self.overflow = False              # audio arrived beyond the context length limit
+        self.prompt = ""                   # the final text so far, for the recognizer's context
+        # Audio sent at 16 kHz may still be telephone band: a client that resampled 8 kHz audio
+        # itself. Measured on the first loud frames (True/False once known).
+        self.narrowband: Optional[bool] = True if rate < RATE else None
+        self.band_frames = 0
+        self.band_high = self.band_total = 0.0
+
+    def measure_band(self, frame: bytes) -> None:
+        try:
+            import numpy as np
+        except ImportError:
+            self.narrowband = False
+            return
+        x = np.frombuffer(frame, dtype="<i2") * np.hanning(len(frame) // 2)
+        power = np.abs(np.fft.rfft(x)) ** 2
+        self.band_high += float(power[len(power) * 42 // 80:].sum())  # above 4.2 kHz
+        self.band_total += float(power.sum())
+        self.band_frames += 1
+        if self.band_frames >= self.BAND_FRAMES:
+            self.narrowband = self.band_high < self.NARROWBAND_RATIO * self.band_total
 
 
 class SLU(slu_pb2_grpc.SLUServicer):
@@ -261,7 +285,7 @@ class SLU(slu_pb2_grpc.SLUServicer):
                     if len(req.audio) > MAX_CHUNK:
                         context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                       f"an audio message must be under 1 MB, got {len(req.audio)} bytes")
-                    yield from self._audio(ctx, req.audio)
+                    yield from self._audio(ctx, req.audio, more=not inbox.empty())
                     if ctx.overflow:
                         log.info("context %s reached %.0f s: finished", ctx.id, self.settings.context_limit_s)
                         yield from self._finish(ctx, error=(
@@ -277,7 +301,7 @@ class SLU(slu_pb2_grpc.SLUServicer):
                 else:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an empty request")
         finally:
-            if ctx is not None and ctx.segment is not None:
+            if ctx is not None and ctx.segment is not None and ctx.segment.recognizer is not None:
                 ctx.segment.recognizer.close()
 
     # -- recognition
@@ -285,7 +309,9 @@ class SLU(slu_pb2_grpc.SLUServicer):
     def _resp(self, ctx: Context, segment_id: int = 0, **kw) -> slu_pb2.SLUResponse:
         return slu_pb2.SLUResponse(audio_context=ctx.id, segment_id=segment_id, **kw)
 
-    def _audio(self, ctx: Context, pcm: bytes, flush: bool = False):
+    def _audio(self, ctx: Context, pcm: bytes, flush: bool = False, more: bool = False):
+        """One chunk of the client's audio: resampled, cut into segments on silence, recognised.
+        more=True: more audio is already waiting, so a costly tentative decode may be skipped."""
         pcm = ctx.odd + pcm
         cut = len(pcm) - len(pcm) % 2
         pcm, ctx.odd = pcm[:cut], pcm[cut:]
@@ -305,12 +331,12 @@ class SLU(slu_pb2_grpc.SLUServicer):
         for off in range(0, len(pcm), FRAME * 2):
             frame = pcm[off:off + FRAME * 2]
             speech = rms(frame) > s.speech_rms
+            if speech and ctx.narrowband is None and self.engine.uses_band and len(frame) == FRAME * 2:
+                ctx.measure_band(frame)
             seg = ctx.segment
             if seg is None:
                 if speech:
-                    seg = Segment(self.engine.recognizer(ctx.rate), ctx.next_segment, ctx.samples - len(ctx.pre_roll) // 2)
-                    ctx.next_segment += 1
-                    ctx.segment = seg
+                    seg = ctx.segment = Segment(ctx.samples - len(ctx.pre_roll) // 2)
                     seg.pending += ctx.pre_roll
                     seg.pending += frame
                     ctx.pre_roll.clear()
@@ -324,54 +350,110 @@ class SLU(slu_pb2_grpc.SLUServicer):
                     yield from self._end_segment(ctx, seg)
             ctx.samples += len(frame) // 2
         if ctx.segment is not None:
-            yield from self._feed(ctx, ctx.segment)
+            yield from self._feed(ctx, ctx.segment, more)
 
     def _words(self, seg: Segment, words: List[Word], cls=slu_pb2.SLUTranscript):
         offset = seg.start_sample * 1000 // RATE
         return [cls(word=w, index=i, start_time=offset + a, end_time=offset + b) for i, (w, a, b) in enumerate(words)]
 
-    def _feed(self, ctx: Context, seg: Segment):
-        if not seg.pending:
-            return
-        words = seg.recognizer.feed(bytes(seg.pending))
+    def _segment_id(self, ctx: Context, seg: Segment) -> int:
+        if seg.id is None:  # ids count the segments the client sees: 0, 1, 2 ...
+            seg.id = ctx.next_segment
+            ctx.next_segment += 1
+        return seg.id
+
+    def _recognizer(self, ctx: Context, seg: Segment, ending: bool = False) -> Optional[Recognizer]:
+        """The segment's recognizer; None while the audio's band is still being measured."""
+        if seg.recognizer is None:
+            if ctx.narrowband is None and self.engine.uses_band and not ending:
+                return None
+            seg.recognizer = self.engine.recognizer(ctx.rate, narrowband=bool(ctx.narrowband), prompt=ctx.prompt)
+        return seg.recognizer
+
+    def _feed(self, ctx: Context, seg: Segment, more: bool = False, ending: bool = False):
+        """Gives the segment its pending audio. Yields its tentative results, or, when the
+        recognizer ends it at a stable point, its final results, and continues with the next
+        segment (ctx.segment) from there. Returns the segment that goes on."""
+        recognizer = self._recognizer(ctx, seg, ending)
+        if recognizer is None or not seg.pending:
+            return seg
+        words = recognizer.feed(bytes(seg.pending), more)
         seg.pending.clear()
-        if words is None:
+        while True:
+            cut = recognizer.cut()
+            if cut is None:
+                yield from self._tentative(ctx, seg, words)
+                return seg
+            yield from self._final(ctx, seg, cut.words, upto_ms=cut.samples * 1000 // RATE)
+            self._remember(ctx, cut.text)
+            nxt = Segment(seg.start_sample + cut.samples, cut.next)
+            nxt.silence = seg.silence
+            if ctx.segment is seg:
+                ctx.segment = nxt
+            seg, recognizer = nxt, cut.next
+            # The audio after the cut may itself reach the bound (one huge chunk): feeding
+            # nothing lets the recognizer decode and cut again.
+            words = recognizer.feed(b"", more) or cut.tentative
+
+    def _tentative(self, ctx: Context, seg: Segment, words: Optional[List[Word]]):
+        # Empty words are not sent: a recognizer that lost its hypothesis has not heard silence,
+        # and the words last sent are what the segment's final falls back on.
+        if not words:
             return
         text = [w for w, _, _ in words]
         if text == [w for w, _, _ in seg.heard]:
             return
         seg.heard = words
-        yield self._resp(ctx, seg.id, tentative_transcript=slu_pb2.SLUTentativeTranscript(
+        sid = self._segment_id(ctx, seg)
+        yield self._resp(ctx, sid, tentative_transcript=slu_pb2.SLUTentativeTranscript(
             tentative_transcript=" ".join(text), tentative_words=self._words(seg, words)))
         match = self.intents.match(text, final=False)
         intent = match.intent if match else None
         entities = match.entities if match else ()
         if intent and intent != seg.intent:
-            yield self._resp(ctx, seg.id, tentative_intent=slu_pb2.SLUIntent(intent=intent))
+            yield self._resp(ctx, sid, tentative_intent=slu_pb2.SLUIntent(intent=intent))
         seg.intent = intent
         if entities != seg.entities:
-            yield self._resp(ctx, seg.id, tentative_entities=slu_pb2.SLUTentativeEntities(tentative_entities=[
+            yield self._resp(ctx, sid, tentative_entities=slu_pb2.SLUTentativeEntities(tentative_entities=[
                 slu_pb2.SLUEntity(entity=t, value=v, start_position=a, end_position=b) for t, v, a, b in entities]))
         seg.entities = entities
 
-    def _end_segment(self, ctx: Context, seg: Segment):
-        """Final words, entities and intent, then segment_end."""
-        yield from self._feed(ctx, seg)
-        ctx.segment = None
-        # A recognizer with nothing final (audio cut mid-sentence) keeps the words the client was
-        # shown as tentative: segment_end drops tentative words, so they would be lost otherwise.
-        words = seg.recognizer.finish() or seg.heard
-        if not words:
+    def _final(self, ctx: Context, seg: Segment, words: List[Word], upto_ms: Optional[int] = None):
+        """Final words, entities and intent (computed on the final words), then segment_end.
+        Every segment the client was told about ends here, with words if any were heard."""
+        if not words and seg.heard:
+            # The recognizer has nothing final (PocketSphinx's grammar when the audio stops
+            # mid-sentence): the words the client was shown as tentative become final, since
+            # segment_end drops tentative words. At a cut, only those before it.
+            words = [w for w in seg.heard if upto_ms is None or w[2] <= upto_ms]
+        if not words and seg.id is None:
             return  # a noise burst that recognised as nothing: no segment for the client
+        sid = self._segment_id(ctx, seg)
         for t in self._words(seg, words):
-            yield self._resp(ctx, seg.id, transcript=t)
+            yield self._resp(ctx, sid, transcript=t)
         match = self.intents.match([w for w, _, _ in words], final=True) if words else None
         if match:
             for t, v, a, b in match.entities:
-                yield self._resp(ctx, seg.id, entity=slu_pb2.SLUEntity(entity=t, value=v, start_position=a,
-                                                                       end_position=b))
-            yield self._resp(ctx, seg.id, intent=slu_pb2.SLUIntent(intent=match.intent))
-        yield self._resp(ctx, seg.id, segment_end=slu_pb2.SLUSegmentEnd())
+                yield self._resp(ctx, sid, entity=slu_pb2.SLUEntity(entity=t, value=v, start_position=a,
+                                                                    end_position=b))
+            yield self._resp(ctx, sid, intent=slu_pb2.SLUIntent(intent=match.intent))
+        yield self._resp(ctx, sid, segment_end=slu_pb2.SLUSegmentEnd())
+
+    @staticmethod
+    def _remember(ctx: Context, text: str) -> None:
+        if text:
+            ctx.prompt = f"{ctx.prompt} {text}".strip()[-1000:]
+
+    def _end_segment(self, ctx: Context, seg: Segment):
+        """The segment's end (silence, stop, the context's limit): its rest is decoded once, final."""
+        ctx.segment = None
+        # more=True: no tentative decode of audio that finish() decodes anyway. The rest may
+        # still reach the length bound and cut the segment first.
+        seg = yield from self._feed(ctx, seg, more=True, ending=True)
+        recognizer = self._recognizer(ctx, seg, ending=True)
+        words = recognizer.finish()
+        self._remember(ctx, recognizer.text)
+        yield from self._final(ctx, seg, words)
 
     def _finish(self, ctx: Context, error=None):
         """Everything final for the context, then finished."""
