@@ -150,7 +150,7 @@ def test_long_context_rolls_over_without_losing_words(tmp_path):
         starts = [f.words[0].start_ms for f in finals]
         assert starts == sorted(starts) and starts[-1] > 6000
         assert len({f.context_id for f in finals}) == 1
-        rollovers = [m for m in logs if "continues in a new server context" in m]
+        rollovers = [m for m in logs if "continues on a new stream" in m]
         assert len(rollovers) >= 2, logs
     finally:
         server.stop()

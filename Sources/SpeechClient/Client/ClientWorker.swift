@@ -191,6 +191,10 @@ final class ClientWorker: @unchecked Sendable {
     /// `audioLock`. A response the assembler refuses ends the stream through the worker.
     func takeDirect(_ event: StreamEvent, generation gen: Int) {
         guard let lane = lanes[gen], case .response(let response) = event else { return }
+        if isHeld(gen) {
+            lanes[gen]?.held.append(response)
+            return
+        }
         if let error = applySegmentUpdate(response, lane: gen) {
             lane.stream.cancel()
             client?.enqueue(.stream(.closed(error), generation: gen))
@@ -588,9 +592,26 @@ final class ClientWorker: @unchecked Sendable {
             return
         }
         guard var lane = lanes[gen] else { return }
+        if isHeld(gen) {
+            switch event {
+            case .response(let response):
+                if case .rttRequest(let id) = response.payload {
+                    lane.stream.send(.rttResponse(id: id))
+                } else {
+                    lanes[gen]?.held.append(response)
+                }
+                return
+            case .closed(nil):
+                lanes[gen]?.endedWhileHeld = true
+                return
+            default:
+                break
+            }
+        }
         switch event {
         case .closed(let error):
             lanes[gen] = nil
+            defer { releaseHeld() }
             let wasCurrent = current == gen
             if wasCurrent { current = nil }
             let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
@@ -617,6 +638,32 @@ final class ClientWorker: @unchecked Sendable {
             }
         case .response(let response):
             handleResponse(response, lane: gen)
+        }
+    }
+
+    /// Whether a lane's responses wait: an earlier lane (by its audio) is still open.
+    private func isHeld(_ gen: Int) -> Bool {
+        guard let lane = lanes[gen] else { return false }
+        return lanes.contains { $0.key != gen && ($0.value.start, $0.key) < (lane.start, gen) }
+    }
+
+    private var releasingHeld = false
+
+    /// After a lane ended: the earliest open lane applies the responses it was holding, in order
+    /// (which may end it too, and so on).
+    private func releaseHeld() {
+        if releasingHeld { return }
+        releasingHeld = true
+        defer { releasingHeld = false }
+        while contextOpen, let (gen, lane) = lanes.min(by: { ($0.value.start, $0.key) < ($1.value.start, $1.key) }) {
+            if let response = lane.held.first {
+                lanes[gen]?.held.removeFirst()
+                handleResponse(response, lane: gen)
+                continue
+            }
+            guard lane.endedWhileHeld else { return }
+            lanes[gen]?.endedWhileHeld = false
+            handleStream(.closed(nil), generation: gen)
         }
     }
 
@@ -708,6 +755,7 @@ final class ClientWorker: @unchecked Sendable {
             }
             lossesWithoutProgress = 0
             replay.release(upTo: replayPoint)
+            releaseHeld()
             endContextIfDone()
         case .rttRequest(let id):
             lane.stream.send(.rttResponse(id: id))
@@ -867,7 +915,7 @@ final class ClientWorker: @unchecked Sendable {
         lanes[gen] = lane
         current = nil
         silentRun = 0
-        client?.log(.info, "context \(contextId) continues on a new stream at \(Self.seconds(Double(contextSamples) / 16_000)) s: \(reason)")
+        client?.log(.info, "context \(contextId.isEmpty ? "(not started yet)" : contextId) continues on a new stream at \(Self.seconds(Double(contextSamples) / 16_000)) s: \(reason)")
         do throws(SpeechClientError) {
             try openLane(from: contextSamples, end: nil)
         } catch {

@@ -28,6 +28,12 @@ struct Lane {
     /// User segment ids it updated that are not final yet (dropped if it is lost: its replacement
     /// recognises that audio again).
     var openSegments: Set<Int32> = []
+    /// Responses that arrived while an earlier lane was still open: held, then applied in order
+    /// once every earlier lane has finished, so segments reach the application in audio order.
+    var held: [SLUResponse] = []
+    /// The server ended the stream cleanly while its responses were held: once they are
+    /// applied, a lane still open without `finished` was lost after all.
+    var endedWhileHeld = false
 
     init(stream: any RecognitionStream, start: Int, end: Int?, replayFrom: Int?) {
         self.stream = stream
