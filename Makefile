@@ -25,7 +25,7 @@ SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEAS
 	-Xlinker -z -Xlinker defs -Xlinker -z -Xlinker nodelete \
 	-Xlinker -z -Xlinker now -Xlinker -z -Xlinker relro
 
-.PHONY: all lib demo examples test test-swift test-c test-abi test-python test-server test-e2e test-faults test-old-library install clean
+.PHONY: all lib demo examples test test-swift test-c test-abi test-python test-server test-e2e test-faults test-proxies test-old-library install clean
 
 all: lib demo
 
@@ -113,6 +113,14 @@ test-server:
 # Faults on loopback: a proxy that drops the connection mid-utterance (issue 5).
 test-faults: lib
 	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q Tests/faults
+
+# The real proxies (issue 18): Debian's nginx (grpc_pass) and HAProxy 2.6 (h2 both sides), run
+# from a temp dir on 127.0.0.1 in front of three reference-server replicas; every phrase of a
+# 24-phrase recording once, in order, through a reload, a quit, a killed replica and a server
+# timeout. Prints PROXY_RESULT lines. SPEECHCLIENT_LIBRARY / SPEECHCLIENT_DEMO point the suite
+# at another build (docs/deploying.md).
+test-proxies: demo
+	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(LIB) SPEECHCLIENT_DEMO=$(CURDIR)/$(DEMO) $(PYTHON) -m pytest -q -s Tests/proxies
 
 # The demo and the library against the reference server with synthesized speech.
 test-e2e: demo

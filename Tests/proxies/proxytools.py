@@ -111,6 +111,15 @@ def make_recording(path: pathlib.Path, phrases=PHRASES, gap_after=None, gap_s=0.
     return path, len(pcm) / 2 / SAMPLE_RATE
 
 
+def pause_after_phrase(pcm: bytes, k: int) -> int:
+    """The byte offset of the middle of the pause after phrase k (0-based) of a make_recording
+    PCM: the pauses are the runs of exact zeros of 1 s or more (sox's dither leaves none inside
+    the speech)."""
+    runs = [(m.start(), m.end()) for m in re.finditer(b"\0{%d,}" % (2 * SAMPLE_RATE), pcm)]
+    start, end = runs[k]
+    return (start + end) // 4 * 2
+
+
 def read_pcm(path: pathlib.Path) -> bytes:
     with wave.open(str(path)) as w:
         return w.readframes(w.getnframes())
@@ -338,7 +347,9 @@ class Nginx:
     """Debian's nginx in the foreground (daemon off) from its own prefix dir: config, pid file,
     logs and temp paths all there, so it needs no root and touches nothing of the system's."""
 
-    def __init__(self, prefix: pathlib.Path, port: int, replicas):
+    def __init__(self, prefix: pathlib.Path, port: int, replicas, extra_http: str = ""):
+        """extra_http: directives added to the http block (the suite adds none; for experiments
+        such as "client_max_body_size 0;")."""
         self.prefix, self.port = prefix, port
         (prefix / "logs").mkdir(parents=True, exist_ok=True)
         (prefix / "conf").mkdir(exist_ok=True)
@@ -347,7 +358,8 @@ class Nginx:
         # Test-only lines around the documented block: foreground, files under the prefix.
         temp = "".join(f"    {d}_temp_path {prefix / ('tmp-' + d)};\n"
                        for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        http = self.http.replace("http {\n", "http {\n" + temp + f"    access_log {prefix / 'logs' / 'access.log'};\n", 1)
+        http = self.http.replace("http {\n", "http {\n" + temp + f"    access_log {prefix / 'logs' / 'access.log'};\n"
+                                 + (f"    {extra_http}\n" if extra_http else ""), 1)
         self.conf.write_text(
             "daemon off;\n"
             f"pid {prefix / 'nginx.pid'};\n"
@@ -399,6 +411,7 @@ def haproxy_config(port: int, replicas, timeout_server: str = "50s", test_lines:
         "    log global\n"
         "    mode http\n"
         "    option httplog\n"
+        "    option dontlognull\n"
         "    timeout connect 5s\n"
         "    timeout client 50s\n"
         f"    timeout server {timeout_server}\n"
@@ -534,6 +547,7 @@ class PushRun:
     def __init__(self):
         self.updates, self.logs = [], []
         self.elapsed = 0.0
+        self.ended_early = False
 
     @property
     def finals(self):
@@ -558,19 +572,29 @@ class PushRun:
         return [f"{e.code.name}: {e.message} (grpc_status {e.grpc_status})" for e in self.errors]
 
 
-def run_push(url: str, pcm: bytes, cache_dir: pathlib.Path, speed: float = 1.0, on_time=None,
+def run_push(url: str, pcm, cache_dir: pathlib.Path, speed: float = 1.0, on_time=None,
              timeout: float = 60.0, **client_kw) -> PushRun:
     """The Python binding with PushAudio: one context, the PCM pushed at `speed` times real
-    time, then push_end(); every update until the context's stop (each within `timeout` s)."""
+    time, then push_end(); every update until the context's stop (each within `timeout` s).
+    pcm may also be a list of pieces: bytes are pushed, a number is that many seconds in which
+    nothing is pushed (the context stays open)."""
     import speechclient as sc
     run = PushRun()
     t0 = time.monotonic()
     with sc.Client(url, app_id="proxies", audio=sc.PushAudio(SAMPLE_RATE, 1), cache_dir=str(cache_dir),
-                   log_level=sc.LogLevel.INFO, on_log=lambda level, message: run.logs.append(message),
+                   log_level=sc.LogLevel.INFO,
+                   on_log=lambda level, message: run.logs.append(f"{time.monotonic() - t0:7.2f} {message}"),
                    **client_kw) as c:
         c.start()
-        push_paced(c, pcm, speed, on_time)
-        c.push_end()
+        for piece in ([pcm] if isinstance(pcm, (bytes, bytearray)) else pcm):
+            if isinstance(piece, (bytes, bytearray)):
+                push_paced(c, piece, speed, on_time)
+            else:
+                time.sleep(piece)
+        try:
+            c.push_end()
+        except sc.InvalidStateError:  # an error already ended the context (it is in the updates)
+            run.ended_early = True
         run.updates = list(c.updates(timeout=timeout))
     run.elapsed = time.monotonic() - t0
     return run

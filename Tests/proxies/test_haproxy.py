@@ -1,0 +1,90 @@
+"""HAProxy 2.6 in front of three replicas, HTTP/2 on both sides (bind ... proto h2, server ...
+proto h2), round robin with health checks (issue 18). Every phrase of the recording must
+arrive exactly once, in order."""
+import re
+import threading
+
+import proxytools as pt
+
+KILL_AT_FINAL = 8   # the replica serving the stream is killed when the 8th phrase came back
+
+
+def _stream_log(haproxy):
+    """HAProxy's log lines of the SLU streams (one per request: status, bytes, termination state)."""
+    return [line for line in haproxy.lines if "SLU/Stream" in line]
+
+
+def _termination_states(lines):
+    # httplog: ... <status> <bytes> - - <termination state> <conns> <queue> {...} "<request>"
+    return [m.group(1) for m in (re.search(r" - - (\S{4}) ", line) for line in lines) if m]
+
+
+def test_d_replica_killed_mid_file_and_restarted(live_replicas, recording, tmp_path):
+    """(d) The demo transcribes the recording (--file) through HAProxy; when the 8th phrase came
+    back, the replica receiving the audio gets SIGKILL and is started again on its port."""
+    wav, _ = recording
+    haproxy = pt.HAProxy(tmp_path / "haproxy", pt.free_port(), live_replicas.addresses)
+    before = live_replicas.received_bytes()
+    done = {}
+
+    def act(count):
+        if count == KILL_AT_FINAL and "killed" not in done:
+            done["killed"] = i = live_replicas.serving(before)
+            live_replicas.kill(i)
+            done["restart"] = threading.Thread(target=live_replicas.restart, args=(i,), daemon=True)
+            done["restart"].start()
+
+    try:
+        run = pt.run_demo(haproxy.url, wav, tmp_path / "cache", on_final=act, timeout=150)
+        if "restart" in done:
+            done["restart"].join(timeout=30)
+    finally:
+        haproxy.stop()
+    streams = _stream_log(haproxy)
+    result = pt.count_delivered(run.transcripts)
+    pt.report("haproxy-kill", result, run.error_texts(), seconds=f"{run.elapsed:.1f}",
+              killed=f"replica{done['killed'] + 1}" if "killed" in done else "none",
+              haproxy_states=",".join(_termination_states(streams)) or "none")
+    assert "killed" in done, "the 8th phrase never came back: no replica was killed\n" + \
+        pt.explain(result, run.error_texts(), haproxy.log)
+    assert live_replicas.alive(done["killed"]), "the killed replica did not come back"
+    assert result["delivered"] == len(pt.PHRASES) and not result["extra"], \
+        pt.explain(result, run.error_texts(), haproxy.log)
+
+
+def _timeout_report(scenario, run, haproxy):
+    streams = _stream_log(haproxy)
+    result = pt.count_delivered(run.transcripts)
+    pt.report(scenario, result, run.error_texts(), seconds=f"{run.elapsed:.1f}",
+              reconnects=sum(1 for s in run.states if s.state.name == "RECONNECTING"),
+              haproxy_states=",".join(_termination_states(streams)) or "none")
+    assert result["delivered"] == len(pt.PHRASES) and not result["extra"], \
+        pt.explain(result, run.error_texts(), haproxy.log + "\nclient log:\n" + "\n".join(run.logs[-40:]))
+
+
+def test_e_server_timeout_shorter_than_a_pause(live_replicas, recording_with_gap, tmp_path):
+    """(e) `timeout server 5s`, and the recording with 12 s of silence after the twelfth phrase
+    pushed at real time through the binding, the silence too, as a microphone's would be."""
+    wav, _ = recording_with_gap
+    haproxy = pt.HAProxy(tmp_path / "haproxy", pt.free_port(), live_replicas.addresses, timeout_server="5s")
+    try:
+        run = pt.run_push(haproxy.url, pt.read_pcm(wav), tmp_path / "cache", speed=1.0)
+    finally:
+        haproxy.stop()
+    _timeout_report("haproxy-timeout-server", run, haproxy)
+
+
+def test_e_server_timeout_shorter_than_a_pause_without_audio(live_replicas, recording, tmp_path):
+    """(e, second form) `timeout server 5s`, and a pause of 12 s in which the application pushes
+    nothing (a source that stalls, or one that gates its audio), the context open: nothing goes
+    either way on the stream. The twelve phrases before and after it are pushed at 3 times real
+    time to keep the run short (the pause is what matters here)."""
+    wav, _ = recording
+    pcm = pt.read_pcm(wav)
+    cut = pt.pause_after_phrase(pcm, 11)
+    haproxy = pt.HAProxy(tmp_path / "haproxy", pt.free_port(), live_replicas.addresses, timeout_server="5s")
+    try:
+        run = pt.run_push(haproxy.url, [pcm[:cut], 12.0, pcm[cut:]], tmp_path / "cache", speed=3.0)
+    finally:
+        haproxy.stop()
+    _timeout_report("haproxy-timeout-server-no-audio", run, haproxy)

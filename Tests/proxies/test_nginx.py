@@ -1,0 +1,136 @@
+"""nginx in front of three replicas, configured as nginx's gRPC documentation shows (listen ...
+http2, grpc_pass grpc://upstream) with every other setting at its default, client_max_body_size
+1m included (issue 18). Every phrase of the recording must arrive exactly once, in order."""
+import os
+import threading
+import time
+
+import proxytools as pt
+
+# The binding pushes the ~87 s recording at PUSH_SPEED times real time (~58 s), and the reload or
+# quit comes ACT_AT_S into the push. nginx's old worker sends GOAWAY (NO_ERROR, last-stream-id
+# the running stream) at once, then serves that stream for as long as it lasts (no
+# worker_shutdown_timeout by default). The old processes must be gone within DRAIN_LIMIT_S of the
+# signal while the client still streams: the library's GOAWAY drain (default 10 s) moves the
+# stream off them. Without it, here the old worker keeps the stream until nginx's own 1 MB body
+# cap resets it (~33 s of audio from the stream's start: ~18 s after the signal at this pace);
+# with client_max_body_size 0, until the client is done.
+ACT_AT_S = 4.0
+PUSH_SPEED = 1.5
+DRAIN_LIMIT_S = 15.0
+
+
+def _assert_all_delivered(scenario, run, extra_log="", **figures):
+    result = pt.count_delivered(run.transcripts)
+    pt.report(scenario, result, run.error_texts(), **figures)
+    assert result["delivered"] == len(pt.PHRASES) and not result["extra"], \
+        pt.explain(result, run.error_texts(), extra_log)
+
+
+def _watch_exit(alive, since, into, key):
+    """Records in into[key] the seconds from `since` until alive() is false."""
+    def watch():
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            if not alive():
+                into[key] = time.monotonic() - since
+                return
+            time.sleep(0.1)
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def _any_alive(pids):
+    """For nginx's workers (children of its master, which reaps them)."""
+    def alive():
+        for p in pids:
+            try:
+                os.kill(p, 0)
+                return True
+            except ProcessLookupError:
+                pass
+        return False
+    return alive
+
+
+def test_a_file_through_nginx(live_replicas, recording, tmp_path):
+    """(a) The demo transcribes the ~87 s recording (--file) through nginx."""
+    wav, _ = recording
+    nginx = pt.Nginx(tmp_path / "nginx", pt.free_port(), live_replicas.addresses)
+    try:
+        run = pt.run_demo(nginx.url, wav, tmp_path / "cache", timeout=150)
+    finally:
+        nginx.stop()
+    _assert_all_delivered("nginx-file", run, nginx.error_log(), seconds=f"{run.elapsed:.1f}")
+
+
+def test_b_reload_mid_stream(live_replicas, recording, tmp_path):
+    """(b) `nginx -s reload` while the binding pushes the recording: the old worker finishes
+    gracefully (GOAWAY to the client), a new one takes new connections."""
+    wav, _ = recording
+    nginx = pt.Nginx(tmp_path / "nginx", pt.free_port(), live_replicas.addresses)
+    done, gone = {}, {}
+    old_workers = nginx.worker_pids()
+    assert old_workers
+
+    def act(t):
+        if t >= ACT_AT_S and "reloaded" not in done:
+            done["reloaded"] = time.monotonic()
+            nginx.signal("reload")
+            done["watch"] = _watch_exit(_any_alive(old_workers), done["reloaded"], gone, "old_worker_exit_s")
+
+    try:
+        run = pt.run_push(nginx.url, pt.read_pcm(wav), tmp_path / "cache", speed=PUSH_SPEED, on_time=act)
+        streamed_after = time.monotonic() - done["reloaded"]
+        done["watch"].join(timeout=max(0.0, DRAIN_LIMIT_S - streamed_after))
+    finally:
+        nginx.stop()
+    exit_s = gone.get("old_worker_exit_s")
+    _assert_all_delivered("nginx-reload", run, nginx.error_log(), seconds=f"{run.elapsed:.1f}",
+                          old_worker_exit_s=f"{exit_s:.1f}" if exit_s is not None else "none",
+                          stream_after_reload_s=f"{streamed_after:.1f}")
+    assert exit_s is not None and exit_s <= DRAIN_LIMIT_S, \
+        f"the old nginx worker was still serving {DRAIN_LIMIT_S:.0f} s after the reload (exit: {exit_s})"
+
+
+def test_c_quit_mid_stream_and_a_new_nginx(live_replicas, recording, tmp_path):
+    """(c) `nginx -s quit` while the binding pushes the recording, and 0.5 s later a new nginx
+    (its own prefix dir) on the same port: the client must move to it."""
+    wav, _ = recording
+    port = pt.free_port()
+    proxies = [pt.Nginx(tmp_path / "nginx-1", port, live_replicas.addresses)]
+    done, gone = {}, {}
+
+    def successor():
+        time.sleep(0.5)
+        try:
+            proxies.append(pt.Nginx(tmp_path / "nginx-2", port, live_replicas.addresses))
+        except RuntimeError as e:  # reported by the assertion below
+            done["successor_failed"] = str(e)
+
+    def act(t):
+        if t >= ACT_AT_S and "quit" not in done:
+            done["quit"] = time.monotonic()
+            proxies[0].signal("quit")
+            old = proxies[0].proc
+            done["watch"] = _watch_exit(lambda: old.poll() is None, done["quit"], gone, "old_nginx_exit_s")
+            done["successor"] = threading.Thread(target=successor, daemon=True)
+            done["successor"].start()
+
+    try:
+        run = pt.run_push(proxies[0].url, pt.read_pcm(wav), tmp_path / "cache", speed=PUSH_SPEED, on_time=act)
+        streamed_after = time.monotonic() - done["quit"]
+        done["successor"].join(timeout=10)
+        done["watch"].join(timeout=max(0.0, DRAIN_LIMIT_S - streamed_after))
+    finally:
+        for p in proxies:
+            p.stop()
+    assert "successor_failed" not in done, done["successor_failed"]
+    exit_s = gone.get("old_nginx_exit_s")
+    logs = "\n".join(p.error_log()[-1500:] for p in proxies)
+    _assert_all_delivered("nginx-quit", run, logs, seconds=f"{run.elapsed:.1f}",
+                          old_nginx_exit_s=f"{exit_s:.1f}" if exit_s is not None else "none",
+                          stream_after_quit_s=f"{streamed_after:.1f}")
+    assert exit_s is not None and exit_s <= DRAIN_LIMIT_S, \
+        f"the old nginx was still serving {DRAIN_LIMIT_S:.0f} s after `nginx -s quit` (exit: {exit_s})"
