@@ -8,7 +8,9 @@ import proxytools as pt
 @pytest.mark.parametrize("which", ["recording", "recording_with_gap"])
 def test_each_replica_alone_delivers_every_phrase(live_replicas, which, request, tmp_path):
     wav, _ = request.getfixturevalue(which)
-    for i, address in enumerate(live_replicas.addresses):
+    # The gap recording differs only by its long pause: one replica is enough (keeps the suite short).
+    addresses = live_replicas.addresses if which == "recording" else live_replicas.addresses[:1]
+    for i, address in enumerate(addresses):
         run = pt.run_demo(f"grpc://{address}", wav, tmp_path / "cache", timeout=120)
         result = pt.count_delivered(run.transcripts)
         pt.report(f"direct-{which.replace('_', '-')}-replica{i + 1}", result, run.error_texts(),
