@@ -92,10 +92,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 4
-#define SPC_VERSION_PATCH 1
-#define SPC_VERSION_STRING "0.4.1"
-#define SPC_VERSION_NUMBER 4001
+#define SPC_VERSION_MINOR 5
+#define SPC_VERSION_PATCH 0
+#define SPC_VERSION_STRING "0.5.0"
+#define SPC_VERSION_NUMBER 5000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -494,8 +494,10 @@ SPC_API spc_status spc_options_add_context_option(spc_options *options, const ch
 SPC_API spc_status spc_options_clear_context_options(spc_options *options);
 
 /* Reconnection when the connection is lost during a context (network error, GOAWAY,
-** UNAVAILABLE, keepalive timeout): up to max_attempts (0-100; 0 turns reconnection off) without
-** progress, waiting initial_delay_ms (1-60000) doubled on each attempt up to max_delay_ms
+** UNAVAILABLE, keepalive timeout, a stream reset or refused, a stream a proxy ended without a gRPC
+** status, HTTP 502/503/504 from a proxy): up to max_attempts (0-100, or SPC_RECONNECT_UNLIMITED
+** since 0.5 for a device that must ride out any outage; 0 turns reconnection off) without
+** progress (a final segment, or a stream the server served for 5 s before it was lost), waiting initial_delay_ms (1-60000) doubled on each attempt up to max_delay_ms
 ** (initial_delay_ms-600000), with +-25 % jitter. The new connection gets a new server context and
 ** the audio the server had not finished with is sent again; the application sees one context:
 ** no extra start or stop, segment ids and word times continue, no word is delivered twice.
@@ -503,15 +505,46 @@ SPC_API spc_status spc_options_clear_context_options(spc_options *options);
 ** Defaults 6, 200, 5000. */
 SPC_API spc_status spc_options_set_reconnect(spc_options *options, uint32_t max_attempts,
                                              uint32_t initial_delay_ms, uint32_t max_delay_ms);
+#define SPC_RECONNECT_UNLIMITED UINT32_MAX
 
 /* How much audio of the current context is kept for replay after a reconnection, 1000-600000
-** ms. Audio older than that and not yet final is reported lost by an error. Default 30000. */
+** ms. A WAV file is never sent further ahead of the server's final results than this (since
+** 0.5), so a connection lost at any moment loses none of it; a microphone or pushed audio cannot
+** wait, and audio older than that and not yet final is reported lost by an error. Default 30000. */
 SPC_API spc_status spc_options_set_replay_buffer_ms(spc_options *options, uint32_t ms);
 
 /* A context longer than this continues in a new server context at the next pause, so that
 ** hour-long audio is transcribed although a server context lasts at most 5 minutes; the
-** application sees one context. 1000-3600000 ms. Default 270000. */
+** application sees one context. 1000-3600000 ms. Default 270000. From 0.5 on, each server context
+** has its own HTTP/2 stream (below), so this is also the longest a stream lasts, plus at most
+** 20 s to find a pause: under the 5-minute stream limits that proxies and load balancers set. */
 SPC_API spc_status spc_options_set_context_limit_ms(spc_options *options, uint32_t ms);
+
+/* BOUNDED STREAMS (since 0.5). Every context has its own HTTP/2 stream, ended cleanly (END_STREAM,
+** then the server's status) once its results are in; the connection is shared and stays open.
+** Proxies cap what one stream may carry: nginx resets a request body over client_max_body_size
+** (1 MB by default, the gRPC framing counted), others cap a stream's duration. So a stream
+** carries at most max_bytes of requests: from half of it the context moves to a new stream at
+** the next pause in the audio (200 ms of quiet), at max_bytes at once. The old stream finishes
+** its words while the new one goes on; the application sees one context, its segments in order,
+** no word lost or repeated at the seam. 65536-1073741824 bytes. Default 900000 (about 28 s of
+** 16 kHz audio: under nginx's default with room to spare). Since 0.5. */
+SPC_API spc_status spc_options_set_stream_budget(spc_options *options, uint32_t max_bytes);
+
+/* After a server or proxy worker sends GOAWAY (it is shutting down or reloading), new contexts go
+** to a new connection at once, and a running context moves to a new stream on a new connection at
+** its next pause, at the latest after ms (100-600000). Default 10000. Since 0.5. */
+SPC_API spc_status spc_options_set_drain_timeout_ms(spc_options *options, uint32_t ms);
+
+/* HTTP/2 keepalive: a PING when nothing was received for interval_ms (1000-3600000; 0 turns
+** keepalive off) while streams are open; no answer within timeout_ms (100-600000) and the
+** connection is considered dead (a network error: the context reconnects). A server that answers
+** with GOAWAY ENHANCE_YOUR_CALM ("too many pings") doubles the interval for its next
+** connections, as gRPC's clients do. Defaults 30000 and 10000 (gRPC's guidance: not more often
+** than the server allows; grpcio servers allow one every 5 minutes without streams, any with).
+** Connections are shared only by clients with the same settings. Since 0.5. */
+SPC_API spc_status spc_options_set_keepalive(spc_options *options, uint32_t interval_ms,
+                                             uint32_t timeout_ms);
 
 /* The most detailed level passed to the log callback. Default SPC_LOG_WARNING. */
 SPC_API spc_status spc_options_set_log_level(spc_options *options, spc_log_level level);

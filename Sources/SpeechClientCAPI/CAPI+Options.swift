@@ -133,6 +133,23 @@ public func spc_options_set_context_limit_ms(_ options: OpaquePointer?, _ ms: UI
 }
 
 @c @implementation
+public func spc_options_set_stream_budget(_ options: OpaquePointer?, _ maxBytes: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setStreamBudget(bytes: Int(maxBytes)) }
+}
+
+@c @implementation
+public func spc_options_set_drain_timeout_ms(_ options: OpaquePointer?, _ ms: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setDrainTimeout(milliseconds: Int(ms)) }
+}
+
+@c @implementation
+public func spc_options_set_keepalive(_ options: OpaquePointer?, _ intervalMs: UInt32, _ timeoutMs: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in
+        try o.setKeepalive(intervalMilliseconds: Int(intervalMs), timeoutMilliseconds: Int(timeoutMs))
+    }
+}
+
+@c @implementation
 public func spc_options_set_log_level(_ options: OpaquePointer?, _ level: spc_log_level) -> spc_status {
     update(options) { (o) throws(SpeechClientError) in try o.setLogLevel(Int32(bitPattern: level.rawValue)) }
 }

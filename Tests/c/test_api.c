@@ -283,6 +283,9 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_reconnect(NULL, 6, 200, 5000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_replay_buffer_ms(NULL, 30000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_context_limit_ms(NULL, 270000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_stream_budget(NULL, 900000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_drain_timeout_ms(NULL, 10000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_keepalive(NULL, 30000, 10000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_segment_cb(NULL, on_segment, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_error_cb(NULL, on_error, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_start_cb(NULL, on_start, NULL), SPC_ERROR_INVALID_ARGUMENT);
@@ -429,6 +432,20 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_context_limit_ms(o, 999), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_context_limit_ms(o, 3600001), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_context_limit_ms(o, 270000), SPC_OK);
+    /* 0.5: bounded streams, drain timeout, keepalive, unlimited reconnection. */
+    CHECK_STATUS(spc_options_set_reconnect(o, SPC_RECONNECT_UNLIMITED, 200, 5000), SPC_OK);
+    CHECK_STATUS(spc_options_set_reconnect(o, SPC_RECONNECT_UNLIMITED - 1, 200, 5000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_stream_budget(o, 65535), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_stream_budget(o, 1073741825u), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_stream_budget(o, 65536), SPC_OK);
+    CHECK_STATUS(spc_options_set_stream_budget(o, 900000), SPC_OK);
+    CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 99), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 600001), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 10000), SPC_OK);
+    CHECK_STATUS(spc_options_set_keepalive(o, 999, 10000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_keepalive(o, 30000, 99), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_keepalive(o, 0, 10000), SPC_OK);
+    CHECK_STATUS(spc_options_set_keepalive(o, 30000, 10000), SPC_OK);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)99), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)5), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)-1), SPC_ERROR_INVALID_ARGUMENT);

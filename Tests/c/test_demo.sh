@@ -9,6 +9,15 @@ check() { if ! eval "$1"; then echo "test_demo.sh: FAILED: $2"; fail=1; fi; }
 "$demo" --help >/dev/null; check "[ $? = 0 ]" "--help exits 0"
 "$demo" --version | grep -q "speechclient-demo"; check "[ $? = 0 ]" "--version prints the name"
 "$demo" --no-such-option >/dev/null 2>&1; check "[ $? = 2 ]" "an unknown option exits 2"
+# Every option the demo parses is in its --help, its README and its man page.
+top=$(cd "$(dirname "$0")/../.." && pwd)
+help=$("$demo" --help)
+for flag in $(grep -o 'strcmp(arg, "--[a-z-]*")' "$top/bindings/c/speechclient-demo.c" | grep -o -- '--[a-z-]*'); do
+  check "grep -q -- '$flag' <<<\"\$help\"" "$flag is missing from --help"
+  check "grep -q -- '\`$flag' '$top/bindings/c/README.md'" "$flag is missing from bindings/c/README.md"
+  man=$(sed 's/\\-/-/g' "$top/debian/speechclient-demo.1")
+  check "grep -q -- '$flag' <<<\"\$man\"" "$flag is missing from debian/speechclient-demo.1"
+done
 "$demo" >/dev/null 2>&1; check "[ $? = 2 ]" "no source exits 2"
 "$demo" --file a.wav --mic >/dev/null 2>&1; check "[ $? = 2 ]" "two sources exit 2"
 "$demo" --file >/dev/null 2>&1; check "[ $? = 2 ]" "--file without a value exits 2"

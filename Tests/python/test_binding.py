@@ -184,6 +184,10 @@ def test_exceptions_fit_pythons_own_hierarchy():
     (dict(io="kernel"), "io='kernel'"),
     (dict(io=7), "7"),
     (dict(reconnect=(101, 200, 5000)), "reconnect=(101, 200, 5000)"),
+    (dict(stream_budget=1000), "stream_budget=1000"),
+    (dict(drain_timeout_ms=10), "drain_timeout_ms=10"),
+    (dict(keepalive=(500, 10000)), "keepalive=(500, 10000)"),
+    (dict(keepalive=5000), "keepalive=5000"),
 ])
 def test_a_rejected_option_raises_invalid_argument_naming_it_and_its_value(kwargs, text):
     args = dict(url=UNREACHABLE, app_id="a")
@@ -254,6 +258,11 @@ def test_every_option_is_accepted(tmp_path, cache_dir):
                                                                                 "vocabulary": ["a", "b"]},
                    log_level=sc.LogLevel.DEBUG, identity_url="https://login.example.invalid",
                    reconnect=(0, 1, 1), replay_buffer_ms=1000, context_limit_ms=1000) as c:
+        assert c.state == sc.State.IDLE
+    # 0.5: bounded streams, drain timeout, keepalive, unlimited reconnection (None).
+    with sc.Client(url=UNREACHABLE, app_id="a", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir,
+                   reconnect=(None, 200, 5000), stream_budget=65536, drain_timeout_ms=100,
+                   keepalive=(0, 100)) as c:
         assert c.state == sc.State.IDLE
 
 
@@ -985,11 +994,11 @@ def test_hands_free_enums_are_the_headers():
 
 
 def test_binding_version_is_the_headers():
-    assert _native.SPC_VERSION_STRING == "0.4.1" == sc.__version__
+    assert _native.SPC_VERSION_STRING == "0.5.0" == sc.__version__
     text = (ROOT / "include" / "speechclient.h").read_text()
     assert f'#define SPC_VERSION_STRING "{_native.SPC_VERSION_STRING}"' in text
     assert f"#define SPC_VERSION_NUMBER {_native.SPC_VERSION_NUMBER}" in text
-    assert 'version = "0.4.1"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
+    assert 'version = "0.5.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
 
 
 @needs_hands_free

@@ -258,6 +258,17 @@ static void usage(FILE *to) {
         "  --hands-free       listen: speech opens a context, a pause closes it (until the end or Ctrl-C)\n"
         "  --wakeword PHRASE  as --hands-free, showing only contexts where PHRASE was heard\n"
         "  --levels           with --json: the level of each chunk in dBFS\n"
+        "  --reconnect N[,INITIAL_MS,MAX_MS]\n"
+        "                     reconnect attempts without progress, 0-100 or 'unlimited', and the\n"
+        "                     backoff (default 6,200,5000)\n"
+        "  --replay-buffer-ms N  audio kept for replay after a reconnection, 1000-600000 (default 30000)\n"
+        "  --context-limit-ms N  a server context (and stream) moves on at a pause after this,\n"
+        "                     1000-3600000 (default 270000)\n"
+        "  --stream-budget BYTES  request bytes per HTTP/2 stream, 65536-1073741824 (default 900000)\n"
+        "  --drain-timeout-ms N  after GOAWAY, move a context to a new connection within this,\n"
+        "                     100-600000 (default 10000)\n"
+        "  --keepalive-ms INTERVAL[,TIMEOUT]  HTTP/2 PING after INTERVAL ms without traffic (0: off),\n"
+        "                     dead after TIMEOUT ms without an answer (default 30000,10000)\n"
         "  --json             one JSON object per line (stable format, see the source)\n"
         "  --verbose          library log lines on stderr\n"
         "  --version, --help\n");
@@ -292,7 +303,32 @@ struct settings {
     const char *wakeword;
     int insecure, verbose, hands_free, levels;
     long chunk_ms;
+    /* -1: not given (the library's default). */
+    long reconnect_attempts, reconnect_initial_ms, reconnect_max_ms;
+    long replay_buffer_ms, context_limit_ms, stream_budget, drain_timeout_ms;
+    long keepalive_ms, keepalive_timeout_ms;
 };
+
+/* Parses "A" or "A,B" or "A,B,C" (whole numbers; the first in [min, max], or 'unlimited', read
+** as -2, when allow_unlimited) into out[0..count-1]; returns how many were given, 0 when bad. */
+static int parse_list(const char *text, long min, long max, int allow_unlimited, long *out, int count) {
+    char part[32];
+    int n = 0;
+    const char *p = text;
+    while (n < count) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len >= sizeof part) return 0;
+        memcpy(part, p, len);
+        part[len] = '\0';
+        if (n == 0 && allow_unlimited && !strcmp(part, "unlimited")) out[n] = -2;
+        else if (!parse_number(part, n == 0 ? min : 0, n == 0 ? max : INT32_MAX, &out[n])) return 0;
+        n++;
+        if (!comma) return n;
+        p = comma + 1;
+    }
+    return 0;  /* more values than expected */
+}
 
 static int configure(spc_options *o, const struct settings *a, struct demo *d) {
     struct { spc_status status; const char *what; const char *value; } checks[] = {
@@ -326,6 +362,20 @@ static int configure(spc_options *o, const struct settings *a, struct demo *d) {
     } else if (a->hands_free && (s = spc_options_set_activation(o, SPC_ACTIVATION_VOICE)) != SPC_OK) {
         return failed("spc_options_set_activation", s);
     }
+    if (a->reconnect_attempts != -1 &&
+        spc_options_set_reconnect(o, a->reconnect_attempts == -2 ? SPC_RECONNECT_UNLIMITED : (uint32_t)a->reconnect_attempts,
+                                  (uint32_t)a->reconnect_initial_ms, (uint32_t)a->reconnect_max_ms) != SPC_OK)
+        return usage_error("bad --reconnect (attempts 0-100 or unlimited, initial 1-60000 ms, max initial-600000 ms)", NULL);
+    if (a->replay_buffer_ms >= 0 && spc_options_set_replay_buffer_ms(o, (uint32_t)a->replay_buffer_ms) != SPC_OK)
+        return usage_error("bad --replay-buffer-ms (1000-600000)", NULL);
+    if (a->context_limit_ms >= 0 && spc_options_set_context_limit_ms(o, (uint32_t)a->context_limit_ms) != SPC_OK)
+        return usage_error("bad --context-limit-ms (1000-3600000)", NULL);
+    if (a->stream_budget >= 0 && spc_options_set_stream_budget(o, (uint32_t)a->stream_budget) != SPC_OK)
+        return usage_error("bad --stream-budget (65536-1073741824 bytes)", NULL);
+    if (a->drain_timeout_ms >= 0 && spc_options_set_drain_timeout_ms(o, (uint32_t)a->drain_timeout_ms) != SPC_OK)
+        return usage_error("bad --drain-timeout-ms (100-600000)", NULL);
+    if (a->keepalive_ms >= 0 && spc_options_set_keepalive(o, (uint32_t)a->keepalive_ms, (uint32_t)a->keepalive_timeout_ms) != SPC_OK)
+        return usage_error("bad --keepalive-ms (interval 0 or 1000-3600000, timeout 100-600000)", NULL);
     if ((s = spc_options_set_listen_cb(o, on_listen, d)) != SPC_OK) return failed("spc_options_set_listen_cb", s);
     if (a->levels && (s = spc_options_set_level_cb(o, on_level, d)) != SPC_OK) return failed("spc_options_set_level_cb", s);
     return 0;
@@ -368,6 +418,8 @@ int main(int argc, char **argv) {
     a.url = getenv("SPEECHCLIENT_URL");
     if (!a.url || !a.url[0]) a.url = "grpc://127.0.0.1:50051";
     a.app_id = "speechclient-demo";
+    a.reconnect_attempts = a.replay_buffer_ms = a.context_limit_ms = a.stream_budget = -1;
+    a.drain_timeout_ms = a.keepalive_ms = -1;
     long timeout_ms = 120000;
     struct demo d;
     memset(&d, 0, sizeof d);
@@ -404,6 +456,38 @@ int main(int argc, char **argv) {
         else if (!strcmp(arg, "--hands-free")) a.hands_free = 1;
         else if (!strcmp(arg, "--wakeword")) { VALUE(); a.wakeword = next; }
         else if (!strcmp(arg, "--levels")) a.levels = 1;
+        else if (!strcmp(arg, "--reconnect")) {
+            VALUE();
+            long v[3] = {0, 200, 5000};
+            int n = parse_list(next, 0, 100, 1, v, 3);
+            if (n == 0 || n == 2) return usage_error("--reconnect needs ATTEMPTS (0-100 or unlimited) or ATTEMPTS,INITIAL_MS,MAX_MS, not", next);
+            a.reconnect_attempts = v[0];
+            a.reconnect_initial_ms = v[1];
+            a.reconnect_max_ms = v[2];
+        }
+        else if (!strcmp(arg, "--replay-buffer-ms")) {
+            VALUE();
+            if (!parse_number(next, 0, INT32_MAX, &a.replay_buffer_ms)) return usage_error("--replay-buffer-ms needs a number of milliseconds, not", next);
+        }
+        else if (!strcmp(arg, "--context-limit-ms")) {
+            VALUE();
+            if (!parse_number(next, 0, INT32_MAX, &a.context_limit_ms)) return usage_error("--context-limit-ms needs a number of milliseconds, not", next);
+        }
+        else if (!strcmp(arg, "--stream-budget")) {
+            VALUE();
+            if (!parse_number(next, 0, INT32_MAX, &a.stream_budget)) return usage_error("--stream-budget needs a number of bytes, not", next);
+        }
+        else if (!strcmp(arg, "--drain-timeout-ms")) {
+            VALUE();
+            if (!parse_number(next, 0, INT32_MAX, &a.drain_timeout_ms)) return usage_error("--drain-timeout-ms needs a number of milliseconds, not", next);
+        }
+        else if (!strcmp(arg, "--keepalive-ms")) {
+            VALUE();
+            long v[2] = {0, 10000};
+            if (parse_list(next, 0, INT32_MAX, 0, v, 2) == 0) return usage_error("--keepalive-ms needs INTERVAL or INTERVAL,TIMEOUT in milliseconds, not", next);
+            a.keepalive_ms = v[0];
+            a.keepalive_timeout_ms = v[1];
+        }
         else if (!strcmp(arg, "--json")) d.json = 1;
         else if (!strcmp(arg, "--verbose")) a.verbose = 1;
         else return usage_error("unknown option", arg);

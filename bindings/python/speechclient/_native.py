@@ -21,10 +21,10 @@ from typing import List
 
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h).
 SPC_VERSION_MAJOR = 0
-SPC_VERSION_MINOR = 4
-SPC_VERSION_PATCH = 1
-SPC_VERSION_STRING = "0.4.1"
-SPC_VERSION_NUMBER = 4001
+SPC_VERSION_MINOR = 5
+SPC_VERSION_PATCH = 0
+SPC_VERSION_STRING = "0.5.0"
+SPC_VERSION_NUMBER = 5000
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
@@ -308,6 +308,15 @@ spc_io_fd = _optional_fn("spc_io_fd", c_int)
 spc_io_process = _optional_fn("spc_io_process", c_status, POINTER(c_uint32))
 # spc_status spc_io_dispatch(uint32_t *out_ready, uint32_t *out_callbacks); (since 0.4)
 spc_io_dispatch = _optional_fn("spc_io_dispatch", c_status, POINTER(c_uint32), POINTER(c_uint32))
+# Bounded streams and connection settings (since 0.5).
+# spc_status spc_options_set_stream_budget(spc_options *options, uint32_t max_bytes);
+spc_options_set_stream_budget = _optional_fn("spc_options_set_stream_budget", c_status, options_p, c_uint32)
+# spc_status spc_options_set_drain_timeout_ms(spc_options *options, uint32_t ms);
+spc_options_set_drain_timeout_ms = _optional_fn("spc_options_set_drain_timeout_ms", c_status, options_p, c_uint32)
+# spc_status spc_options_set_keepalive(spc_options *options, uint32_t interval_ms, uint32_t timeout_ms);
+spc_options_set_keepalive = _optional_fn("spc_options_set_keepalive", c_status, options_p, c_uint32, c_uint32)
+#: max_attempts of spc_options_set_reconnect that never gives up (since 0.5).
+SPC_RECONNECT_UNLIMITED = 0xFFFFFFFF
 # Hands-free listening (since 0.2).
 # spc_status spc_options_set_activation(spc_options *options, spc_activation mode);
 spc_options_set_activation = _optional_fn("spc_options_set_activation", c_status, options_p, c_activation)
@@ -404,6 +413,9 @@ HAS_STATE_AND_DELIVERY = None not in (spc_options_set_state_cb, spc_options_set_
 #: Whether the loaded library has application-driven network I/O (0.3).
 HAS_APPLICATION_IO = None not in (spc_options_set_io, spc_io_fd, spc_io_process)
 HAS_IO_DISPATCH = spc_io_dispatch is not None
+#: Whether the loaded library has stream budgets, drain timeouts and keepalive settings (0.5).
+HAS_CONNECTION_SETTINGS = None not in (spc_options_set_stream_budget, spc_options_set_drain_timeout_ms,
+                                       spc_options_set_keepalive)
 #: Whether the loaded library has hands-free listening and audio levels (0.2).
 HAS_HANDS_FREE = None not in (spc_options_set_activation, spc_options_set_wakeword, spc_options_set_vad,
                               spc_options_set_endpointing, spc_options_set_listen_cb, spc_options_set_level_cb)

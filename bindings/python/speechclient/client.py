@@ -367,7 +367,9 @@ class Client:
                  context_options: Optional[Mapping[str, Union[str, Iterable[str]]]] = None,
                  log_level: n.LogLevel = n.LogLevel.WARNING, identity_url: Optional[str] = None,
                  reconnect: Optional[Tuple[int, int, int]] = None, replay_buffer_ms: Optional[int] = None,
-                 context_limit_ms: Optional[int] = None, delivery: Union[str, n.Delivery] = "thread",
+                 context_limit_ms: Optional[int] = None, stream_budget: Optional[int] = None,
+                 drain_timeout_ms: Optional[int] = None, keepalive: Optional[Tuple[int, int]] = None,
+                 delivery: Union[str, n.Delivery] = "thread",
                  io: Union[str, n.NetworkIO] = "library",
                  activation: Optional[Union[str, n.Activation]] = None, wakeword: Optional[str] = None,
                  vad: Optional[Mapping[Union[str, n.VadParam], float]] = None,
@@ -419,6 +421,15 @@ class Client:
         if self.io != n.NetworkIO.LIBRARY and not n.HAS_APPLICATION_IO:
             raise _option_error("io", f"io='application': {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
                                       f"without application-driven network I/O (0.3)")
+        if not n.HAS_CONNECTION_SETTINGS:
+            for name, wanted in (("stream_budget", stream_budget is not None),
+                                 ("drain_timeout_ms", drain_timeout_ms is not None),
+                                 ("keepalive", keepalive is not None),
+                                 ("reconnect", reconnect is not None and reconnect[0] is None)):
+                if wanted:
+                    raise _option_error(name, f"{name}: {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
+                                              f"without stream budgets, drain timeouts, keepalive settings and "
+                                              f"unlimited reconnection (0.5)")
         self.activation: n.Activation = _activation(activation, wakeword)
         levels = bool(levels) or on_level is not None
         if not n.HAS_HANDS_FREE:
@@ -500,16 +511,32 @@ class Client:
             _check_option(n.spc_options_set_log_level(opts, level), "log_level", level)
             if reconnect is not None:
                 attempts, initial, maximum = reconnect
-                _check_option(n.spc_options_set_reconnect(opts, _u32("reconnect", attempts), _u32("reconnect", initial),
+                # None: never give up (SPC_RECONNECT_UNLIMITED).
+                raw_attempts = n.SPC_RECONNECT_UNLIMITED if attempts is None else _u32("reconnect", attempts)
+                _check_option(n.spc_options_set_reconnect(opts, raw_attempts, _u32("reconnect", initial),
                                                           _u32("reconnect", maximum)),
                               "reconnect", (attempts, initial, maximum),
-                              "max_attempts 0-100, initial_delay_ms 1-60000, max_delay_ms initial-600000")
+                              "max_attempts 0-100 or None (unlimited), initial_delay_ms 1-60000, "
+                              "max_delay_ms initial-600000")
             if replay_buffer_ms is not None:
                 _check_option(n.spc_options_set_replay_buffer_ms(opts, _u32("replay_buffer_ms", replay_buffer_ms)),
                               "replay_buffer_ms", replay_buffer_ms, "1000-600000 ms")
             if context_limit_ms is not None:
                 _check_option(n.spc_options_set_context_limit_ms(opts, _u32("context_limit_ms", context_limit_ms)),
                               "context_limit_ms", context_limit_ms, "1000-3600000 ms")
+            if stream_budget is not None:
+                _check_option(n.spc_options_set_stream_budget(opts, _u32("stream_budget", stream_budget)),
+                              "stream_budget", stream_budget, "65536-1073741824 bytes")
+            if drain_timeout_ms is not None:
+                _check_option(n.spc_options_set_drain_timeout_ms(opts, _u32("drain_timeout_ms", drain_timeout_ms)),
+                              "drain_timeout_ms", drain_timeout_ms, "100-600000 ms")
+            if keepalive is not None:
+                try:
+                    interval, timeout = keepalive
+                except (TypeError, ValueError):
+                    raise _option_error("keepalive", f"keepalive={keepalive!r}: must be (interval_ms, timeout_ms)") from None
+                _check_option(n.spc_options_set_keepalive(opts, _u32("keepalive", interval), _u32("keepalive", timeout)),
+                              "keepalive", (interval, timeout), "interval_ms 0 (off) or 1000-3600000, timeout_ms 100-600000")
             if n.spc_options_set_delivery is not None:
                 _check_option(n.spc_options_set_delivery(opts, int(self.delivery)), "delivery",
                               self.delivery.name.lower())
