@@ -268,15 +268,21 @@ class Replicas:
     def pid(self, i: int) -> int:
         return self.servers[i].proc.pid
 
-    def serving(self, baseline=None) -> int:
-        """The replica receiving the audio: the one whose accepted connections received the most
-        bytes since `baseline` (a received_bytes() snapshot), from `ss`."""
-        now = self.received_bytes()
-        base = baseline or {}
-        per = [0] * len(self.ports)
-        for key, n in now.items():
-            per[self.ports.index(key[0])] += n - base.get(key, 0)
-        return max(range(len(per)), key=per.__getitem__)
+    def serving(self, baseline=None, window_s: float = 0.3) -> int:
+        """The replica receiving the audio now: the one whose accepted connections received the
+        most bytes in the next window_s seconds, from `ss`; when none received anything then
+        (a file already sent in full), the most since `baseline` (a received_bytes() snapshot)."""
+        def per_replica(now, base):
+            per = [0] * len(self.ports)
+            for key, n in now.items():
+                per[self.ports.index(key[0])] += n - base.get(key, 0)
+            return per
+        first = self.received_bytes()
+        time.sleep(window_s)
+        recent = per_replica(self.received_bytes(), first)
+        if max(recent) <= 0:
+            recent = per_replica(first, baseline or {})
+        return max(range(len(recent)), key=recent.__getitem__)
 
     def received_bytes(self) -> dict:
         """{(replica port, peer port): bytes received} of the replicas' established connections."""
