@@ -138,7 +138,7 @@ final class ClientWorker: @unchecked Sendable {
 
     /// The source is being read and can take audio now (a file waits while a reconnection is
     /// pending: nothing would take its audio but the replay buffer; a microphone is read all the same).
-    private var pumpWanted: Bool { pumping && !(isFile && (reconnect != nil || current == nil)) }
+    private var pumpWanted: Bool { pumping && !(isFile && (reconnect != nil || (contextOpen && !stopSent && current == nil))) }
 
     /// The earliest time a lane on a going-away connection must move.
     private var moveDeadline: UInt64? { lanes.values.compactMap(\.moveBy).min() }
