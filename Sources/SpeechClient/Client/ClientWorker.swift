@@ -644,7 +644,9 @@ final class ClientWorker: @unchecked Sendable {
     /// Whether a lane's responses wait: an earlier lane (by its audio) is still open.
     private func isHeld(_ gen: Int) -> Bool {
         guard let lane = lanes[gen] else { return false }
+        // A lost earlier lane waiting to be replaced holds it as well: its words come first.
         return lanes.contains { $0.key != gen && ($0.value.start, $0.key) < (lane.start, gen) }
+            || repairs.contains { $0.from < lane.start }
     }
 
     private var releasingHeld = false
@@ -656,6 +658,7 @@ final class ClientWorker: @unchecked Sendable {
         releasingHeld = true
         defer { releasingHeld = false }
         while contextOpen, let (gen, lane) = lanes.min(by: { ($0.value.start, $0.key) < ($1.value.start, $1.key) }) {
+            if isHeld(gen) { return }
             if let response = lane.held.first {
                 lanes[gen]?.held.removeFirst()
                 handleResponse(response, lane: gen)
