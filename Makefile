@@ -72,7 +72,7 @@ install: $(if $(NO_BUILD),,all)
 		-L$(BUILD) -lspeechclient -o $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 	$(STRIP) $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 
-test: test-swift lib test-c test-abi test-python test-old-library test-server test-e2e test-faults test-packaging
+test: test-swift lib test-c test-abi test-python test-old-library test-server test-e2e test-faults test-proxies test-packaging
 
 test-swift:
 	$(SWIFT) test
