@@ -159,6 +159,11 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
                 var e = GRPCStatus.error(status: grpc, message: "HTTP status \(httpStatus) instead of 200 from \(peer)", path: path)
                     ?? SpeechClientError(.api, "HTTP status \(httpStatus)")
                 if grpc == GRPCStatus.unknown { e.code = .api }
+                if httpStatus == "413" {
+                    // A proxy's request size cap (nginx client_max_body_size): retrying the same
+                    // way fails again; the stream budget must be below the cap.
+                    e.message += ": the request was larger than a proxy allows; set a smaller stream budget (spc_options_set_stream_budget) than the proxy's limit"
+                }
                 fail(e)
                 return
             }
