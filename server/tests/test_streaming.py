@@ -201,6 +201,35 @@ def test_whisper_skips_tentative_decodes_while_audio_waits():
     assert max(length for _, length, _ in model.calls) <= 15.0
 
 
+def test_whisper_tentative_decodes_take_turns_without_queueing(monkeypatch):
+    """Streams share one decoder. A tentative decode is skipped while another runs (not queued
+    behind it), and the next free turn goes to the stream that has waited longest; a stream that
+    stopped asking is not waited for. Decodes at the bound and the end always run."""
+    eng = engine(ScriptedWhisper([(" hello", 0.2, 0.6)]))
+    assert eng.turn(1)          # free: stream 1 decodes
+    assert not eng.turn(2)      # busy: stream 2 skips, and is now waiting
+    eng.lock.release()
+    assert not eng.turn(3)      # free, but stream 2 has waited longer
+    assert eng.turn(2)
+    eng.lock.release()
+    assert eng.turn(3)
+    eng.lock.release()
+    assert eng.turn(3)          # again: nobody waits
+    eng.lock.release()
+    assert eng.turn(4) and not eng.turn(5)
+    eng.lock.release()
+    monkeypatch.setattr(WhisperEngine, "STALE_S", 0.0)  # 5 stopped asking: 6 does not wait for it
+    assert eng.turn(6)
+    eng.lock.release()
+
+    rec = eng.recognizer()
+    eng.lock.acquire()          # another stream's decode runs
+    assert rec.feed(audio(0, 1.0)) is None and eng.model.calls == []
+    eng.lock.release()
+    assert rec.feed(audio(1.0, 0.1)) == [("hello", 200, 600)]
+    assert len(eng.model.calls) == 1
+
+
 def test_whisper_bound_without_any_sentence_end():
     """Run-on speech: no sentence end, no pause. The bound still cuts (at the last word a second
     before the window's end) and every word comes out final once."""
