@@ -166,7 +166,8 @@ public final class Client: @unchecked Sendable, InlineDelivery {
                                  configuration: configuration)
         let cache = TokenCache(directory: options.cacheDir ?? DeviceIdentity.defaultCacheDirectory())
         let identity = IdentityClient(channel: identityChannel, cache: cache, deviceId: deviceId,
-                                      appId: options.appId, projectId: options.projectId)
+                                      appId: options.appId, projectId: options.projectId,
+                                      server: identityServer.description)
         return SpeechlyService(channel: channel, identity: identity) { level, message in log.client?.log(level, message) }
     }
 

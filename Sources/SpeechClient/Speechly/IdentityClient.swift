@@ -13,18 +13,21 @@ public final class IdentityClient: @unchecked Sendable {
     private let timeoutMilliseconds: Int
     private let now: @Sendable () -> Int64
 
+    /// `server` names the login server in the cache key: a token from one server is never offered
+    /// to another (issue 18: switching servers gave a spurious reconnection, and prepare-on-init's
+    /// check of the credentials was defeated by another server's token).
     public init(channel: any GRPCCalling, cache: TokenCache, deviceId: String, appId: String?, projectId: String?,
-                refreshMarginSeconds: Int64 = 600, timeoutMilliseconds: Int = 10_000,
+                server: String = "", refreshMarginSeconds: Int64 = 600, timeoutMilliseconds: Int = 10_000,
                 now: @escaping @Sendable () -> Int64 = WallClock.nowSeconds) {
         self.channel = channel
         self.cache = cache
         self.deviceId = deviceId
         if let projectId {
             scope = .project(projectId: projectId)
-            cacheScope = "project:" + projectId
+            cacheScope = (server.isEmpty ? "" : server + "\n") + "project:" + projectId
         } else {
             scope = .application(appId: appId ?? "", configId: nil)
-            cacheScope = "app:" + (appId ?? "")
+            cacheScope = (server.isEmpty ? "" : server + "\n") + "app:" + (appId ?? "")
         }
         self.refreshMarginSeconds = refreshMarginSeconds
         self.timeoutMilliseconds = timeoutMilliseconds

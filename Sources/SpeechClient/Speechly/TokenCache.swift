@@ -24,14 +24,19 @@ public final class TokenCache: @unchecked Sendable {
         }
     }
 
-    /// The file name for a key: hex of the key's bytes, so no id can escape the directory.
+    /// The file name for a key: hex of its first 64 bytes (so no id can escape the directory)
+    /// and a 64-bit FNV-1a hash of the whole key (two long keys with the same start differ).
     static func fileName(scope: String, deviceId: String) -> String {
-        let key = scope + "\n" + deviceId
-        let hex = key.utf8.map { b -> String in
+        let key = Array((scope + "\n" + deviceId).utf8)
+        func hex(_ b: UInt8) -> String {
             let s = String(b, radix: 16)
             return s.count == 1 ? "0" + s : s
-        }.joined()
-        return "token-" + String(hex.prefix(200))
+        }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in key { hash = (hash ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+        var h = String(hash, radix: 16)
+        while h.count < 16 { h = "0" + h }
+        return "token-" + key.prefix(64).map(hex).joined() + "-" + h
     }
 
     public func load(scope: String, deviceId: String) -> String? {

@@ -89,6 +89,21 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
         #expect(stat(file, &st) == 0 && st.st_mode & 0o777 == 0o600)
     }
 
+    @Test func tokensOfTwoServersAreKeptApart() throws {
+        let dir = temporaryDirectory() + "/cache"
+        let channel = FakeIdentityChannel()
+        let a = IdentityClient(channel: channel, cache: TokenCache(directory: dir), deviceId: "d", appId: "a", projectId: nil,
+                               server: "grpc://one:1")
+        let t1 = try a.token().token
+        let b = IdentityClient(channel: channel, cache: TokenCache(directory: dir), deviceId: "d", appId: "a", projectId: nil,
+                               server: "grpc://two:2")
+        #expect(try b.token().token != t1)
+        #expect(channel.logins.load(ordering: .relaxed) == 2)
+        // Keys longer than the readable part of the name still differ.
+        let long = String(repeating: "x", count: 300)
+        #expect(TokenCache.fileName(scope: long + "1", deviceId: "d") != TokenCache.fileName(scope: long + "2", deviceId: "d"))
+    }
+
     @Test func tokenCloseToExpiryIsRefreshed() throws {
         let channel = FakeIdentityChannel(validity: 300)   // less than the 600 s margin
         let id = IdentityClient(channel: channel, cache: TokenCache(directory: nil), deviceId: "d", appId: "a", projectId: nil)
