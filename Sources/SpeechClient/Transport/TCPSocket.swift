@@ -34,15 +34,23 @@ public final class TCPSocket: @unchecked Sendable {
         }
         defer { freeaddrinfo(first) }
         var lastError = SpeechClientError(.network, "no address for host '\(host)'")
+        var left = 0
+        var counted: UnsafeMutablePointer<addrinfo>? = first
+        while let ai = counted { left += 1; counted = ai.pointee.ai_next }
         var entry: UnsafeMutablePointer<addrinfo>? = first
         while let ai = entry {
             entry = ai.pointee.ai_next
+            // An address that does not answer gets its share of the time left, not all of it:
+            // the next address of a host with several (replicas, IPv6 and IPv4) is tried.
+            let now = Clock.monotonicNanos()
+            let share = deadline > now ? now + (deadline - now) / UInt64(max(left, 1)) : deadline
+            left -= 1
             do throws(SpeechClientError) {
                 try cancellation?.check()
-                return try connectOne(ai.pointee, host: host, port: port, deadline: deadline, cancellation: cancellation)
+                return try connectOne(ai.pointee, host: host, port: port, deadline: share, cancellation: cancellation)
             } catch {
                 lastError = error
-                if error.code == .timeout || cancellation?.isCancelled == true { break }
+                if cancellation?.isCancelled == true || Clock.monotonicNanos() >= deadline { break }
             }
         }
         throw lastError
