@@ -169,6 +169,17 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(reply == Array("ok".utf8))
     }
 
+    @Test func gracefulGoawayTellsTheStreamItCovers() throws {
+        // The stream may finish, but hears that its connection is going away (so a context can
+        // move to a new connection at its next pause: issue 18).
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_013)))
+        let events = EventCollector()
+        let call = try ch.openStreamingCall(path: "/fault.Fault/GoAwayGraceful", metadata: []) { events.handle($0) }
+        call.halfClose()
+        #expect(events.waitClosed() == .some(nil))
+        #expect(events.goingAway == 1)
+    }
+
     @Test func serverThatStopsReadingFailsTheCallWithBoundedMemory() throws {
         let limit = 64 * 1024
         let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_004),
