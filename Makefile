@@ -170,6 +170,7 @@ sanitize:
 .PHONY: bench
 bench:
 	$(PYTHON) bench/run.py
+	$(PYTHON) bench/rotation.py
 
 # Soak (issue 9): 200 real-time streams for 10 minutes, RSS sampled; prints the slope.
 .PHONY: soak
