@@ -56,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct demo {
@@ -66,7 +67,14 @@ struct demo {
     char last[512];      /* the last tentative text shown: updates that only add an intent or
                          ** an entity do not repeat the line */
     pthread_mutex_t out; /* callbacks run on one library thread; main prints too */
+    long long progress_ms; /* when the last result or event arrived (monotonic), under out */
 };
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void print_json_string(const char *s) {
     putchar('"');
@@ -96,6 +104,7 @@ static void on_segment(spc_client *client, const spc_segment *segment, void *use
     struct demo *d = user_data;
     (void)client;
     pthread_mutex_lock(&d->out);
+    d->progress_ms = now_ms();
     if (d->json) {
         printf("%s\n", spc_segment_json(segment));
     } else if (spc_segment_is_final(segment)) {
@@ -254,7 +263,8 @@ static void usage(FILE *to) {
         "  --insecure         skip TLS verification (development only)\n"
         "  --cache-dir DIR    token and device-id cache\n"
         "  --chunk-ms N       audio message duration, 20-1000 (default 100)\n"
-        "  --timeout-ms N     how long to wait for the results of a file (default 120000)\n"
+        "  --timeout-ms N     a file: give up when no new result came for this long (default 120000;\n"
+        "                     -1: no limit); the microphone: how long to wait for the last results\n"
         "  --hands-free       listen: speech opens a context, a pause closes it (until the end or Ctrl-C)\n"
         "  --wakeword PHRASE  as --hands-free, showing only contexts where PHRASE was heard\n"
         "  --levels           with --json: the level of each chunk in dBFS\n"
@@ -529,8 +539,19 @@ int main(int argc, char **argv) {
     if ((s = spc_client_start(client)) != SPC_OK) {
         status = failed("spc_client_start", s);
     } else if (a.file) {
-        s = spc_client_wait_idle(client, (int32_t)timeout_ms);
-        if (s != SPC_OK) status = failed("waiting for the results", s);
+        /* A wait for progress, not a fixed total a long file could not meet: it gives up only
+        ** when no result came for timeout_ms. spc_client_free() then delivers the words of
+        ** segments the server never ended, as a final update. */
+        pthread_mutex_lock(&d.out);
+        d.progress_ms = now_ms();
+        pthread_mutex_unlock(&d.out);
+        while ((s = spc_client_wait_idle(client, 200)) == SPC_ERROR_TIMEOUT) {
+            pthread_mutex_lock(&d.out);
+            long long quiet = now_ms() - d.progress_ms;
+            pthread_mutex_unlock(&d.out);
+            if (timeout_ms >= 0 && quiet >= timeout_ms) break;
+        }
+        if (s != SPC_OK) status = failed("waiting for the results (no new result within --timeout-ms)", s);
     } else {
         status = run_microphone(client, &signals, timeout_ms);
     }

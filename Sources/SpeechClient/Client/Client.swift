@@ -474,6 +474,17 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         }
     }
 
+    /// An event from the worker's shutdown inside free (the last words of an unfinished
+    /// context): queued although the client is closing, before the callbacks are drained.
+    func emitWhileClosing(_ event: ClientEvent) {
+        let queued: Bool = lock.withLock {
+            guard !callbacksClosing else { return false }
+            pushEventLocked(event)
+            return true
+        }
+        if queued { wakeCallbackThread() }
+    }
+
     func emit(_ event: ClientEvent) {
         let queued: Bool = lock.withLock {
             guard !closing else { return false }

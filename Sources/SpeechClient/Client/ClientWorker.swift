@@ -206,9 +206,16 @@ final class ClientWorker: @unchecked Sendable {
         return false
     }
 
-    /// Called after the thread was joined: releases the streams and the source.
+    /// Called after the thread was joined: releases the streams and the source. Segments of an
+    /// open context that had words are delivered final first (their words unconfirmed): a free
+    /// after a wait that gave up drops nothing heard (issue 24).
     func shutdown() {
-        audioLock.withLock { releaseAll() }
+        audioLock.withLock {
+            if contextOpen {
+                for event in closeUnfinishedSegments(why: "the client was freed before the context finished") { client?.emitWhileClosing(event) }
+            }
+            releaseAll()
+        }
     }
 
     private func releaseAll() {

@@ -99,4 +99,20 @@ import Testing
         #expect(words.allSatisfy { !$0.2 })
         #expect(finals.log.lines.last == "stop ctx-1")
     }
+
+    @Test func freeingAClientThatGaveUpWaitingDeliversTheWordsHeard() throws {
+        // The server never answers the stop: a wait for the results times out, then the free
+        // delivers the segment's words as a final update (unconfirmed) instead of dropping them.
+        let finals = Finals()
+        let service = FakeRecognitionService(.init(ignoreStop: true, wordsFromAudio: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: finals.handler)
+        try client.start()
+        for k in 0..<3 { Self.chunk(k, pauseEvery: 0).withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 300) == false)
+        try client.close()
+        let words = finals.words.withLock { $0 }
+        #expect(words.map { $0.0 } == ["a1", "a2", "a3"])
+        #expect(words.allSatisfy { !$0.2 })
+    }
 }
