@@ -546,6 +546,16 @@ SPC_API spc_status spc_options_set_drain_timeout_ms(spc_options *options, uint32
 SPC_API spc_status spc_options_set_keepalive(spc_options *options, uint32_t interval_ms,
                                              uint32_t timeout_ms);
 
+/* Backpressure for pushed audio: spc_client_push_audio() waits up to ms (0-3600000) while the
+** audio of the context not yet final (sent and not finished by the server, or held during a
+** reconnection) plus these frames would outgrow the replay buffer, so that a stream lost at any
+** moment loses nothing (as a WAV file never gets further ahead). When the frames do not fit in
+** time it returns SPC_ERROR_TIMEOUT and takes none of them: push them again. Called from one of
+** the client's own callbacks it never waits. 0 (the default): never wait; audio beyond the buffer
+** is reported lost by an error, as for a microphone. Pushing faster than real time (a recording)
+** wants this. Since 0.5. */
+SPC_API spc_status spc_options_set_push_wait_ms(spc_options *options, uint32_t ms);
+
 /* The most detailed level passed to the log callback. Default SPC_LOG_WARNING. */
 SPC_API spc_status spc_options_set_log_level(spc_options *options, spc_log_level level);
 
@@ -658,7 +668,9 @@ SPC_API spc_status spc_client_get_state(const spc_client *client, spc_state *out
 ** taken). The data is copied. frame_count 0 is allowed. Not a push client:
 ** SPC_ERROR_INVALID_STATE. Never waits for a connect, a login or the library's threads (it
 ** takes only short locks): with SPC_ACTIVATION_MANUAL and those threads idle, a full chunk is
-** encoded and written to the socket on the calling thread; otherwise it is queued. */
+** encoded and written to the socket on the calling thread; otherwise it is queued. With
+** spc_options_set_push_wait_ms() it may wait for room in the replay buffer, and returns
+** SPC_ERROR_TIMEOUT (frames not taken) when none came in time. */
 SPC_API spc_status spc_client_push_audio(spc_client *client, const int16_t *frames,
                                          size_t frame_count);
 

@@ -150,6 +150,11 @@ public func spc_options_set_keepalive(_ options: OpaquePointer?, _ intervalMs: U
 }
 
 @c @implementation
+public func spc_options_set_push_wait_ms(_ options: OpaquePointer?, _ ms: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setPushWait(milliseconds: Int(ms)) }
+}
+
+@c @implementation
 public func spc_options_set_log_level(_ options: OpaquePointer?, _ level: spc_log_level) -> spc_status {
     update(options) { (o) throws(SpeechClientError) in try o.setLogLevel(Int32(bitPattern: level.rawValue)) }
 }

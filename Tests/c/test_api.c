@@ -286,6 +286,7 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_stream_budget(NULL, 900000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_drain_timeout_ms(NULL, 10000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_keepalive(NULL, 30000, 10000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_push_wait_ms(NULL, 0), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_segment_cb(NULL, on_segment, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_error_cb(NULL, on_error, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_start_cb(NULL, on_start, NULL), SPC_ERROR_INVALID_ARGUMENT);
@@ -446,6 +447,9 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_keepalive(o, 30000, 99), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_keepalive(o, 0, 10000), SPC_OK);
     CHECK_STATUS(spc_options_set_keepalive(o, 30000, 10000), SPC_OK);
+    CHECK_STATUS(spc_options_set_push_wait_ms(o, 3600001), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_push_wait_ms(o, 0), SPC_OK);
+    CHECK_STATUS(spc_options_set_push_wait_ms(o, 5000), SPC_OK);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)99), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)5), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)-1), SPC_ERROR_INVALID_ARGUMENT);

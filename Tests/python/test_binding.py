@@ -188,6 +188,7 @@ def test_exceptions_fit_pythons_own_hierarchy():
     (dict(drain_timeout_ms=10), "drain_timeout_ms=10"),
     (dict(keepalive=(500, 10000)), "keepalive=(500, 10000)"),
     (dict(keepalive=5000), "keepalive=5000"),
+    (dict(push_wait_ms=3600001), "push_wait_ms=3600001"),
 ])
 def test_a_rejected_option_raises_invalid_argument_naming_it_and_its_value(kwargs, text):
     args = dict(url=UNREACHABLE, app_id="a")
@@ -262,7 +263,7 @@ def test_every_option_is_accepted(tmp_path, cache_dir):
     # 0.5: bounded streams, drain timeout, keepalive, unlimited reconnection (None).
     with sc.Client(url=UNREACHABLE, app_id="a", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir,
                    reconnect=(None, 200, 5000), stream_budget=65536, drain_timeout_ms=100,
-                   keepalive=(0, 100)) as c:
+                   keepalive=(0, 100), push_wait_ms=1000) as c:
         assert c.state == sc.State.IDLE
 
 

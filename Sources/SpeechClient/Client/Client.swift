@@ -258,6 +258,29 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             return state == .starting || state == .listening
         }
         guard accepting, !frames.isEmpty else { return }
+        if options.pushWaitMilliseconds > 0, case .push(let rate, let channels) = options.audio {
+            // The samples these frames become at 16 kHz (the chunk in progress is counted above).
+            let count = frames.count / max(channels, 1) * 16_000 / max(rate, 1)
+            if !isOnCallbackThread, let w = lock.withLock({ worker }) {
+                // Backpressure (issue 18): wait, within the limit, while the audio not yet final would
+                // outgrow the replay buffer (a reconnection, a server falling behind), so a loss at any
+                // moment loses nothing. Not from a callback: that would wait for itself.
+                let deadline = Clock.monotonicNanos() + UInt64(options.pushWaitMilliseconds) * 1_000_000
+                let fits: Bool = w.audioLock.withLock {
+                    while !w.hasRoom(forSamples: count + 16 * options.chunkMilliseconds + pushedNotTaken.load(ordering: .relaxed)) {
+                        let now = Clock.monotonicNanos()
+                        if now >= deadline || lock.withLock({ closing }) { return false }
+                        // In slices: a free or a queued command is seen within 50 ms.
+                        _ = w.audioLock.wait(untilMonotonicNanos: min(deadline, now + 50_000_000))
+                    }
+                    return true
+                }
+                if !fits {
+                    // Not taken (nothing was converted yet): the caller may push these frames again.
+                    throw SpeechClientError(.timeout, "the pushed audio did not fit within \(options.pushWaitMilliseconds) ms: the audio not yet final fills the replay buffer (\(options.replayBufferMilliseconds) ms); push it again")
+                }
+            }
+        }
         let chunks = pushLock.withLock { () -> [[Int16]] in
             guard let converter = pushPath?.converter else { return [] }
             let samples = converter.process(int16: frames)
@@ -275,9 +298,15 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             idleWorker.takeDirect(chunks)
             idleWorker.audioLock.unlock()
         } else {
+            if options.pushWaitMilliseconds > 0 {
+                pushedNotTaken.add(chunks.reduce(0) { $0 + $1.count }, ordering: .relaxed)
+            }
             enqueue(.audio(chunks))
         }
     }
+
+    /// Pushed samples queued for the worker and not taken yet (counted by the push wait only).
+    let pushedNotTaken = Atomic<Int>(0)
 
     public func pushEnd() throws(SpeechClientError) {
         try lock.withLock { () throws(SpeechClientError) in

@@ -52,6 +52,17 @@ public struct ClientOptions: Sendable {
     public var streamBudgetBytes = 900_000
     /// After GOAWAY, the longest a context stays on the closing connection before it moves.
     public var drainTimeoutMilliseconds = 10_000
+    /// How long `pushAudio` may wait for room when the audio not yet final would outgrow the
+    /// replay buffer (0: never wait, as before 0.5).
+    public var pushWaitMilliseconds = 0
+
+    public mutating func setPushWait(milliseconds: Int) throws(SpeechClientError) {
+        guard (0...3_600_000).contains(milliseconds) else {
+            throw SpeechClientError(.invalidArgument, "push wait \(milliseconds) ms is outside 0-3600000 ms")
+        }
+        pushWaitMilliseconds = milliseconds
+    }
+
     /// `reconnectAttempts` that means "never give up".
     public static let unlimitedReconnects = Int(UInt32.max)
 

@@ -234,6 +234,9 @@ final class ClientWorker: @unchecked Sendable {
         case .stop: endpointer != nil ? stopListening(auto: false) : sendStop()
         case .audio(let chunks):
             for c in chunks { take(c) }
+            if options.pushWaitMilliseconds > 0 {
+                client?.pushedNotTaken.subtract(chunks.reduce(0) { $0 + $1.count }, ordering: .relaxed)
+            }
         case .pushEnd(let rest):
             for c in rest { take(c) }
             endpointer != nil ? stopListening(auto: false) : sendStop()
@@ -388,6 +391,12 @@ final class ClientWorker: @unchecked Sendable {
             if source == nil { try prepare(client: client) }
             if let source { converter = AudioConverter(input: source.format) }
         }
+    }
+
+    /// Whether `samples` more pushed audio fit in the replay buffer beside what is not final yet
+    /// (the caller holds `audioLock`). Outside a context everything fits (it is dropped).
+    func hasRoom(forSamples samples: Int) -> Bool {
+        (contextOpen && !stopSent ? unfinishedSamples : 0) + samples <= replay.capacitySamples
     }
 
     /// Audio recorded and not yet final (in flight at the server, or waiting): a file is never
@@ -764,7 +773,7 @@ final class ClientWorker: @unchecked Sendable {
                 endEvents.append(.error(SpeechClientError(.api, "context \(id)\(response.audioContext == id ? "" : " (server context \(response.audioContext))") finished with error \(code): \(message ?? "")")))
             }
             lossesWithoutProgress = 0
-            replay.release(upTo: replayPoint)
+            releaseReplay()
             releaseHeld()
             endContextIfDone()
         case .rttRequest(let id):
@@ -776,6 +785,12 @@ final class ClientWorker: @unchecked Sendable {
                 handleStream(.closed(error), generation: gen)
             }
         }
+    }
+
+    /// Forgets audio every lane has finished with, and wakes a push waiting for room.
+    private func releaseReplay() {
+        replay.release(upTo: replayPoint)
+        audioLock.broadcast()
     }
 
     /// The first sample not yet final in every lane (and every lane waiting to be replaced): the
@@ -812,7 +827,7 @@ final class ClientWorker: @unchecked Sendable {
                 lane.openSegments.insert(segment.segmentId)
             }
             lanes[gen] = lane
-            if segment.isFinal { replay.release(upTo: replayPoint) }
+            if segment.isFinal { releaseReplay() }
         }
         if options.activation == .wakeword && !woken {
             // Withheld until the phrase is heard; from that snapshot on, the context's

@@ -315,6 +315,8 @@ spc_options_set_stream_budget = _optional_fn("spc_options_set_stream_budget", c_
 spc_options_set_drain_timeout_ms = _optional_fn("spc_options_set_drain_timeout_ms", c_status, options_p, c_uint32)
 # spc_status spc_options_set_keepalive(spc_options *options, uint32_t interval_ms, uint32_t timeout_ms);
 spc_options_set_keepalive = _optional_fn("spc_options_set_keepalive", c_status, options_p, c_uint32, c_uint32)
+# spc_status spc_options_set_push_wait_ms(spc_options *options, uint32_t ms);
+spc_options_set_push_wait_ms = _optional_fn("spc_options_set_push_wait_ms", c_status, options_p, c_uint32)
 #: max_attempts of spc_options_set_reconnect that never gives up (since 0.5).
 SPC_RECONNECT_UNLIMITED = 0xFFFFFFFF
 # Hands-free listening (since 0.2).
@@ -415,7 +417,7 @@ HAS_APPLICATION_IO = None not in (spc_options_set_io, spc_io_fd, spc_io_process)
 HAS_IO_DISPATCH = spc_io_dispatch is not None
 #: Whether the loaded library has stream budgets, drain timeouts and keepalive settings (0.5).
 HAS_CONNECTION_SETTINGS = None not in (spc_options_set_stream_budget, spc_options_set_drain_timeout_ms,
-                                       spc_options_set_keepalive)
+                                       spc_options_set_keepalive, spc_options_set_push_wait_ms)
 #: Whether the loaded library has hands-free listening and audio levels (0.2).
 HAS_HANDS_FREE = None not in (spc_options_set_activation, spc_options_set_wakeword, spc_options_set_vad,
                               spc_options_set_endpointing, spc_options_set_listen_cb, spc_options_set_level_cb)

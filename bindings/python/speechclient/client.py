@@ -369,6 +369,7 @@ class Client:
                  reconnect: Optional[Tuple[int, int, int]] = None, replay_buffer_ms: Optional[int] = None,
                  context_limit_ms: Optional[int] = None, stream_budget: Optional[int] = None,
                  drain_timeout_ms: Optional[int] = None, keepalive: Optional[Tuple[int, int]] = None,
+                 push_wait_ms: Optional[int] = None,
                  delivery: Union[str, n.Delivery] = "thread",
                  io: Union[str, n.NetworkIO] = "library",
                  activation: Optional[Union[str, n.Activation]] = None, wakeword: Optional[str] = None,
@@ -425,6 +426,7 @@ class Client:
             for name, wanted in (("stream_budget", stream_budget is not None),
                                  ("drain_timeout_ms", drain_timeout_ms is not None),
                                  ("keepalive", keepalive is not None),
+                                 ("push_wait_ms", push_wait_ms is not None),
                                  ("reconnect", reconnect is not None and reconnect[0] is None)):
                 if wanted:
                     raise _option_error(name, f"{name}: {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
@@ -530,6 +532,9 @@ class Client:
             if drain_timeout_ms is not None:
                 _check_option(n.spc_options_set_drain_timeout_ms(opts, _u32("drain_timeout_ms", drain_timeout_ms)),
                               "drain_timeout_ms", drain_timeout_ms, "100-600000 ms")
+            if push_wait_ms is not None:
+                _check_option(n.spc_options_set_push_wait_ms(opts, _u32("push_wait_ms", push_wait_ms)),
+                              "push_wait_ms", push_wait_ms, "0-3600000 ms")
             if keepalive is not None:
                 try:
                     interval, timeout = keepalive
