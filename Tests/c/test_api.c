@@ -717,7 +717,7 @@ static void test_unreachable_server_flow(void) {
     CHECK(strcmp(r.events[3], "stop:") == 0);
     CHECK(r.on_main_thread == 0);
     CHECK(r.error_code == SPC_ERROR_NETWORK);
-    CHECK(r.error_grpc == -1);
+    CHECK(r.error_grpc == 14); /* UNAVAILABLE: the connection was refused */
     CHECK(strstr(r.error_message, "127.0.0.1") != NULL);
     CHECK(r.free_from_cb == SPC_ERROR_INVALID_STATE);
     CHECK(r.wait_from_cb == SPC_ERROR_INVALID_STATE);

@@ -77,7 +77,7 @@ assert [s["state"] for s in states] == ["connecting", "unavailable"], states
 assert "127.0.0.1" in states[1]["message"], states
 lines = [l for l in every if l["type"] != "state"]
 assert [l["type"] for l in lines] == ["error", "stop"], lines
-assert lines[0]["code"] == "network error" and lines[0]["status"] == 4 and lines[0]["grpc_status"] == -1, lines
+assert lines[0]["code"] == "network error" and lines[0]["status"] == 4 and lines[0]["grpc_status"] == 14, lines
 assert "127.0.0.1" in lines[0]["message"] and lines[1]["context_id"] == "", lines
 '; check "[ $? = 0 ]" "the error run's JSON lines"
 # The same run without --json: nothing on stdout, the error on stderr, exit 1.

@@ -43,7 +43,7 @@ def assert_unreachable_run(updates):
     assert [type(u) for u in updates] == [sc.ErrorEvent, sc.StopEvent], updates
     assert updates[0].code == sc.Status.NETWORK
     assert "127.0.0.1:1" in updates[0].message
-    assert updates[0].grpc_status is None
+    assert updates[0].grpc_status == 14  # UNAVAILABLE, as the header promises for a refused connection
     assert isinstance(updates[0].exception(), sc.NetworkError)
     assert updates[1] == sc.StopEvent("")
 
@@ -951,7 +951,7 @@ def test_cli_json_lines_for_an_unreachable_server(silent_wav, cache_dir):
     assert r.stdout.splitlines() == [
         '{"type":"state","state":"connecting"}',
         '{"type":"state","state":"unavailable","message":"cannot connect to 127.0.0.1:1: connect failed: Connection refused"}',
-        '{"type":"error","code":"network error","status":4,"grpc_status":-1,'
+        '{"type":"error","code":"network error","status":4,"grpc_status":14,'
         '"message":"cannot connect to 127.0.0.1:1: connect failed: Connection refused"}',
         '{"type":"stop","context_id":""}',
     ]

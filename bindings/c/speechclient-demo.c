@@ -31,7 +31,7 @@
 **       a connection state change; "attempt" and "delay_ms" with reconnecting, "message" with
 **       the reason when there is one (unavailable)
 **       code: spc_status_str() of the status ("network error", "audio error", ...);
-**       status: the spc_status number; grpc_status: the server's gRPC status or -1;
+**       status: the spc_status number; grpc_status: the gRPC status (the server's, or 14 for no connection) or -1;
 **       message: what failed, naming the file, device or host. Printed for error events and for
 **       a failed spc_client_new() (for example a missing WAV file), which then ends the run.
 ** Strings are JSON-escaped (quote, backslash and control characters); text is UTF-8.

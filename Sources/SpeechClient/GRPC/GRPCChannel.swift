@@ -172,8 +172,20 @@ public final class GRPCChannel: GRPCCalling, Sendable {
         var lastError: SpeechClientError?
         for _ in 0..<2 {
             try cancellation?.check()
-            let connection = try pool.connection(loop: loop, timeoutMilliseconds: connectTimeoutMilliseconds,
+            let connection: HTTP2Connection
+            do throws(SpeechClientError) {
+                connection = try pool.connection(loop: loop, timeoutMilliseconds: connectTimeoutMilliseconds,
                                                  cancellation: cancellation)
+            } catch {
+                // No connection (refused, unreachable, no answer, TLS failed): the call never
+                // reached a server, which gRPC reports as UNAVAILABLE (issue 19 item 4: the
+                // header promises 14 where -1 was given).
+                var e = error
+                if e.grpcStatus == nil && e.code != .invalidState && !(cancellation?.isCancelled ?? false) {
+                    e.grpcStatus = GRPCStatus.unavailable
+                }
+                throw e
+            }
             let call = GRPCCall(path: path, loop: loop, peer: connection.peer,
                                 maxReceiveMessageBytes: configuration.maxReceiveMessageBytes,
                                 maxQueuedSendBytes: configuration.maxQueuedSendBytes, handler: handler)

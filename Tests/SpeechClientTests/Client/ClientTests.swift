@@ -351,6 +351,17 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(log.lines == ["error network", "stop "])
     }
 
+    @Test func aRefusedConnectionCarriesGRPCStatusUnavailable() throws {
+        let errors = Locked<[SpeechClientError]>([])
+        let client = try Client(options: try pushOptions()) { _, event in
+            if case .error(let e) = event { errors.withLock { $0.append(e) } }
+        }
+        defer { try? client.close() }
+        try client.start()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        #expect(errors.withLock { $0 }.map(\.grpcStatus) == [14])
+    }
+
     @Test func rejectedTokenIsRetriedOnceThenAnAuthError() throws {
         let log = EventLog()
         let once = FakeRecognitionService(.init(rejectStreams: 1))
