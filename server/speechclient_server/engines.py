@@ -274,10 +274,11 @@ class WhisperEngine(Engine):
     the recording's length.
 
     Tentative decodes are skipped rather than queued: while more audio is already waiting (a file
-    sent faster than real time), while another stream's decode runs or another stream has waited
-    longer for one (one decode at a time: CTranslate2 uses every core for one), and within twice
-    the stream's last decode time of its last one (so tentatives take at most about half of the
-    machine). Decodes at the bound and at a segment's end always run, in turn."""
+    sent faster than real time), while another decode runs or waits (one decode at a time:
+    CTranslate2 uses every core for one), while another stream has waited longer for one, and
+    for as long after a decode as that decode took (so tentatives take at most half the
+    decoder's time, and never delay the decodes that must run). Decodes at the bound and at a
+    segment's end always run, before any tentative one that has not started."""
 
     name = "whisper"
     PROMPT_CHARS = 200  # the tail of the final text given as initial_prompt (as whisper_streaming)
@@ -306,6 +307,8 @@ class WhisperEngine(Engine):
         self.lock = threading.Lock()  # held by the decode that runs
         self._waiting: Dict[int, Tuple[float, float]] = {}  # recognizer -> (waiting since, last asked)
         self._waiting_lock = threading.Lock()
+        self._urgent = 0            # decodes at a bound or an end waiting for the lock
+        self._idle_until = 0.0      # no tentative decode starts before (monotonic)
         self.decodes = 0            # decodes so far, their wall time and their audio (for logs and benchmarks)
         self.decode_s = 0.0
         self.decoded_audio_s = 0.0
@@ -317,6 +320,8 @@ class WhisperEngine(Engine):
         with self._waiting_lock:
             since = self._waiting.get(key, (now, now))[0]
             self._waiting[key] = (since, now)
+            if self._urgent or now < self._idle_until:
+                return False
             if any(t < since and now - asked < self.STALE_S for k, (t, asked) in self._waiting.items() if k != key):
                 return False
             if not self.lock.acquire(blocking=False):
@@ -327,6 +332,21 @@ class WhisperEngine(Engine):
     def forget(self, key: int) -> None:
         with self._waiting_lock:
             self._waiting.pop(key, None)
+
+    def acquire(self) -> None:
+        """The decoder for a decode that must run: ahead of any tentative one."""
+        with self._waiting_lock:
+            self._urgent += 1
+        try:
+            self.lock.acquire()
+        finally:
+            with self._waiting_lock:
+                self._urgent -= 1
+
+    def release(self, spent: float) -> None:
+        with self._waiting_lock:
+            self._idle_until = time.monotonic() + spent
+        self.lock.release()
 
     def recognizer(self, rate: int = 16000, narrowband: Optional[bool] = None, prompt: str = "") -> Recognizer:
         return _WhisperRecognizer(self, prompt)
@@ -422,7 +442,8 @@ class _WhisperRecognizer(Recognizer):
         engine = self.engine
         if not held:
             engine.forget(id(self))
-            engine.lock.acquire()
+            engine.acquire()
+        spent = 0.0
         try:
             self.decoded_at = min(len(self.pcm), engine.max_bytes)
             if not self._has_speech():
@@ -444,7 +465,7 @@ class _WhisperRecognizer(Recognizer):
             engine.decode_s += spent
             engine.decoded_audio_s += len(audio) / 16000
         finally:
-            engine.lock.release()
+            engine.release(spent)
         self.interval = max(engine.redecode_bytes, int(2 * spent * 16000) * 2)
         log.debug("decoded %.1f s of audio in %.2f s (prompt %d chars): %s", len(audio) / 16000, spent,
                   len(self.prompt[-engine.PROMPT_CHARS:]), " ".join(raw for raw, _, _ in pieces))
@@ -453,7 +474,7 @@ class _WhisperRecognizer(Recognizer):
         for raw, a, b in pieces:  # times within the audio, never going back
             a = min(max(a, out[-1][2] if out else 0), duration)
             out.append((raw, a, min(max(a, b), duration)))
-        out = [p for p in out if _key(p)]
+        out = self._drop_invented_tail([p for p in out if _key(p)], audio)
         # The start of this segment's audio may hold the end of the last final word: Whisper
         # writes it again. Drop a repeat of the last final words (up to 5) heard in the first second.
         for k in range(min(5, len(self.tail), len(out)), 0, -1):
@@ -461,6 +482,28 @@ class _WhisperRecognizer(Recognizer):
                 out = out[k:]
                 break
         return out
+
+    QUIET_TAIL = 0.2  # a last word this much quieter than the window's words (-14 dB) is not speech
+
+    def _drop_invented_tail(self, pieces: List[Piece], audio) -> List[Piece]:
+        """Whisper writes "Thank you." or "Okay." on the noise that ends a recording (measured on
+        a LibriVox clip whose last 0.3 s is noise at RMS 300-425, above the silence threshold).
+        Words at the end whose audio is far quieter than the window's typical word are dropped."""
+        import numpy as np
+        if len(pieces) < 3:
+            return pieces
+        frames = audio[:len(audio) // 160 * 160].reshape(-1, 160)
+        level = np.sqrt((frames * frames).mean(axis=1))
+
+        def loudness(p: Piece) -> float:
+            span = level[p[1] // 10:max(p[1] // 10 + 1, p[2] // 10)]
+            return float(span.mean()) if len(span) else 0.0
+        typical = float(np.median([loudness(p) for p in pieces]))
+        while len(pieces) > 1 and loudness(pieces[-1]) < self.QUIET_TAIL * typical:
+            log.debug("dropped %r: %.0f %% of the window's typical loudness", pieces[-1][0],
+                      loudness(pieces[-1]) / typical * 100)
+            pieces = pieces[:-1]
+        return pieces
 
     @staticmethod
     def _words(pieces: List[Piece]) -> List[Word]:

@@ -222,6 +222,21 @@ def test_whisper_tentative_decodes_take_turns_without_queueing(monkeypatch):
     assert eng.turn(6)
     eng.lock.release()
 
+    # A decode that must run (bound, end) waiting for the decoder goes before any tentative one,
+    # and after a decode, tentatives wait as long as it took.
+    import threading
+    assert eng.turn(7)
+    urgent = threading.Thread(target=lambda: (eng.acquire(), eng.release(0.3)))
+    urgent.start()
+    while not eng._urgent:
+        pass
+    eng.lock.release()
+    assert not eng.turn(8)      # the urgent decode is waiting or running
+    urgent.join()
+    assert not eng.turn(8)      # it took 0.3 s: the decoder rests 0.3 s
+    eng.forget(8)
+
+    monkeypatch.setattr(eng, "_idle_until", 0.0)
     rec = eng.recognizer()
     eng.lock.acquire()          # another stream's decode runs
     assert rec.feed(audio(0, 1.0)) is None and eng.model.calls == []
@@ -257,6 +272,20 @@ def test_whisper_drops_the_final_words_decoded_again_at_the_next_segment_start()
     eng = engine(Repeats(script), redecode_s=0.5, max_segment_s=15)
     finals, _ = run_recognizer(eng, 2.5)
     assert [w for _, seg in finals for w, _, _ in seg] == ["one", "two", "three", "four"]
+
+
+def test_whisper_drops_words_invented_on_the_trailing_noise():
+    """Whisper writes "Thank you." on the quiet noise that ends a recording (a LibriVox clip: its
+    last 0.3 s at RMS 300-425, above the silence threshold, came back as 'Thank you.')."""
+    script = [(" He", 0.2, 0.5), (" might", 0.5, 0.9), (" even", 0.9, 1.3), (" have", 1.3, 1.6),
+              (" been", 1.6, 2.0), (" made", 2.0, 2.5), (" amiable.", 2.5, 2.95), (" Thank", 3.05, 3.2),
+              (" you.", 3.2, 3.45)]
+    # 0.5 s of noise at RMS 200, 6x quieter than the scripted words (RMS ~1150)
+    noise = array.array("h", (200 if i % 2 else -200 for i in range(8000))).tobytes()
+    eng = engine(ScriptedWhisper(script))
+    rec = eng.recognizer()
+    rec.feed(audio(0, 3.0) + noise)
+    assert [w for w, _, _ in rec.finish()] == "he might even have been made amiable".split()
 
 
 def test_whisper_does_not_decode_silence():
