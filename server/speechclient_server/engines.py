@@ -483,25 +483,32 @@ class _WhisperRecognizer(Recognizer):
                 break
         return out
 
-    QUIET_TAIL = 0.2  # a last word this much quieter than the window's words (-14 dB) is not speech
+    QUIET_TAIL = 0.2  # a last word this much quieter than the window's words (-14 dB) ...
+    FLOOR_TAIL = 3.0  # ... and within this factor (9.5 dB) of its noise floor is not speech
 
     def _drop_invented_tail(self, pieces: List[Piece], audio) -> List[Piece]:
         """Whisper writes "Thank you." or "Okay." on the noise that ends a recording (measured on
         a LibriVox clip whose last 0.3 s is noise at RMS 300-425, above the silence threshold).
-        Words at the end whose audio is far quieter than the window's typical word are dropped."""
+        Words at the end are dropped while the loudest 10 ms of each is both far below the
+        window's typical word and near its noise floor (its quietest 10 % of frames). (Whisper
+        stretches a last word into the silence after it: "it?" of "what time is it" spanned
+        0.7 s of which 0.1 s was speech, so a word's mean level says nothing.)"""
         import numpy as np
         if len(pieces) < 3:
             return pieces
-        frames = audio[:len(audio) // 160 * 160].reshape(-1, 160)
+        frames = audio[:len(audio) // 160 * 160].reshape(-1, 160) * 32768
         level = np.sqrt((frames * frames).mean(axis=1))
+        if not len(level):
+            return pieces
 
-        def loudness(p: Piece) -> float:
+        def peak(p: Piece) -> float:
             span = level[p[1] // 10:max(p[1] // 10 + 1, p[2] // 10)]
-            return float(span.mean()) if len(span) else 0.0
-        typical = float(np.median([loudness(p) for p in pieces]))
-        while len(pieces) > 1 and loudness(pieces[-1]) < self.QUIET_TAIL * typical:
-            log.debug("dropped %r: %.0f %% of the window's typical loudness", pieces[-1][0],
-                      loudness(pieces[-1]) / typical * 100)
+            return float(span.max()) if len(span) else 0.0
+        typical = float(np.median([peak(p) for p in pieces]))
+        floor = float(np.percentile(level, 10))
+        while len(pieces) > 1 and peak(pieces[-1]) < min(self.QUIET_TAIL * typical, self.FLOOR_TAIL * floor):
+            log.debug("dropped %r: peak %.0f, the window's words %.0f, its floor %.0f", pieces[-1][0],
+                      peak(pieces[-1]), typical, floor)
             pieces = pieces[:-1]
         return pieces
 
