@@ -484,15 +484,18 @@ class _WhisperRecognizer(Recognizer):
         return out
 
     QUIET_TAIL = 0.2  # a last word this much quieter than the window's words (-14 dB) ...
-    FLOOR_TAIL = 3.0  # ... and within this factor (9.5 dB) of its noise floor is not speech
+    FLOOR_TAIL = 3.0  # ... and within this factor (9.5 dB) of its noise floor may be invented
+    # What Whisper writes on silence or noise at the end of its audio (its training data's
+    # subtitles); only these are dropped: its timestamps for a real last word can lie in the
+    # silence after it too ("them." of a LibriVox sentence, "it?" of "what time is it").
+    INVENTED = {("thank", "you"), ("thanks",), ("thank", "you", "very", "much"), ("thanks", "for", "watching"),
+                ("you",), ("okay",), ("bye",), ("bye-bye",)}
 
     def _drop_invented_tail(self, pieces: List[Piece], audio) -> List[Piece]:
         """Whisper writes "Thank you." or "Okay." on the noise that ends a recording (measured on
         a LibriVox clip whose last 0.3 s is noise at RMS 300-425, above the silence threshold).
-        Words at the end are dropped while the loudest 10 ms of each is both far below the
-        window's typical word and near its noise floor (its quietest 10 % of frames). (Whisper
-        stretches a last word into the silence after it: "it?" of "what time is it" spanned
-        0.7 s of which 0.1 s was speech, so a word's mean level says nothing.)"""
+        Such a phrase at the end is dropped when the loudest 10 ms of each of its words is both
+        far below the window's typical word and near its noise floor (its quietest 10 % of frames)."""
         import numpy as np
         if len(pieces) < 3:
             return pieces
@@ -504,12 +507,14 @@ class _WhisperRecognizer(Recognizer):
         def peak(p: Piece) -> float:
             span = level[p[1] // 10:max(p[1] // 10 + 1, p[2] // 10)]
             return float(span.max()) if len(span) else 0.0
-        typical = float(np.median([peak(p) for p in pieces]))
-        floor = float(np.percentile(level, 10))
-        while len(pieces) > 1 and peak(pieces[-1]) < min(self.QUIET_TAIL * typical, self.FLOOR_TAIL * floor):
-            log.debug("dropped %r: peak %.0f, the window's words %.0f, its floor %.0f", pieces[-1][0],
-                      peak(pieces[-1]), typical, floor)
-            pieces = pieces[:-1]
+        quiet = min(self.QUIET_TAIL * float(np.median([peak(p) for p in pieces])),
+                    self.FLOOR_TAIL * float(np.percentile(level, 10)))
+        for n in range(min(4, len(pieces) - 1), 0, -1):
+            tail = pieces[-n:]
+            if tuple(_key(p) for p in tail) in self.INVENTED and all(peak(p) < quiet for p in tail):
+                log.debug("dropped %r: quiet (peaks %s, under %.0f)", " ".join(p[0] for p in tail),
+                          [round(peak(p)) for p in tail], quiet)
+                return pieces[:-n]
         return pieces
 
     @staticmethod
