@@ -61,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--context-limit", type=float, default=300.0,
                    help="seconds of audio one context may hold (protocol: 5 minutes)")
     p.add_argument("--segment-silence", type=int, default=600, help="ms of silence that end a segment")
-    p.add_argument("--max-segment", type=float, default=15.0,
+    p.add_argument("--max-segment", type=float, default=20.0,
                    help="seconds of audio a segment may last: one that reaches it ends at its last pause "
                         "(whisper: last sentence end or pause), so no decode sees more audio than this")
     p.add_argument("--speech-rms", type=float, default=300.0,

@@ -105,7 +105,7 @@ class PocketSphinxEngine(Engine):
     FILLERS = {"<s>", "</s>", "<sil>", "(NULL)"}
 
     def __init__(self, grammar_file: Optional[str], cmn: Optional[str] = None, pool_size: int = 2,
-                 max_segment_s: float = 15.0):
+                 max_segment_s: float = 20.0):
         from pocketsphinx import Decoder  # imported here: only this engine needs it
         self._Decoder = Decoder
         self._grammar_file = grammar_file
@@ -284,7 +284,7 @@ class WhisperEngine(Engine):
     PROMPT_CHARS = 200  # the tail of the final text given as initial_prompt (as whisper_streaming)
     STALE_S = 1.0       # a stream that has not asked for its turn for this long is not waiting
 
-    def __init__(self, model_path: Optional[str] = None, redecode_s: float = 1.0, max_segment_s: float = 15.0,
+    def __init__(self, model_path: Optional[str] = None, redecode_s: float = 1.0, max_segment_s: float = 20.0,
                  pause_s: float = 0.5, speech_rms: float = 300.0, model=None):
         if model is None:
             # Never reach for the Hugging Face hub: a model directory without tokenizer.json would

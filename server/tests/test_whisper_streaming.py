@@ -53,7 +53,7 @@ def spans(responses):
 def test_long_narration_sent_as_a_file(start_server, narrate):
     """78 s of narration sent as fast as gRPC takes it. Before: one segment that grew for the whole
     recording, re-decoded once per second of audio (78 decodes, each longer than the last; 1.5x
-    the recording's length on a 117 s one). Now segments of at most 15 s, tentative decodes skipped
+    the recording's length on a 117 s one). Now segments of at most 20 s, tentative decodes skipped
     while audio waits, everything final in well under the recording's length.
     Measured (busy machine): 7 segments, 6 tentatives, 29 s, WER 14.6 % (faster-whisper alone on
     the whole file: 11.5 %)."""
@@ -68,8 +68,8 @@ def test_long_narration_sent_as_a_file(start_server, narrate):
     tentatives = sum(kind(r) == "tentative_transcript" for r in responses)
     print(f"{seconds:.0f} s of audio: {len(segs)} segments, {tentatives} tentatives, {took:.1f} s, "
           f"WER {wer(text, hyp) * 100:.1f} %")
-    assert len(segs) >= seconds / 15
-    assert all(b - a <= 15000 for a, b in spans(responses).values()), spans(responses)
+    assert len(segs) >= seconds / 20
+    assert all(b - a <= 20000 for a, b in spans(responses).values()), spans(responses)
     assert tentatives <= seconds / 5
     assert wer(text, hyp) <= 0.25, hyp
     assert took < seconds * 0.8
