@@ -16,7 +16,11 @@
 **
 ** A minimal program (error checks shortened; every call returns an spc_status):
 **
+**     #include <speechclient.h>
+**     #include <stdio.h>
+**
 **     static void on_segment(spc_client *c, const spc_segment *s, void *ud) {
+**         (void)c; (void)ud;
 **         if (spc_segment_is_final(s)) printf("%s\n", spc_segment_transcript(s));
 **     }
 **     int main(void) {
@@ -26,14 +30,19 @@
 **         spc_options_set_audio_file(o, "speech.wav");
 **         spc_options_set_segment_cb(o, on_segment, NULL);
 **         spc_client *c = NULL; spc_error *err = NULL;
-**         if (spc_client_new(o, &c, &err) != SPC_OK) {
+**         spc_status s = spc_client_new(o, &c, &err);
+**         spc_options_free(o);                 // copied by spc_client_new(): free it either way
+**         if (s != SPC_OK) {
 **             fprintf(stderr, "%s\n", spc_error_message(err)); spc_error_free(err); return 1;
 **         }
-**         spc_options_free(o);
 **         spc_client_start(c);                 // streams the whole file, then stops by itself
 **         spc_client_wait_idle(c, 60000);      // returns once the last result was delivered
 **         spc_client_free(c);
+**         return 0;
 **     }
+**
+** (Tests/e2e/test_memcheck.py compiles this example with -Wall -Wextra -Werror and runs it
+** under valgrind.)
 **
 ** CONVENTIONS
 **
