@@ -432,6 +432,14 @@ SPC_API spc_options *spc_options_new(void);
 /* Frees options. NULL is a no-op. Clients made from them keep their own copy. */
 SPC_API void spc_options_free(spc_options *options);
 
+/* Why the last setter call on these options failed: "" after one that succeeded (or for NULL),
+** else text naming the setter, the value and the rule, for example
+** "spc_options_set_app_id: app id '...' must be 1-256 characters without spaces or control
+** characters". Owned by the options, valid until the next setter call or spc_options_free().
+** spc_client_new() also names every setter that failed and was not called again successfully,
+** when it reports an invalid or missing argument. Callback setters never fail. Since 0.5. */
+SPC_API const char *spc_options_last_error(const spc_options *options);
+
 /* The server: "grpc+tls://host[:port]" (TLS, default port 443) or "grpc://host[:port]"
 ** (plaintext HTTP/2, default port 80); "https://" and "http://" are accepted as synonyms. IPv6
 ** hosts in brackets ("grpc://[::1]:50051"). No path, user or query (one trailing "/" is

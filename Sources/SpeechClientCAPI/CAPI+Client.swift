@@ -65,6 +65,11 @@ public func spc_client_new(_ options: OpaquePointer?, _ outClient: UnsafeMutable
         outClient.pointee = OpaquePointer(Unmanaged.passRetained(client).toOpaque())
         return SPC_OK
     } catch {
+        var error = error
+        if error.code == .invalidArgument && !handle.rejected.isEmpty {
+            // What is missing may be what a rejected setter would have set: say so.
+            error.message += " (rejected earlier: " + handle.rejected.keys.sorted().compactMap { handle.rejected[$0] }.joined(separator: "; ") + ")"
+        }
         outError?.pointee = ErrorHandle.retained(error)
         return .from(error)
     }

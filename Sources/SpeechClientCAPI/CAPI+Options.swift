@@ -12,14 +12,31 @@ public func spc_options_free(_ options: OpaquePointer?) {
     Unmanaged<OptionsHandle>.fromOpaque(UnsafeRawPointer(options)).release()
 }
 
-/// Applies a validated change to the options behind a handle.
-private func update(_ options: OpaquePointer?, _ body: (inout ClientOptions) throws(SpeechClientError) -> Void) -> spc_status {
+/// Applies a validated change to the options behind a handle; a rejected change is remembered
+/// with its reason, naming the setter (`#function` of the caller).
+private func update(_ options: OpaquePointer?, setter: String = #function,
+                    _ body: (inout ClientOptions) throws(SpeechClientError) -> Void) -> spc_status {
     guard let handle = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
-    return status { () throws(SpeechClientError) in
+    let name = String(setter.prefix { $0 != "(" })
+    do throws(SpeechClientError) {
         var copy = handle.options
         try body(&copy)
         handle.options = copy
+        handle.lastError = nil
+        handle.rejected[name] = nil
+        return SPC_OK
+    } catch {
+        let text = "\(name): \(error.message)"
+        handle.lastError = OwnedCString(text)
+        handle.rejected[name] = text
+        return .from(error)
     }
+}
+
+@c @implementation
+public func spc_options_last_error(_ options: OpaquePointer?) -> UnsafePointer<CChar>? {
+    guard let handle = OptionsHandle.from(options) else { return StaticText.empty.constPointer }
+    return handle.lastError?.constPointer ?? StaticText.empty.constPointer
 }
 
 /// For the callback setters: a callback and its user_data stored in the options.

@@ -8,6 +8,11 @@ import SpeechClient
 final class OptionsHandle {
     var options = ClientOptions()
     var callbacks = CCallbacks()
+    /// Why the last setter failed (spc_options_last_error), nil after one that succeeded.
+    var lastError: OwnedCString?
+    /// Every setter that failed, by name: spc_client_new() names them when what is missing is
+    /// what they would have set ("no server URL" after a rejected URL).
+    var rejected: [String: String] = [:]
 
     static func from(_ p: OpaquePointer?) -> OptionsHandle? {
         guard let p else { return nil }

@@ -450,6 +450,13 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_push_wait_ms(o, 3600001), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_push_wait_ms(o, 0), SPC_OK);
     CHECK_STATUS(spc_options_set_push_wait_ms(o, 5000), SPC_OK);
+    /* 0.5: a setter's failure says why; success clears it. */
+    CHECK(strcmp(spc_options_last_error(NULL), "") == 0);
+    CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 99), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "spc_options_set_drain_timeout_ms") != NULL);
+    CHECK(strstr(spc_options_last_error(o), "100-600000") != NULL);
+    CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 10000), SPC_OK);
+    CHECK(strcmp(spc_options_last_error(o), "") == 0);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)99), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)5), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)-1), SPC_ERROR_INVALID_ARGUMENT);
@@ -512,6 +519,15 @@ static void test_client_new_failures(void) {
     CHECK(c == NULL);
     CHECK(e != NULL && strstr(spc_error_message(e), "server URL") != NULL);
     CHECK(spc_error_grpc_status(e) == -1);
+    spc_error_free(e);
+    /* A URL with a typo: the setter says why, and spc_client_new() names it beside "no server URL". */
+    CHECK_STATUS(spc_options_set_server_url(o, "grcp://127.0.0.1:1"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "spc_options_set_server_url") != NULL);
+    CHECK(strstr(spc_options_last_error(o), "grcp") != NULL);
+    c = (spc_client *)&c;
+    CHECK_STATUS(spc_client_new(o, &c, &e), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(e != NULL && strstr(spc_error_message(e), "server URL") != NULL);
+    CHECK(e != NULL && strstr(spc_error_message(e), "rejected earlier: spc_options_set_server_url") != NULL);
     spc_error_free(e);
     /* Wakeword activation without a phrase. */
     CHECK_STATUS(spc_options_set_server_url(o, UNREACHABLE), SPC_OK);
