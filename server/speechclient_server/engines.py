@@ -276,13 +276,16 @@ class WhisperEngine(Engine):
     Tentative decodes are skipped rather than queued: while more audio is already waiting (a file
     sent faster than real time), while another decode runs or waits (one decode at a time:
     CTranslate2 uses every core for one), while another stream has waited longer for one, and
-    for as long after a decode as that decode took (so tentatives take at most half the
-    decoder's time, and never delay the decodes that must run). Decodes at the bound and at a
+    for as long after a decode as that decode took, and while the decoder was busy more than half
+    of the last 10 s (so tentatives take at most about half the decoder's time, none when the
+    decodes that must run need more, and never delay those). Decodes at the bound and at a
     segment's end always run, before any tentative one that has not started."""
 
     name = "whisper"
     PROMPT_CHARS = 200  # the tail of the final text given as initial_prompt (as whisper_streaming)
     STALE_S = 1.0       # a stream that has not asked for its turn for this long is not waiting
+    BUSY_WINDOW_S = 10.0  # no tentative decode while the decoder was busy more than BUSY_SHARE of this
+    BUSY_SHARE = 0.5
 
     def __init__(self, model_path: Optional[str] = None, redecode_s: float = 1.0, max_segment_s: float = 20.0,
                  pause_s: float = 0.5, speech_rms: float = 300.0, model=None):
@@ -309,6 +312,7 @@ class WhisperEngine(Engine):
         self._waiting_lock = threading.Lock()
         self._urgent = 0            # decodes at a bound or an end waiting for the lock
         self._idle_until = 0.0      # no tentative decode starts before (monotonic)
+        self._busy: List[Tuple[float, float]] = []  # (start, end) of the decodes of the last BUSY_WINDOW_S
         self.decodes = 0            # decodes so far, their wall time and their audio (for logs and benchmarks)
         self.decode_s = 0.0
         self.decoded_audio_s = 0.0
@@ -320,7 +324,7 @@ class WhisperEngine(Engine):
         with self._waiting_lock:
             since = self._waiting.get(key, (now, now))[0]
             self._waiting[key] = (since, now)
-            if self._urgent or now < self._idle_until:
+            if self._urgent or now < self._idle_until or self._utilisation(now) > self.BUSY_SHARE:
                 return False
             if any(t < since and now - asked < self.STALE_S for k, (t, asked) in self._waiting.items() if k != key):
                 return False
@@ -344,9 +348,17 @@ class WhisperEngine(Engine):
                 self._urgent -= 1
 
     def release(self, spent: float) -> None:
+        now = time.monotonic()
         with self._waiting_lock:
-            self._idle_until = time.monotonic() + spent
+            self._idle_until = now + spent
+            self._busy.append((now - spent, now))
+            self._busy = [(a, b) for a, b in self._busy if b > now - self.BUSY_WINDOW_S]
         self.lock.release()
+
+    def _utilisation(self, now: float) -> float:
+        """The decoder's busy share over the last BUSY_WINDOW_S."""
+        since = now - self.BUSY_WINDOW_S
+        return sum(b - max(a, since) for a, b in self._busy if b > since) / self.BUSY_WINDOW_S
 
     def recognizer(self, rate: int = 16000, narrowband: Optional[bool] = None, prompt: str = "") -> Recognizer:
         return _WhisperRecognizer(self, prompt)

@@ -237,6 +237,15 @@ def test_whisper_tentative_decodes_take_turns_without_queueing(monkeypatch):
     eng.forget(8)
 
     monkeypatch.setattr(eng, "_idle_until", 0.0)
+    import time
+    now = time.monotonic()
+    monkeypatch.setattr(eng, "_busy", [(now - 6.0, now - 1.0)])  # busy 5 of the last 10 s: no more tentatives
+    assert not eng.turn(9)
+    eng.forget(9)
+    monkeypatch.setattr(eng, "_busy", [(now - 4.0, now - 1.0)])
+    assert eng.turn(9)
+    eng.lock.release()
+
     rec = eng.recognizer()
     eng.lock.acquire()          # another stream's decode runs
     assert rec.feed(audio(0, 1.0)) is None and eng.model.calls == []
