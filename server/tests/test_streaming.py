@@ -239,7 +239,7 @@ def test_whisper_tentative_decodes_take_turns_without_queueing(monkeypatch):
     monkeypatch.setattr(eng, "_idle_until", 0.0)
     import time
     now = time.monotonic()
-    monkeypatch.setattr(eng, "_busy", [(now - 6.0, now - 1.0)])  # busy 5 of the last 10 s: no more tentatives
+    monkeypatch.setattr(eng, "_busy", [(now - 7.0, now - 1.0)])  # busy 6 of the last 10 s: no tentatives
     assert not eng.turn(9)
     eng.forget(9)
     monkeypatch.setattr(eng, "_busy", [(now - 4.0, now - 1.0)])
