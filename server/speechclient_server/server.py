@@ -114,7 +114,7 @@ class Segment:
 class Context:
     """One audio context: start ... stop."""
 
-    BAND_FRAMES = 20          # loud 10 ms frames that decide whether the audio is telephone band
+    BAND_FRAMES = 10          # loud 10 ms frames that decide whether the audio is telephone band
     NARROWBAND_RATIO = 3e-5   # energy above 4.2 kHz under this share of the total: telephone band
 
     def __init__(self, rate: int):
