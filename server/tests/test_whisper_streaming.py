@@ -55,8 +55,8 @@ def test_long_narration_sent_as_a_file(start_server, narrate):
     recording, re-decoded once per second of audio (78 decodes, each longer than the last; 1.5x
     the recording's length on a 117 s one). Now segments of at most 20 s, tentative decodes skipped
     while audio waits, everything final in well under the recording's length.
-    Measured (busy machine): 7 segments, 6 tentatives, 29 s, WER 14.6 % (faster-whisper alone on
-    the whole file: 11.5 %)."""
+    Measured (busy machine): 6 segments, 5 tentatives, 13.5-26 s, WER 14.0 % (faster-whisper alone
+    on the whole file: 11.5 %)."""
     pcm, text = narrate(3)
     seconds = len(pcm) / 32000
     s = start_server("--engine", "whisper")
