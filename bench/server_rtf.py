@@ -17,8 +17,8 @@ with --paced (a microphone). Printed per run, each figure the worst over the str
 - `cpu`: the server's CPU seconds (all threads, /proc) over N × the recording's length.
 - `updates`, `kB`: response messages and their protobuf bytes per stream (rtt excluded).
 - `segments`, `longest`: segments, and the longest one's span (first to last final word).
-- `WER`: of the final words against the reference (lower case, punctuation dropped, hyphenated
-  and apostrophised words kept whole, numbers 0-999 spelled), when there is one.
+- `WER`: of the final words against the reference, when there is one, both normalised by
+  server/tests/measure_real_speech.py (as the recognizer's own figures in Tests/data/real-speech).
 
 --alone also decodes the whole recording with faster-whisper alone (the same model, beam 1, one
 call), for the recognizer's own WER and time. --source DIR runs the server package found in DIR
@@ -81,8 +81,17 @@ def spell(n: int) -> List[str]:
 
 
 def normalise(text: str) -> List[str]:
-    """Words for the WER: the server's rule (written again, so that an older server compares too), with
-    hyphenated words split on both sides (references write "cold hearted" and "cold-hearted")."""
+    """Words for the WER: server/tests/measure_real_speech.py's normalise(), the one the recognizer's
+    own figures in Tests/data/real-speech/README.md use (numbers as words, hyphenated words split,
+    sonnet headings as numbers, mr/mister made one, hesitations dropped); without it, a simpler rule."""
+    try:
+        sys.path.insert(0, str(ROOT / "server" / "tests"))
+        from measure_real_speech import normalise as shared
+        return shared(text).split()
+    except ImportError:
+        pass
+    finally:
+        sys.path.remove(str(ROOT / "server" / "tests"))
     text = re.sub(r"(?<=\d),(?=\d)", "", text.lower().replace("\u2019", "'").replace("-", " "))
     out: List[str] = []
     for part in re.split(r"[^a-z0-9'-]+", text):
