@@ -29,14 +29,13 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import wave
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHUNK = 3200  # 100 ms at 16 kHz
@@ -67,50 +66,16 @@ def load_recording(path: Optional[str], ref: Optional[str]):
     return pcm, (ref_path.read_text() if ref_path else None), path
 
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-         "sixteen seventeen eighteen nineteen").split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-
-
-def spell(n: int) -> List[str]:
-    if n < 20:
-        return [_ONES[n]]
-    if n < 100:
-        return [_TENS[n // 10]] + ([_ONES[n % 10]] if n % 10 else [])
-    return [_ONES[n // 100], "hundred"] + (spell(n % 100) if n % 100 else [])
-
-
-def normalise(text: str) -> List[str]:
-    """Words for the WER: server/tests/measure_real_speech.py's normalise(), the one the recognizer's
-    own figures in Tests/data/real-speech/README.md use (numbers as words, hyphenated words split,
-    sonnet headings as numbers, mr/mister made one, hesitations dropped); without it, a simpler rule."""
+def errors(ref: str, hyp: str):
+    """(word errors, reference words) with server/tests/measure_real_speech.py's normalisation,
+    the one the recognizer's own figures in Tests/data/real-speech/README.md use."""
+    sys.path.insert(0, str(ROOT / "server" / "tests"))
     try:
-        sys.path.insert(0, str(ROOT / "server" / "tests"))
-        from measure_real_speech import normalise as shared
-        return shared(text).split()
-    except ImportError:
-        pass
+        from measure_real_speech import word_errors
     finally:
         sys.path.remove(str(ROOT / "server" / "tests"))
-    text = re.sub(r"(?<=\d),(?=\d)", "", text.lower().replace("\u2019", "'").replace("-", " "))
-    out: List[str] = []
-    for part in re.split(r"[^a-z0-9'-]+", text):
-        part = part.strip("'-")
-        if part.isdigit() and int(part) < 1000:
-            out.extend(spell(int(part)))
-        elif part:
-            out.append(part)
-    return out
-
-
-def word_errors(ref: List[str], hyp: List[str]) -> int:
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1]
+    c = word_errors(ref, hyp)
+    return c["substitutions"] + c["deletions"] + c["insertions"], c["words"]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -187,8 +152,7 @@ def run(address: str, token: str, pid: int, pcm: bytes, ref: Optional[str], n: i
                kb=max(o["bytes"] for o in outs) / 1000, tentatives=max(o["tentatives"] for o in outs),
                segments=min(o["segments"] for o in outs), longest_s=max(o["longest_ms"] for o in outs) / 1000)
     if ref:
-        r = normalise(ref)
-        row["wer"] = max(word_errors(r, normalise(o["text"])) for o in outs) / len(r)
+        row["wer"] = max(e / max(w, 1) for e, w in (errors(ref, o["text"]) for o in outs))
     return row
 
 
@@ -213,9 +177,8 @@ def alone(pcm: bytes, ref: Optional[str]) -> Dict:
     text = " ".join(s.text for s in segments)
     row = dict(seconds=time.perf_counter() - t0, text=text)
     if ref:
-        r = normalise(ref)
-        row["errors"], row["words"] = word_errors(r, normalise(text)), len(r)
-        row["wer"] = row["errors"] / len(r)
+        row["errors"], row["words"] = errors(ref, text)
+        row["wer"] = row["errors"] / max(row["words"], 1)
     return row
 
 
@@ -230,13 +193,12 @@ def each(address: str, token: str) -> None:
             continue
         out: Dict = {}
         run_stream(address, token, pcm, False, out)
-        r = normalise(ref)
-        server_errors = word_errors(r, normalise(out["text"]))
+        server_errors, words = errors(ref, out["text"])
         a = alone(pcm, ref)
-        totals[0] += len(r)
+        totals[0] += words
         totals[1] += server_errors
         totals[2] += a["errors"]
-        print(f"{wav.stem:36} {len(pcm) / 32000:6.1f} {len(r):5d} {server_errors / len(r) * 100:12.1f} "
+        print(f"{wav.stem:36} {len(pcm) / 32000:6.1f} {words:5d} {server_errors / max(words, 1) * 100:12.1f} "
               f"{a['wer'] * 100:11.1f} {out['segments']:4d}", flush=True)
     print(f"{'all':36} {'':6} {totals[0]:5d} {totals[1] / totals[0] * 100:12.1f} {totals[2] / totals[0] * 100:11.1f}")
 

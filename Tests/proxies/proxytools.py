@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "bindings" / "python"))
 
-from speechtools import Server, synthesize  # noqa: E402
+from speechtools import Server, stop_process, synthesize  # noqa: E402
 
 # What the suite runs: the library and the demo of this tree's build/ unless told otherwise
 # (SPEECHCLIENT_LIBRARY is also what the Python binding loads; SPEECHCLIENT_DEMO is the demo,
@@ -394,13 +394,7 @@ class Nginx:
             return ""
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: fast shutdown
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)  # SIGTERM: nginx's fast shutdown
 
 
 def haproxy_config(port: int, replicas, timeout_server: str = "50s", test_lines: bool = True) -> str:
@@ -456,13 +450,7 @@ class HAProxy:
         return "\n".join(self.lines)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 # ---------------------------------------------------------------------------------------------

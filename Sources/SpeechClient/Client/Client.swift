@@ -503,20 +503,12 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         }
     }
 
-    /// An event from the worker's shutdown inside free (the last words of an unfinished
-    /// context): queued although the client is closing, before the callbacks are drained.
-    func emitWhileClosing(_ event: ClientEvent) {
+    /// Queues an event for the callbacks. Once free has begun nothing more is queued, except
+    /// with `whileClosing` (the worker's shutdown inside free: the last words of an unfinished
+    /// context), which is queued until the callbacks are drained.
+    func emit(_ event: ClientEvent, whileClosing: Bool = false) {
         let queued: Bool = lock.withLock {
-            guard !callbacksClosing else { return false }
-            pushEventLocked(event)
-            return true
-        }
-        if queued { wakeCallbackThread() }
-    }
-
-    func emit(_ event: ClientEvent) {
-        let queued: Bool = lock.withLock {
-            guard !closing else { return false }
+            guard whileClosing ? !callbacksClosing : !closing else { return false }
             pushEventLocked(event)
             return true
         }

@@ -212,7 +212,7 @@ final class ClientWorker: @unchecked Sendable {
     func shutdown() {
         audioLock.withLock {
             if contextOpen {
-                for event in closeUnfinishedSegments(why: "the client was freed before the context finished") { client?.emitWhileClosing(event) }
+                for event in closeUnfinishedSegments(why: "the client was freed before the context finished") { client?.emit(event, whileClosing: true) }
             }
             releaseAll()
         }
@@ -292,8 +292,9 @@ final class ClientWorker: @unchecked Sendable {
         prepared = nil
         let replayFrom = from < (end ?? contextSamples) ? from : nil
         var lane = Lane(stream: stream, start: from, end: end, replayFrom: replayFrom)
-        stream.send(.start(appId: options.appId ?? "", options: options.contextOptions))
-        lane.bytes = 64
+        let start = SLURequest.start(appId: options.appId ?? "", options: options.contextOptions)
+        stream.send(start)
+        lane.bytes = start.encoded().count + 5  // the gRPC prefix
         if end != nil && replayFrom == nil {
             stream.send(.stop)
             stream.finish()
@@ -303,6 +304,7 @@ final class ClientWorker: @unchecked Sendable {
         if end == nil {
             current = gen
             silentRun = 0
+            loudEnergy = 0
         }
     }
 
@@ -900,15 +902,14 @@ final class ClientWorker: @unchecked Sendable {
         let limit = 16 * options.contextRolloverMilliseconds
         let now = Clock.monotonicNanos()
         let due = lane.bytes + chunkBytes > budget / 2 || sent >= limit || lane.moveBy != nil
-        // Only the pause before the rotation point matters: chunks are measured from shortly before.
-        let nearlyDue = due || lane.bytes + 3 * chunkBytes > budget / 2 || sent + 3_200 >= limit
+        // Only the audio shortly before the rotation point is measured (not every chunk of a
+        // stream): 2 s to learn the recent level, then the pause itself.
+        let nearlyDue = due || lane.bytes + 20 * chunkBytes > budget / 2 || sent + 32_000 >= limit
         if nearlyDue {
             let energy = Self.energy(chunk)
             let quiet = energy <= Int64(chunk.count) * 200 * 200 || energy * 300 <= loudEnergy
             silentRun = quiet ? silentRun + chunk.count : 0
             loudEnergy = max(energy, loudEnergy - loudEnergy / 8)
-        } else {
-            loudEnergy = max(Self.energy(chunk), loudEnergy - loudEnergy / 8)
         }
         let forced = lane.bytes + chunkBytes > budget || sent >= limit + 16 * 20_000 || (lane.moveBy.map { now >= $0 } ?? false)
         guard forced || (due && silentRun >= 3_200) else { return }
@@ -923,11 +924,6 @@ final class ClientWorker: @unchecked Sendable {
         var sum: Int64 = 0
         for s in chunk { sum &+= Int64(s) * Int64(s) }
         return sum
-    }
-
-    /// Near silence: RMS under about -44 dBFS.
-    static func isQuiet(_ chunk: [Int16]) -> Bool {
-        energy(chunk) <= Int64(chunk.count) * 200 * 200
     }
 
     /// The current lane ends here (stop, then end of stream: it drains) and a new lane on a new

@@ -520,21 +520,15 @@ class Client:
                               "reconnect", (attempts, initial, maximum),
                               "max_attempts 0-100 or None (unlimited), initial_delay_ms 1-60000, "
                               "max_delay_ms initial-600000")
-            if replay_buffer_ms is not None:
-                _check_option(n.spc_options_set_replay_buffer_ms(opts, _u32("replay_buffer_ms", replay_buffer_ms)),
-                              "replay_buffer_ms", replay_buffer_ms, "1000-600000 ms")
-            if context_limit_ms is not None:
-                _check_option(n.spc_options_set_context_limit_ms(opts, _u32("context_limit_ms", context_limit_ms)),
-                              "context_limit_ms", context_limit_ms, "1000-3600000 ms")
-            if stream_budget is not None:
-                _check_option(n.spc_options_set_stream_budget(opts, _u32("stream_budget", stream_budget)),
-                              "stream_budget", stream_budget, "65536-1073741824 bytes")
-            if drain_timeout_ms is not None:
-                _check_option(n.spc_options_set_drain_timeout_ms(opts, _u32("drain_timeout_ms", drain_timeout_ms)),
-                              "drain_timeout_ms", drain_timeout_ms, "100-600000 ms")
-            if push_wait_ms is not None:
-                _check_option(n.spc_options_set_push_wait_ms(opts, _u32("push_wait_ms", push_wait_ms)),
-                              "push_wait_ms", push_wait_ms, "0-3600000 ms")
+            # The options that take one number: (keyword, value, setter, the rule it is checked against).
+            for name, value, setter, rule in (
+                    ("replay_buffer_ms", replay_buffer_ms, n.spc_options_set_replay_buffer_ms, "1000-600000 ms"),
+                    ("context_limit_ms", context_limit_ms, n.spc_options_set_context_limit_ms, "1000-3600000 ms"),
+                    ("stream_budget", stream_budget, n.spc_options_set_stream_budget, "65536-1073741824 bytes"),
+                    ("drain_timeout_ms", drain_timeout_ms, n.spc_options_set_drain_timeout_ms, "100-600000 ms"),
+                    ("push_wait_ms", push_wait_ms, n.spc_options_set_push_wait_ms, "0-3600000 ms")):
+                if value is not None:
+                    _check_option(setter(opts, _u32(name, value)), name, value, rule)
             if keepalive is not None:
                 try:
                     interval, timeout = keepalive
