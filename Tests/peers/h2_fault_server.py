@@ -149,6 +149,17 @@ class Connection:
     def http503(self, sid, headers):
         self.conn.send_headers(sid, [(":status", "503"), ("content-type", "text/plain")], end_stream=True)
 
+    def http413(self, sid, headers):
+        # What nginx answers a request body over client_max_body_size (before any response).
+        self.conn.send_headers(sid, [(":status", "413"), ("content-type", "text/html")], end_stream=True)
+
+    def goaway_calm(self, sid, headers):
+        # GOAWAY ENHANCE_YOUR_CALM covering this stream ("too many pings"), then its answer.
+        self.flush()
+        self.sock.sendall(struct.pack(">I", 8)[1:] + bytes([7, 0]) + struct.pack(">III", 0, sid, 11))
+        time.sleep(0.05)
+        self.ok(sid, headers)
+
     def wrong_content_type(self, sid, headers):
         self.conn.send_headers(sid, [(":status", "200"), ("content-type", "text/html")])
         self.conn.send_data(sid, b"<html>hello</html>", end_stream=True)
@@ -188,6 +199,8 @@ SCENARIOS = {
     "Oversized": Connection.oversized,
     "NoStatus": Connection.no_status,
     "HTTP503": Connection.http503,
+    "HTTP413": Connection.http413,
+    "GoAwayCalm": Connection.goaway_calm,
     "WrongContentType": Connection.wrong_content_type,
     "HugeHeaders": Connection.huge_headers,
     "TwoMessages": Connection.two_messages,

@@ -35,6 +35,9 @@ final class ConnectionPool: @unchecked Sendable {
     /// clients do): the keepalive interval of the next connections, up to an hour.
     private var keepaliveIntervalMilliseconds: Int
 
+    /// The keepalive interval the next connection gets (tests: ENHANCE_YOUR_CALM doubles it).
+    var nextKeepaliveIntervalMilliseconds: Int { lock.withLock { keepaliveIntervalMilliseconds } }
+
     private init(_ key: Key) {
         self.key = key
         keepaliveIntervalMilliseconds = key.settings.keepaliveIntervalMilliseconds

@@ -117,6 +117,25 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(e?.grpcStatus == 14)
     }
 
+    @Test func requestTooLargeForAProxyNamesTheStreamBudget() throws {
+        // nginx's answer to a body over client_max_body_size: not retried (it would fail again),
+        // and the error says which option to lower.
+        let e = try unaryError("HTTP413")
+        #expect(e?.code == .api)
+        #expect(e?.message.contains("HTTP status 413") == true)
+        #expect(e?.message.contains("spc_options_set_stream_budget") == true, "\(String(describing: e))")
+    }
+
+    @Test func enhanceYourCalmDoublesTheKeepaliveOfTheNextConnections() throws {
+        let settings = HTTP2Settings(keepaliveIntervalMilliseconds: 29_014)
+        let ch = try channel(configuration: .init(http2: settings))
+        let reply = try ch.unary(path: "/fault.Fault/GoAwayCalm", metadata: [], request: [], timeoutMilliseconds: 5000)
+        #expect(reply == Array("ok".utf8))
+        let pool = ConnectionPool.shared(host: "127.0.0.1", port: UInt16(try faultServer().port), useTLS: false,
+                                         tls: TLSSettings(), settings: settings)
+        #expect(pool.nextKeepaliveIntervalMilliseconds == 58_028)
+    }
+
     @Test func wrongContentTypeIsRejected() throws {
         let e = try unaryError("WrongContentType")
         #expect(e?.code == .parse)
