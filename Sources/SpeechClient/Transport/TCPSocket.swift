@@ -22,32 +22,23 @@ public final class TCPSocket: @unchecked Sendable {
     public static func connect(host: String, port: UInt16, timeoutMilliseconds: Int,
                                cancellation: Cancellation? = nil) throws(SpeechClientError) -> TCPSocket {
         let deadline = Clock.monotonicNanos() + UInt64(max(timeoutMilliseconds, 1)) * 1_000_000
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV
-        var list: UnsafeMutablePointer<addrinfo>?
-        let rc = getaddrinfo(host, String(port), &hints, &list)
-        guard rc == 0, let first = list else {
-            let reason = String(cString: gai_strerror(rc))
-            throw SpeechClientError(.network, "cannot resolve host '\(host)': \(reason)")
-        }
-        defer { freeaddrinfo(first) }
+        let addresses = try SocketAddress.resolve(host: host, port: port)
+        return try connect(to: addresses, host: host, port: port, deadline: deadline, cancellation: cancellation)
+    }
+
+    /// Tries `addresses` in order until one connects before `deadline`. An address that does not
+    /// answer gets its share of the time left, not all of it, so the next address of a host with
+    /// several (replicas, IPv6 and IPv4) is still tried. The error is the last address's.
+    public static func connect(to addresses: [SocketAddress], host: String, port: UInt16, deadline: UInt64,
+                               cancellation: Cancellation? = nil) throws(SpeechClientError) -> TCPSocket {
         var lastError = SpeechClientError(.network, "no address for host '\(host)'")
-        var left = 0
-        var counted: UnsafeMutablePointer<addrinfo>? = first
-        while let ai = counted { left += 1; counted = ai.pointee.ai_next }
-        var entry: UnsafeMutablePointer<addrinfo>? = first
-        while let ai = entry {
-            entry = ai.pointee.ai_next
-            // An address that does not answer gets its share of the time left, not all of it:
-            // the next address of a host with several (replicas, IPv6 and IPv4) is tried.
+        for (index, address) in addresses.enumerated() {
             let now = Clock.monotonicNanos()
-            let share = deadline > now ? now + (deadline - now) / UInt64(max(left, 1)) : deadline
-            left -= 1
+            let left = UInt64(addresses.count - index)
+            let share = deadline > now ? now + (deadline - now) / left : deadline
             do throws(SpeechClientError) {
                 try cancellation?.check()
-                return try connectOne(ai.pointee, host: host, port: port, deadline: share, cancellation: cancellation)
+                return try connectOne(address, host: host, port: port, deadline: share, cancellation: cancellation)
             } catch {
                 lastError = error
                 if cancellation?.isCancelled == true || Clock.monotonicNanos() >= deadline { break }
@@ -56,14 +47,18 @@ public final class TCPSocket: @unchecked Sendable {
         throw lastError
     }
 
-    private static func connectOne(_ ai: addrinfo, host: String, port: UInt16, deadline: UInt64,
+    private static func connectOne(_ address: SocketAddress, host: String, port: UInt16, deadline: UInt64,
                                    cancellation: Cancellation?) throws(SpeechClientError) -> TCPSocket {
-        let fd = socket(ai.ai_family, ai.ai_socktype | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), ai.ai_protocol)
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SpeechClientError.errno(.network, "socket", errno, context: "\(host):\(port)") }
         let sock = TCPSocket(fd: fd)
         var one: Int32 = 1
         _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        if Glibc.connect(fd, ai.ai_addr, ai.ai_addrlen) == 0 { return sock }
+        var storage = address.storage
+        let rc = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, address.length) }
+        }
+        if rc == 0 { return sock }
         guard errno == EINPROGRESS else {
             throw SpeechClientError.errno(.network, "connect", errno, context: "cannot connect to \(host):\(port)")
         }
@@ -89,5 +84,39 @@ public final class TCPSocket: @unchecked Sendable {
             }
             return sock
         }
+    }
+}
+
+/// One address of a host, copied out of getaddrinfo's list (which is freed at once).
+public struct SocketAddress {
+    public let family: Int32
+    let storage: sockaddr_storage
+    let length: socklen_t
+
+    /// Every TCP address of `host` (IPv4 and IPv6, as configured here), in the resolver's order.
+    public static func resolve(host: String, port: UInt16) throws(SpeechClientError) -> [SocketAddress] {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV
+        var list: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, String(port), &hints, &list)
+        guard rc == 0, let first = list else {
+            let reason = String(cString: gai_strerror(rc))
+            throw SpeechClientError(.network, "cannot resolve host '\(host)': \(reason)")
+        }
+        defer { freeaddrinfo(first) }
+        var addresses: [SocketAddress] = []
+        var entry: UnsafeMutablePointer<addrinfo>? = first
+        while let ai = entry {
+            entry = ai.pointee.ai_next
+            guard let sa = ai.pointee.ai_addr, Int(ai.pointee.ai_addrlen) <= MemoryLayout<sockaddr_storage>.size else { continue }
+            var storage = sockaddr_storage()
+            withUnsafeMutableBytes(of: &storage) { dst in
+                dst.copyMemory(from: UnsafeRawBufferPointer(start: sa, count: Int(ai.pointee.ai_addrlen)))
+            }
+            addresses.append(SocketAddress(family: ai.pointee.ai_family, storage: storage, length: ai.pointee.ai_addrlen))
+        }
+        return addresses
     }
 }
