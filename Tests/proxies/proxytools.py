@@ -354,8 +354,8 @@ class Nginx:
     logs and temp paths all there, so it needs no root and touches nothing of the system's."""
 
     def __init__(self, prefix: pathlib.Path, port: int, replicas, extra_http: str = ""):
-        """extra_http: directives added to the http block (the suite adds none; for experiments
-        such as "client_max_body_size 0;")."""
+        """extra_http: directives added to the http block (the keepalive_requests scenario; for
+        experiments such as "client_max_body_size 0;")."""
         self.prefix, self.port = prefix, port
         (prefix / "logs").mkdir(parents=True, exist_ok=True)
         (prefix / "conf").mkdir(exist_ok=True)

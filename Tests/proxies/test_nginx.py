@@ -65,6 +65,23 @@ def test_a_file_through_nginx(live_replicas, recording, tmp_path):
     _assert_all_delivered("nginx-file", run, nginx.error_log(), seconds=f"{run.elapsed:.1f}")
 
 
+def test_a_file_through_nginx_closing_connections_after_two_requests(live_replicas, recording, tmp_path):
+    """nginx ends a client connection after `keepalive_requests` streams (1000 by default: a
+    long-lived client meets it after 1000 contexts or stream rotations) with a GOAWAY whose
+    last-stream-id is the stream it just took. Set to 2, every connection carries the login or a
+    stream and one more, so the ~87 s file crosses several GOAWAYs: nothing lost or repeated."""
+    wav, _ = recording
+    nginx = pt.Nginx(tmp_path / "nginx", pt.free_port(), live_replicas.addresses, extra_http="keepalive_requests 2;")
+    try:
+        run = pt.run_demo(nginx.url, wav, tmp_path / "cache", timeout=150, extra=("--verbose",))
+    finally:
+        nginx.stop()
+    goaways = run.stderr.count("the connection is closing (GOAWAY)")
+    _assert_all_delivered("nginx-keepalive-requests-2", run, nginx.error_log(), seconds=f"{run.elapsed:.1f}",
+                          goaways_mid_context=goaways)
+    assert goaways >= 1, "no GOAWAY met mid-context: the scenario tested nothing"
+
+
 def test_b_reload_mid_stream(live_replicas, recording, tmp_path):
     """(b) `nginx -s reload` while the binding pushes the recording: the old worker finishes
     gracefully (GOAWAY to the client), a new one takes new connections."""
