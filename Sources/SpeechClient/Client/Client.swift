@@ -106,7 +106,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         deviceId = identity.id
         let logRelay = LogRelay()
         self.logRelay = logRelay
-        self.service = service ?? Client.speechlyService(options: options, server: server, deviceId: identity.id, log: logRelay)
+        self.service = service ?? Client.service(options: options, server: server, deviceId: identity.id, log: logRelay)
         let samplesPerChunk = 16 * options.chunkMilliseconds
         if case .push(let rate, let channels) = options.audio {
             let converter = AudioConverter(input: AudioFormat(sampleRate: rate, channels: channels))
@@ -137,7 +137,9 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             log(.warning, "login tokens are not cached on disk: \(why)")
         }
         if let server = options.server, !server.useTLS, !server.isLoopback {
-            log(.warning, "plaintext connection to non-loopback host \(server.host): audio and tokens are not encrypted")
+            log(.warning, server.backend == .wyoming
+                ? "Wyoming has no encryption: audio and transcripts cross the network to \(server.host) in clear"
+                : "plaintext connection to non-loopback host \(server.host): audio and tokens are not encrypted")
         }
         if options.insecureTLS { log(.warning, "TLS certificate verification is OFF (insecure_tls)") }
         do throws(SpeechClientError) {
@@ -152,6 +154,17 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     }
 
     /// The real service: gRPC channels shared per server, login with the token cache.
+    /// The backend the URL's scheme names.
+    static func service(options: ClientOptions, server: ServerURL, deviceId: String, log: LogRelay) -> any RecognitionService {
+        switch server.backend {
+        case .speechly:
+            return speechlyService(options: options, server: server, deviceId: deviceId, log: log)
+        case .wyoming:
+            return WyomingService(server: server, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
+                                  applicationDrivenIO: options.io == .application) { level, message in log.client?.log(level, message) }
+        }
+    }
+
     static func speechlyService(options: ClientOptions, server: ServerURL, deviceId: String, log: LogRelay) -> SpeechlyService {
         let tls = TLSSettings(caFile: options.caFile, insecure: options.insecureTLS)
         var configuration = GRPCChannel.Configuration()

@@ -317,7 +317,8 @@ public struct ClientOptions: Sendable {
         guard server != nil else {
             throw SpeechClientError(.invalidArgument, "no server URL: call spc_options_set_server_url()")
         }
-        guard appId != nil else {
+        // Only Speechly logs in; a Wyoming server has no notion of an app.
+        guard appId != nil || server?.backend != .speechly else {
             throw SpeechClientError(.invalidArgument, projectId == nil
                 ? "no app id: call spc_options_set_app_id()"
                 : "a project id needs an app id as well: each start of a project-scoped login names the app (spc_options_set_app_id())")

@@ -863,12 +863,15 @@ final class ClientWorker: @unchecked Sendable {
 
     static func shift(_ payload: SLUResponse.Payload, by ms: Int32) -> SLUResponse.Payload {
         guard ms != 0 else { return payload }
+        // Negative times are unknown ones (Wyoming gives none) and stay so.
         func move(_ w: SLUWord) -> SLUWord {
-            SLUWord(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds &+ ms, endMilliseconds: w.endMilliseconds &+ ms)
+            SLUWord(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds < 0 ? w.startMilliseconds : w.startMilliseconds &+ ms,
+                    endMilliseconds: w.endMilliseconds < 0 ? w.endMilliseconds : w.endMilliseconds &+ ms)
         }
         switch payload {
         case .transcript(let w): return .transcript(move(w))
         case .tentativeTranscript(let text, let words): return .tentativeTranscript(text: text, words: words.map(move))
+        case .finalTranscript(let words): return .finalTranscript(words.map(move))
         default: return payload
         }
     }

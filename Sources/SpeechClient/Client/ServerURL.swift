@@ -1,21 +1,48 @@
-/// A parsed server address: `grpc+tls://host[:port]` / `https://` (TLS, 443) or
-/// `grpc://host[:port]` / `http://` (plaintext h2c, 80). IPv6 literals go in brackets.
+/// A parsed server address; its scheme names the protocol (the backend):
+/// - Speechly SLU over gRPC: `grpc+tls://host[:port]`, `grpcs://` or `https://` (TLS, 443);
+///   `grpc://host[:port]` or `http://` (plaintext h2c, 80).
+/// - Wyoming (Home Assistant, Rhasspy): `wyoming://host[:port]` (TCP, 10300, the port
+///   wyoming-faster-whisper's documentation uses) or `wyoming+unix:///absolute/path` (a Unix socket).
+/// IPv6 literals go in brackets.
 public struct ServerURL: Sendable, Equatable, CustomStringConvertible {
+    public enum Backend: Sendable, Equatable {
+        case speechly
+        case wyoming
+    }
+
+    public var backend: Backend
     public var useTLS: Bool
     public var host: String
     public var port: UInt16
+    /// The socket's path for `wyoming+unix://` (then `host` is empty and `port` 0).
+    public var unixPath: String?
 
     public init(parsing text: String) throws(SpeechClientError) {
         func bad(_ why: String) -> SpeechClientError {
             SpeechClientError(.invalidArgument, "server URL '\(text)': \(why)")
         }
-        let schemes: [(String, Bool, UInt16)] = [
-            ("grpc+tls://", true, 443), ("https://", true, 443),
-            ("grpc://", false, 80), ("http://", false, 80),
+        let schemes: [(String, Bool, UInt16, Backend)] = [
+            ("grpc+tls://", true, 443, .speechly), ("grpcs://", true, 443, .speechly), ("https://", true, 443, .speechly),
+            ("grpc://", false, 80, .speechly), ("http://", false, 80, .speechly),
+            ("wyoming://", false, 10300, .wyoming),
         ]
         let lower = text.lowercased()
-        guard let (scheme, tls, defaultPort) = schemes.first(where: { lower.hasPrefix($0.0) }) else {
-            throw bad("the scheme must be grpc+tls://, grpc://, https:// or http://")
+        if lower.hasPrefix("wyoming+unix://") {
+            let path = String(text.dropFirst("wyoming+unix://".count))
+            // sun_path holds 108 bytes with the terminating NUL.
+            guard path.hasPrefix("/"), path.utf8.count <= 107, !path.utf8.contains(0) else {
+                throw bad("wyoming+unix:// needs an absolute socket path of at most 107 bytes (wyoming+unix:///run/whisper.sock)")
+            }
+            backend = .wyoming
+            useTLS = false
+            host = ""
+            port = 0
+            unixPath = path
+            return
+        }
+        guard let (scheme, tls, defaultPort, backend) = schemes.first(where: { lower.hasPrefix($0.0) }) else {
+            throw bad("the scheme must be grpc+tls://, grpcs://, grpc://, https://, http:// (Speechly), "
+                      + "wyoming:// or wyoming+unix:// (Wyoming)")
         }
         var rest = Substring(text.dropFirst(scheme.count))
         if rest.hasSuffix("/") { rest = rest.dropLast() }
@@ -56,9 +83,11 @@ public struct ServerURL: Sendable, Equatable, CustomStringConvertible {
             }
             port = UInt16(value)
         }
+        self.backend = backend
         self.useTLS = tls
         self.host = String(host)
         self.port = port
+        self.unixPath = nil
     }
 
     /// The `:authority` value: host, plus the port when it is not the scheme's default.
@@ -67,10 +96,17 @@ public struct ServerURL: Sendable, Equatable, CustomStringConvertible {
         return port == (useTLS ? 443 : 80) ? h : "\(h):\(port)"
     }
 
-    public var description: String { (useTLS ? "grpc+tls://" : "grpc://") + authority }
+    public var description: String {
+        switch backend {
+        case .speechly: return (useTLS ? "grpc+tls://" : "grpc://") + authority
+        case .wyoming:
+            if let unixPath { return "wyoming+unix://" + unixPath }
+            return "wyoming://" + (host.contains(":") ? "[\(host)]" : host) + ":\(port)"
+        }
+    }
 
-    /// Loopback hosts, where plaintext carries no risk worth a warning.
+    /// Loopback hosts and Unix sockets, where plaintext carries no risk worth a warning.
     public var isLoopback: Bool {
-        host == "localhost" || host.hasPrefix("127.") || host == "::1"
+        unixPath != nil || host == "localhost" || host.hasPrefix("127.") || host == "::1"
     }
 }

@@ -55,6 +55,9 @@ public struct SLUResponse: Sendable, Equatable {
         case entity(SLUEntity)
         case intent(String)
         case segmentEnd
+        /// A whole segment at once, final: its words, then its end (what a backend whose protocol
+        /// gives whole transcripts, such as Wyoming, turns into one final update).
+        case finalTranscript([SLUWord])
         case tentativeTranscript(text: String, words: [SLUWord])
         case tentativeEntities([SLUEntity])
         case tentativeIntent(String)

@@ -77,7 +77,7 @@ public struct SegmentAssembler: Sendable {
             if word.index < 0 || word.index >= Int32(Self.maxWordsPerSegment) {
                 throw violation("sent a word index \(word.index) outside 0..<\(Self.maxWordsPerSegment)")
             }
-        case .tentativeTranscript(_, let words):
+        case .tentativeTranscript(_, let words), .finalTranscript(let words):
             if words.count > Self.maxWordsPerSegment || words.contains(where: { $0.index < 0 || $0.index >= Int32(Self.maxWordsPerSegment) }) {
                 throw violation("sent a tentative transcript beyond \(Self.maxWordsPerSegment) words")
             }
@@ -132,6 +132,10 @@ public struct SegmentAssembler: Sendable {
         case .tentativeIntent(let intent):
             state.tentativeIntent = intent
         case .segmentEnd:
+            isFinal = true
+        case .finalTranscript(let words):
+            state.tentativeWords = []
+            for word in words { state.finalWords[word.index] = word }
             isFinal = true
         case .started, .finished, .rttRequest, .none:
             return nil

@@ -1,5 +1,5 @@
-/// A small JSON reader (RFC 8259) for JWT payloads and config: bounded depth, never traps,
-/// malformed text throws a `.parse` error.
+/// A small JSON reader (RFC 8259) for JWT payloads, config and Wyoming events: bounded depth,
+/// never traps, malformed text throws a `.parse` error. `serialized()` writes it back.
 public enum JSONValue: Sendable, Equatable {
     case null
     case bool(Bool)
@@ -21,6 +21,22 @@ public enum JSONValue: Sendable, Equatable {
     public var numberValue: Double? {
         if case .number(let n) = self { return n }
         return nil
+    }
+
+    /// Compact JSON text; object keys in sorted order, so the same value always gives the same
+    /// bytes. Integral numbers are written without a fraction (Wyoming's rates and widths are ints).
+    public func serialized() -> String {
+        switch self {
+        case .null: return "null"
+        case .bool(let b): return b ? "true" : "false"
+        case .number(let n):
+            if n == n.rounded() && abs(n) < 9e15 { return String(Int64(n)) }
+            return n.isFinite ? String(n) : "null"
+        case .string(let s): return JSON.quote(s)
+        case .array(let a): return "[" + a.map { $0.serialized() }.joined(separator: ",") + "]"
+        case .object(let o):
+            return "{" + o.keys.sorted().map { JSON.quote($0) + ":" + (o[$0] ?? .null).serialized() }.joined(separator: ",") + "}"
+        }
     }
 
     public static func parse(_ bytes: [UInt8], maxDepth: Int = 32) throws(SpeechClientError) -> JSONValue {

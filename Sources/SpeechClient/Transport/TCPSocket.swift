@@ -2,7 +2,8 @@
 import Glibc
 #endif
 
-/// A connected, non-blocking TCP socket with TCP_NODELAY; owns its file descriptor.
+/// A connected, non-blocking stream socket, owns its file descriptor: TCP (with TCP_NODELAY),
+/// or a Unix socket (`connectUnix`, for a Wyoming service on the same machine).
 public final class TCPSocket: @unchecked Sendable {
     // The descriptor is owned by one thread at a time (the connecting thread, then the event loop).
     public private(set) var fd: Int32
@@ -45,6 +46,40 @@ public final class TCPSocket: @unchecked Sendable {
             }
         }
         throw lastError
+    }
+
+    /// Connects to the Unix stream socket at `path` before `deadline`. A listener whose backlog
+    /// is full answers EAGAIN: that is retried every 20 ms until the deadline.
+    public static func connectUnix(path: String, deadline: UInt64, cancellation: Cancellation? = nil) throws(SpeechClientError) -> TCPSocket {
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: addr.sun_path)
+        guard bytes.count < capacity, !bytes.contains(0) else {
+            throw SpeechClientError(.invalidArgument, "Unix socket path '\(path)' is longer than \(capacity - 1) bytes")
+        }
+        withUnsafeMutableBytes(of: &addr.sun_path) { $0.copyBytes(from: bytes) }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SpeechClientError.errno(.network, "socket", errno, context: path) }
+        let sock = TCPSocket(fd: fd)
+        let length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        while true {
+            try cancellation?.check()
+            let rc = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, length) }
+            }
+            if rc == 0 { return sock }
+            let e = errno
+            if e == EINTR { continue }
+            guard e == EAGAIN, Clock.monotonicNanos() < deadline else {
+                if e == EAGAIN {
+                    throw SpeechClientError(.timeout, "cannot connect to \(path): its listener stayed full for the connect timeout")
+                }
+                throw SpeechClientError.errno(.network, "connect", e, context: "cannot connect to \(path)")
+            }
+            var pause = timespec(tv_sec: 0, tv_nsec: 20_000_000)
+            nanosleep(&pause, nil)
+        }
     }
 
     private static func connectOne(_ address: SocketAddress, host: String, port: UInt16, deadline: UInt64,

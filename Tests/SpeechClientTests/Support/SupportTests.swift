@@ -9,6 +9,7 @@ import Testing
         ("http://localhost", false, "localhost", 80, "localhost"),
         ("grpc://[::1]:9000", false, "::1", 9000, "[::1]:9000"),
         ("GRPC+TLS://Host.Example:443", true, "Host.Example", 443, "Host.Example"),
+        ("grpcs://api.example.com", true, "api.example.com", 443, "api.example.com"),
     ])
     func parsesValidURLs(text: String, tls: Bool, host: String, port: Int, authority: String) throws {
         let url = try ServerURL(parsing: text)
@@ -20,13 +21,34 @@ import Testing
 
     @Test(arguments: ["", "ftp://x", "grpc://", "grpc://host:0", "grpc://host:65536", "grpc://host:12ab",
                       "grpc://host/path", "grpc://user@host", "grpc://[::1", "grpc://[zz]:1", "grpc://ho st",
-                      "grpc://host:", "127.0.0.1:50051", "grpc://host?x=1"])
+                      "grpc://host:", "127.0.0.1:50051", "grpc://host?x=1", "wyoming://", "wyoming://host/x",
+                      "wyoming+unix://relative.sock", "wyoming+unix://", "wyoming+unix:///" + String(repeating: "x", count: 107)])
     func rejectsInvalidURLs(text: String) {
         #expect(throws: SpeechClientError.self) { try ServerURL(parsing: text) }
         do { _ = try ServerURL(parsing: text) } catch {
             #expect(error.code == .invalidArgument)
             #expect(text.isEmpty || error.message.contains(text))
         }
+    }
+
+    @Test func schemesNameTheBackend() throws {
+        #expect(try ServerURL(parsing: "grpc://h:1").backend == .speechly)
+        let tcp = try ServerURL(parsing: "wyoming://127.0.0.1:10300")
+        #expect(tcp.backend == .wyoming && tcp.host == "127.0.0.1" && tcp.port == 10300 && tcp.unixPath == nil && !tcp.useTLS)
+        #expect(tcp.description == "wyoming://127.0.0.1:10300")
+        #expect(try ServerURL(parsing: "wyoming://whisper.local").port == 10300)
+        #expect(try ServerURL(parsing: "wyoming://[::1]:7").description == "wyoming://[::1]:7")
+        let unix = try ServerURL(parsing: "wyoming+unix:///run/whisper.sock")
+        #expect(unix.backend == .wyoming && unix.unixPath == "/run/whisper.sock" && unix.isLoopback)
+        #expect(unix.description == "wyoming+unix:///run/whisper.sock")
+    }
+
+    @Test func onlySpeechlyNeedsAnAppId() throws {
+        var o = ClientOptions()
+        try o.setServer("wyoming://127.0.0.1:10300")
+        try o.validateForClient()
+        try o.setServer("grpc://127.0.0.1:1")
+        #expect(throws: SpeechClientError.self) { try o.validateForClient() }
     }
 }
 

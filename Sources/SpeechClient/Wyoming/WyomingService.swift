@@ -1,0 +1,426 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CShims
+import Synchronization
+
+/// Wyoming speech recognition (wyoming-faster-whisper, wyoming-vosk, ...) behind the client's
+/// `RecognitionService` seam, so contexts, lanes, replay and rotation work as they do for the
+/// Speechly protocol. Each stream is one connection carrying one transcription:
+///
+///     client: describe                      server: info          (before the stream is handed over)
+///     client: transcribe, audio-start       (the worker's `start`: answered at once with `started`)
+///     client: audio-chunk ...               server: transcript-start / -chunk / -stop (if it streams)
+///     client: audio-stop                    server: transcript    (one final segment, then finished)
+///
+/// What the protocol lacks is not invented: words carry no times (-1), there are no intents or
+/// entities, and a transcription is one segment (a long context gets several through the
+/// client's stream rotation at pauses).
+public final class WyomingService: RecognitionService, @unchecked Sendable {
+    private let server: ServerURL
+    private let connectTimeoutMilliseconds: Int
+    private let resultTimeoutMilliseconds: Int
+    private let applicationDrivenIO: Bool
+    private let log: @Sendable (LogLevel, String) -> Void
+    private let sequence = Atomic<Int>(0)
+
+    public init(server: ServerURL, connectTimeoutMilliseconds: Int, resultTimeoutMilliseconds: Int = 60_000,
+                applicationDrivenIO: Bool = false, log: @escaping @Sendable (LogLevel, String) -> Void) {
+        self.server = server
+        self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
+        self.resultTimeoutMilliseconds = resultTimeoutMilliseconds
+        self.applicationDrivenIO = applicationDrivenIO
+        self.log = log
+    }
+
+    /// Connects, asks `describe` and waits for `info` on the calling (worker) thread, all within
+    /// the connect timeout, so a stream exists only once the server has answered as a Wyoming
+    /// speech recognizer that speaks the requested language.
+    public func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void)
+        throws(SpeechClientError) -> any RecognitionStream {
+        let deadline = Clock.monotonicNanos() + UInt64(max(connectTimeoutMilliseconds, 1)) * 1_000_000
+        let socket: TCPSocket
+        if let path = server.unixPath {
+            socket = try TCPSocket.connectUnix(path: path, deadline: deadline, cancellation: cancellation)
+        } else {
+            socket = try TCPSocket.connect(host: server.host, port: server.port,
+                                           timeoutMilliseconds: connectTimeoutMilliseconds, cancellation: cancellation)
+        }
+        let peer = server.description
+        var handshake = WyomingHandshake(fd: socket.fd, peer: peer, deadline: deadline, cancellation: cancellation)
+        try handshake.write(WyomingEvent(type: "describe").encoded())
+        let info = try handshake.readInfo()
+        let language = try Self.language(config.languageCode, info: info, peer: peer)
+        if language != config.languageCode {
+            log(.debug, "\(peer) lists language '\(language)' for '\(config.languageCode)': asking for '\(language)'")
+        }
+        let id = "wyoming-\(sequence.add(1, ordering: .relaxed).newValue)-\(SystemRandom.uuid().prefix(8))"
+        let stream = try WyomingStream(io: PlainStream(socket: socket, peer: peer), reader: handshake.reader, peer: peer,
+                                   contextId: id, language: language, sampleRate: Int(config.sampleRateHertz),
+                                   resultTimeoutMilliseconds: resultTimeoutMilliseconds, handler: handler)
+        try stream.start(applicationDriven: applicationDrivenIO)
+        return stream
+    }
+
+    /// The language to ask for: the one requested when a model lists it (case aside), else its
+    /// primary subtag ("en-US" -> "en", as wyoming-faster-whisper's models are listed); a server
+    /// whose models list no languages takes what it is given. Otherwise an error naming them.
+    static func language(_ wanted: String, info: WyomingEvent, peer: String) throws(SpeechClientError) -> String {
+        guard case .array(let programs)? = info.data["asr"], !programs.isEmpty else {
+            let offers = ["wake", "tts", "handle", "intent", "mic", "snd"].filter { info.data[$0].map(Self.isNonEmptyArray) ?? false }
+            throw SpeechClientError(.invalidArgument, "\(peer) is a Wyoming service without speech recognition (its info lists no asr program"
+                                    + (offers.isEmpty ? ")" : "; it offers \(offers.joined(separator: ", ")))"))
+        }
+        var languages: [String] = []
+        for program in programs {
+            guard case .array(let models)? = program["models"] else { continue }
+            for model in models {
+                guard case .array(let list)? = model["languages"] else { continue }
+                languages += list.compactMap { $0.stringValue }
+            }
+        }
+        if languages.isEmpty { return wanted }
+        if let exact = languages.first(where: { $0.lowercased() == wanted.lowercased() }) { return exact }
+        let primary = String(wanted.split(separator: "-").first ?? Substring(wanted)).lowercased()
+        if let base = languages.first(where: { $0.lowercased() == primary }) { return base }
+        let shown = languages.prefix(12).joined(separator: ", ") + (languages.count > 12 ? ", ..." : "")
+        throw SpeechClientError(.invalidArgument, "\(peer) does not recognise language '\(wanted)': its models list \(shown)")
+    }
+
+    private static func isNonEmptyArray(_ value: JSONValue) -> Bool {
+        if case .array(let a) = value { return !a.isEmpty }
+        return false
+    }
+}
+
+/// The blocking `describe` / `info` exchange on a fresh non-blocking socket, before the event
+/// loop owns it. Reads only what it needs; bytes after `info` stay in `reader`.
+struct WyomingHandshake {
+    let fd: Int32
+    let peer: String
+    let deadline: UInt64
+    let cancellation: Cancellation?
+    var reader = WyomingEventReader()
+
+    init(fd: Int32, peer: String, deadline: UInt64, cancellation: Cancellation?) {
+        self.fd = fd
+        self.peer = peer
+        self.deadline = deadline
+        self.cancellation = cancellation
+    }
+
+    /// Waits up to 50 ms at a time for `events`, so a cancellation ends the wait soon.
+    private func wait(_ events: Int16, doing what: String) throws(SpeechClientError) {
+        while true {
+            try cancellation?.check()
+            let now = Clock.monotonicNanos()
+            guard now < deadline else {
+                throw SpeechClientError(.timeout, "\(peer) did not \(what) within the connect timeout: is it a Wyoming service?")
+            }
+            var pfd = pollfd(fd: fd, events: events, revents: 0)
+            let n = poll(&pfd, 1, Int32(min((deadline - now) / 1_000_000 + 1, 50)))
+            if n > 0 { return }
+            if n < 0 && errno != EINTR { throw SpeechClientError.errno(.network, "poll", errno, context: peer) }
+        }
+    }
+
+    func write(_ bytes: [UInt8]) throws(SpeechClientError) {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes.withUnsafeBytes { raw -> Int in
+                guard let base = raw.baseAddress else { return 0 }
+                return Glibc.send(fd, base + sent, raw.count - sent, Int32(MSG_NOSIGNAL))
+            }
+            if n > 0 { sent += n; continue }
+            let e = errno
+            if e == EINTR { continue }
+            guard e == EAGAIN || e == EWOULDBLOCK else { throw SpeechClientError.errno(.network, "send", e, context: peer) }
+            try wait(Int16(POLLOUT), doing: "take the describe event")
+        }
+    }
+
+    /// Reads events until `info`; anything else first is skipped, an `error` event thrown.
+    mutating func readInfo() throws(SpeechClientError) -> WyomingEvent {
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            try wait(Int16(POLLIN), doing: "answer describe with info")
+            let n = chunk.withUnsafeMutableBytes { Glibc.recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 {
+                throw SpeechClientError(.network, "\(peer) closed the connection before answering describe")
+            }
+            if n < 0 {
+                let e = errno
+                if e == EINTR || e == EAGAIN || e == EWOULDBLOCK { continue }
+                throw SpeechClientError.errno(.network, "recv", e, context: peer)
+            }
+            let events = try reader.feed(chunk[0..<n])
+            for (i, event) in events.enumerated() {
+                if event.type == "error" { throw WyomingStream.serverError(event, peer: peer) }
+                if event.type == "info" {
+                    guard i == events.count - 1 else {
+                        throw SpeechClientError(.parse, "\(peer) sent events after info before being asked anything")
+                    }
+                    return event
+                }
+            }
+        }
+    }
+}
+
+/// One transcription on one connection, driven by the event loop once started. `send`,
+/// `finish` and `cancel` come from the worker thread and are posted to the loop; everything
+/// else runs on the loop (`isInLoop`). The handler hears `.response`s then exactly one
+/// `.closed`, unless cancelled.
+final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Sendable {
+    private let io: any ByteStream
+    private let peer: String
+    private let contextId: String
+    private let language: String
+    private let sampleRate: Int
+    private let resultTimeoutMilliseconds: Int
+    private let handler: @Sendable (StreamEvent) -> Void
+    private let loop: EventLoop
+    private let backlog = Atomic<Int>(0)
+    private let cancelled = Atomic<Bool>(false)
+
+    // Loop-thread state.
+    private var reader: WyomingEventReader
+    private var out: [UInt8] = []
+    private var outOffset = 0
+    private var wantsWritable = false
+    private var closed = false
+    private var registered = false
+    private var samplesSent = 0
+    private var partial = ""
+    private var resultTimer: UInt64?
+
+    init(io: any ByteStream, reader: WyomingEventReader, peer: String, contextId: String, language: String,
+         sampleRate: Int, resultTimeoutMilliseconds: Int, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) {
+        self.io = io
+        self.reader = reader
+        self.peer = peer
+        self.contextId = contextId
+        self.language = language
+        self.sampleRate = sampleRate
+        self.resultTimeoutMilliseconds = resultTimeoutMilliseconds
+        self.handler = handler
+        self.loop = try EventLoop.shared()
+    }
+
+    /// Hands the socket to the loop. Bytes the handshake read past `info` are handled there.
+    func start(applicationDriven: Bool) throws(SpeechClientError) {
+        let failure = loop.executeAndWait { [self] () -> SpeechClientError? in
+            do throws(SpeechClientError) {
+                try loop.register(fd: io.fd, events: EPOLLIN.rawValue, handler: self, applicationDriven: applicationDriven)
+                registered = true
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let failure {
+            io.close()
+            throw failure
+        }
+    }
+
+    // MARK: the worker's side
+
+    func send(_ request: SLURequest) {
+        var events: [WyomingEvent] = []
+        var started = false
+        switch request {
+        case .config, .rttResponse:
+            return
+        case .start:
+            events = [WyomingEvent(type: "transcribe", data: ["language": .string(language)]),
+                      WyomingEvent(type: "audio-start", data: format(timestamp: 0))]
+            started = true
+        case .audio(let samples):
+            var payload = [UInt8](repeating: 0, count: samples.count * 2)
+            for (i, s) in samples.enumerated() {
+                let v = UInt16(bitPattern: s)
+                payload[2 * i] = UInt8(truncatingIfNeeded: v)
+                payload[2 * i + 1] = UInt8(truncatingIfNeeded: v >> 8)
+            }
+            let at = samplesSent
+            samplesSent += samples.count
+            events = [WyomingEvent(type: "audio-chunk", data: format(timestamp: at), payload: payload)]
+        case .stop:
+            events = [WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(milliseconds(samplesSent)))])]
+        }
+        let bytes = events.flatMap { $0.encoded() }
+        backlog.add(bytes.count, ordering: .relaxed)
+        let isStop = request == .stop
+        let isStart = started
+        loop.execute { [self] in
+            guard !closed else { return }
+            out += bytes
+            flush()
+            // The info proved the server there; a transcription starts when it is asked for.
+            if isStart { deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .started))) }
+            if isStop { armResultTimer() }
+        }
+    }
+
+    /// Wyoming has no half-close: `audio-stop` ends the input and the server answers it.
+    func finish() {}
+
+    func cancel() {
+        cancelled.store(true, ordering: .releasing)
+        loop.execute { [self] in close() }
+    }
+
+    var backlogBytes: Int { backlog.load(ordering: .relaxed) }
+
+    private func format(timestamp samples: Int) -> [String: JSONValue] {
+        ["rate": .number(Double(sampleRate)), "width": .number(2), "channels": .number(1),
+         "timestamp": .number(Double(milliseconds(samples)))]
+    }
+
+    private func milliseconds(_ samples: Int) -> Int { samples * 1000 / max(sampleRate, 1) }
+
+    // MARK: the loop's side
+
+    func handleEvents(_ events: UInt32) {
+        if closed { return }
+        if events & (EPOLLIN.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { readAvailable() }
+        if !closed { flush() }
+    }
+
+    private func readAvailable() {
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        while !closed {
+            let result = chunk.withUnsafeMutableBytes { io.read(into: $0) }
+            switch result {
+            case .bytes(let n):
+                do throws(SpeechClientError) {
+                    let events = try reader.feed(chunk[0..<n])
+                    for event in events where !closed { handle(event) }
+                } catch {
+                    var e = error
+                    e.message = "from \(peer): " + e.message
+                    fail(e)
+                    return
+                }
+                if n < chunk.count { return }
+            case .wouldBlock:
+                return
+            case .closed:
+                fail(SpeechClientError(.network, "\(peer) closed the connection before its transcript"))
+                return
+            case .failed(let error):
+                fail(error)
+                return
+            }
+        }
+    }
+
+    private func handle(_ event: WyomingEvent) {
+        switch event.type {
+        case "transcript-start":
+            partial = ""
+        case "transcript-chunk":
+            partial += event.data["text"]?.stringValue ?? ""
+            let words = Self.words(partial)
+            if !words.isEmpty {
+                deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0,
+                                              payload: .tentativeTranscript(text: words.map(\.text).joined(separator: " "), words: words))))
+            }
+        case "transcript":
+            let words = Self.words(event.data["text"]?.stringValue ?? "")
+            if !words.isEmpty {
+                deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finalTranscript(words))))
+            }
+            deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
+            close()
+            deliver(.closed(nil))
+        case "error":
+            fail(Self.serverError(event, peer: peer))
+        case "ping":
+            out += WyomingEvent(type: "pong", data: event.data["text"].map { ["text": $0] } ?? [:]).encoded()
+        default:
+            break  // transcript-stop, and events of newer versions: nothing to do
+        }
+    }
+
+    /// Words of a transcript: split at white space, control characters (a NUL would cut a C
+    /// string short) dropped. Times unknown: -1.
+    static func words(_ text: String) -> [SLUWord] {
+        let clean = String(String.UnicodeScalarView(text.unicodeScalars.map {
+            $0.properties.generalCategory == .control ? " " : $0
+        }))
+        return clean.split(whereSeparator: { $0.isWhitespace }).enumerated().map {
+            SLUWord(text: String($0.element), index: Int32(clamping: $0.offset), startMilliseconds: -1, endMilliseconds: -1)
+        }
+    }
+
+    static func serverError(_ event: WyomingEvent, peer: String) -> SpeechClientError {
+        let text = event.data["text"]?.stringValue ?? "(no text)"
+        let code = event.data["code"]?.stringValue.map { " (\($0))" } ?? ""
+        return SpeechClientError(.api, "\(peer) reported an error: \(text.prefix(500))\(code.prefix(100))")
+    }
+
+    private func armResultTimer() {
+        guard resultTimer == nil else { return }
+        resultTimer = loop.addTimer(milliseconds: resultTimeoutMilliseconds) { [self] in
+            resultTimer = nil
+            fail(SpeechClientError(.timeout, "\(peer) sent no transcript within \(resultTimeoutMilliseconds / 1000) s of the end of the audio"))
+        }
+    }
+
+    private func flush() {
+        while outOffset < out.count && !closed {
+            let result = out.withUnsafeBytes { io.write(UnsafeRawBufferPointer(rebasing: $0[outOffset...])) }
+            switch result {
+            case .bytes(let n):
+                outOffset += n
+                backlog.subtract(n, ordering: .relaxed)
+            case .wouldBlock:
+                setWantsWritable(true)
+                return
+            case .closed:
+                fail(SpeechClientError(.network, "\(peer) closed the connection before its transcript"))
+                return
+            case .failed(let error):
+                fail(error)
+                return
+            }
+        }
+        if outOffset == out.count {
+            out.removeAll(keepingCapacity: out.count <= 1 << 20)
+            outOffset = 0
+        }
+        setWantsWritable(false)
+    }
+
+    private func setWantsWritable(_ on: Bool) {
+        guard on != wantsWritable, !closed, registered else { return }
+        wantsWritable = on
+        loop.modify(fd: io.fd, events: EPOLLIN.rawValue | (on ? EPOLLOUT.rawValue : 0))
+    }
+
+    private func deliver(_ event: StreamEvent) {
+        if cancelled.load(ordering: .acquiring) { return }
+        handler(event)
+    }
+
+    private func fail(_ error: SpeechClientError) {
+        if closed { return }
+        close()
+        deliver(.closed(error))
+    }
+
+    private func close() {
+        if closed { return }
+        closed = true
+        if let t = resultTimer { loop.cancelTimer(t) }
+        resultTimer = nil
+        if registered { loop.unregister(fd: io.fd) }
+        registered = false
+        io.close()
+        backlog.store(0, ordering: .relaxed)
+        out = []
+        outOffset = 0
+    }
+}

@@ -1,0 +1,102 @@
+import Testing
+@testable import SpeechClient
+
+/// The Wyoming framing: what the client writes reads back the same however the bytes are split,
+/// the reference's separate data block is merged, and a hostile or wrong server is a `.parse`
+/// error naming what was wrong, never an allocation of what it claims.
+@Suite struct WyomingEventTests {
+    func read(_ bytes: [UInt8], splitEvery step: Int = .max) throws(SpeechClientError) -> [WyomingEvent] {
+        var reader = WyomingEventReader()
+        var events: [WyomingEvent] = []
+        var i = 0
+        while i < bytes.count {
+            let end = min(bytes.count, i + max(step, 1))
+            events += try reader.feed(bytes[i..<end])
+            i = end
+        }
+        return events
+    }
+
+    func parseError(_ text: String) -> SpeechClientError? {
+        do throws(SpeechClientError) { _ = try read(Array(text.utf8)) } catch { return error }
+        return nil
+    }
+
+    @Test func eventsReadBackWhateverTheSplit() throws {
+        let chunk = WyomingEvent(type: "audio-chunk",
+                                 data: ["rate": .number(16000), "width": .number(2), "channels": .number(1), "timestamp": .number(100)],
+                                 payload: (0..<3200).map { UInt8(truncatingIfNeeded: $0) })
+        let stop = WyomingEvent(type: "audio-stop", data: ["timestamp": .number(200)])
+        let bytes = chunk.encoded() + WyomingEvent(type: "describe").encoded() + stop.encoded()
+        for step in [1, 7, 1000, Int.max] {
+            #expect(try read(bytes, splitEvery: step) == [chunk, WyomingEvent(type: "describe"), stop])
+        }
+        let line = String(decoding: chunk.encoded().prefix { $0 != 0x0A }, as: UTF8.self)
+        #expect(line.contains("\"rate\":16000") && line.contains("\"payload_length\":3200") && line.contains("\"version\":"))
+    }
+
+    @Test func theReferenceDataBlockIsMergedOverTheInlineData() throws {
+        let data = #"{"text":"turn on the lights","language":"en"}"#
+        let text = #"{"type":"transcript","data":{"text":"old","x":1},"data_length":\#(data.utf8.count),"version":"1.5.2"}"# + "\n" + data
+        let events = try read(Array(text.utf8), splitEvery: 5)
+        #expect(events.count == 1)
+        #expect(events.first?.data["text"] == .string("turn on the lights"))
+        #expect(events.first?.data["x"] == .number(1))
+    }
+
+    @Test(arguments: [
+        ("HTTP/1.1 400 Bad Request\r\n\r\n", "HTTP"),
+        (#"{"type":"transcript","payload_length":1099511627776}"# + "\n", "payload_length"),
+        (#"{"type":"transcript","data_length":-1}"# + "\n", "data_length"),
+        (#"{"type":"transcript","data_length":"5"}"# + "\n", "not a number"),
+        (#"{"type":"transcript","data_length":3000000,"payload_length":3000000}"# + "\n", "more than the 4 MiB"),
+        (#"{"type":"transcr"# + "\n", "not valid JSON"),
+        (#"["transcript"]"# + "\n", "not a JSON object"),
+        (#"{"data":{}}"# + "\n", "no \"type\""),
+        (#"{"type":"transcript","data":[1]}"# + "\n", "\"data\" of a Wyoming 'transcript' event"),
+        (#"{"type":"transcript","data_length":2}"# + "\n[]", "not a JSON object"),
+    ])
+    func malformedEventsAreParseErrorsNamingWhy(text: String, named: String) {
+        let error = parseError(text)
+        #expect(error?.code == .parse)
+        #expect(error?.message.contains(named) == true, "\(error?.message ?? "no error")")
+    }
+
+    @Test func aLineWithoutEndIsRefusedOnceItPassesTheBound() throws {
+        var reader = WyomingEventReader()
+        let block = [UInt8](repeating: UInt8(ascii: "a"), count: 64 * 1024)
+        var thrown: SpeechClientError?
+        for _ in 0..<40 {
+            do throws(SpeechClientError) { _ = try reader.feed(block[...]) } catch { thrown = error; break }
+        }
+        #expect(thrown?.code == .parse)
+        #expect(thrown?.message.contains("without its end") == true)
+        #expect(reader.bufferedBytes <= WyomingEventReader.maxLineBytes + block.count)
+    }
+
+    @Test func transcriptWordsDropControlCharactersAndHaveNoTimes() {
+        let words = WyomingStream.words(" turn\u{0}on  the\nlights\u{7} ")
+        #expect(words.map(\.text) == ["turn", "on", "the", "lights"])
+        #expect(words.map(\.index) == [0, 1, 2, 3])
+        #expect(words.allSatisfy { $0.startMilliseconds == -1 && $0.endMilliseconds == -1 })
+    }
+
+    @Test func theLanguageIsCheckedAgainstTheModels() throws {
+        func info(_ languages: [String]) -> WyomingEvent {
+            WyomingEvent(type: "info", data: ["asr": .array([.object(["name": .string("faster-whisper"), "models": .array([
+                .object(["name": .string("tiny.en"), "languages": .array(languages.map { .string($0) })])])])])])
+        }
+        #expect(try WyomingService.language("en-US", info: info(["en"]), peer: "p") == "en")
+        #expect(try WyomingService.language("EN", info: info(["en"]), peer: "p") == "en")
+        #expect(try WyomingService.language("en-US", info: info(["de", "en-US"]), peer: "p") == "en-US")
+        #expect(try WyomingService.language("fi-FI", info: info([]), peer: "p") == "fi-FI")
+        #expect(throws: SpeechClientError.self) { try WyomingService.language("fi-FI", info: info(["en", "de"]), peer: "p") }
+        do { _ = try WyomingService.language("fi-FI", info: info(["en", "de"]), peer: "p") } catch {
+            #expect(error.code == .invalidArgument && error.message.contains("en, de"))
+        }
+        let wake = WyomingEvent(type: "info", data: ["wake": .array([.object(["name": .string("openwakeword")])])])
+        do { _ = try WyomingService.language("en", info: wake, peer: "p"); Issue.record("a wake service taken for ASR") } catch {
+            #expect(error.message.contains("without speech recognition") && error.message.contains("wake"))
+        }
+    }
+}
