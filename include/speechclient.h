@@ -7,8 +7,9 @@
 ** OVERVIEW
 **
 **   spc_options   an opaque bag of settings, filled with setters, copied by spc_client_new().
-**   spc_client    one recognition client: an audio source, a connection to a server that speaks
-**                 the Speechly SLU protocol, and the callbacks that report what was heard.
+**   spc_client    one recognition client: an audio source, a connection to a recognition server
+**                 (the Speechly SLU protocol over gRPC, or Wyoming: see BACKENDS), and the
+**                 callbacks that report what was heard.
 **   spc_segment   a snapshot of one segment of speech (words, intent, entities), handed to the
 **                 segment callback; valid during the callback, spc_segment_copy() keeps one.
 **   spc_error     a failure: a status code, a message naming what was wrong, and the gRPC status
@@ -440,17 +441,49 @@ SPC_API void spc_options_free(spc_options *options);
 ** when it reports an invalid or missing argument. Callback setters never fail. Since 0.5. */
 SPC_API const char *spc_options_last_error(const spc_options *options);
 
-/* The server: "grpc+tls://host[:port]" (TLS, default port 443) or "grpc://host[:port]"
-** (plaintext HTTP/2, default port 80); "https://" and "http://" are accepted as synonyms. IPv6
-** hosts in brackets ("grpc://[::1]:50051"). No path, user or query (one trailing "/" is
-** ignored). Required before
-** spc_client_new(). */
+/* The server, whose scheme names the protocol (the backend):
+**
+**   "grpc+tls://host[:port]"     Speechly SLU over gRPC with TLS, default port 443; "grpcs://"
+**                                and "https://" are synonyms
+**   "grpc://host[:port]"         the same over plaintext HTTP/2, default port 80; "http://" is a
+**                                synonym
+**   "wyoming://host[:port]"      Wyoming speech recognition over TCP (wyoming-faster-whisper,
+**                                wyoming-vosk, ...), default port 10300; Wyoming has no TLS
+**   "wyoming+unix:///path"       the same over a Unix socket (an absolute path, at most 107
+**                                bytes)
+**
+** IPv6 hosts in brackets ("grpc://[::1]:50051"). No path, user or query (one trailing "/" is
+** ignored). Required before spc_client_new().
+**
+** BACKENDS. The callbacks are the same for every backend; what a protocol lacks is not made up:
+**
+**                               Speechly (grpc://)        Wyoming (wyoming://)
+**   login, app id               yes (required)            none (the app id is not needed)
+**   ready means                 connected; the login      the server answered "describe" with
+**                               runs before the first     "info" listing speech recognition in
+**                               context                   the options' language
+**   tentative updates           yes                       only from a server that streams partial
+**                                                         transcripts (transcript-chunk events);
+**                                                         otherwise one final update per segment
+**   word times                  yes                       no: spc_segment_word_start_ms() and
+**                                                         _end_ms() return -1
+**   intents, entities           yes                       no (intent "", no entities)
+**   segments                    where the server ends     one per stream: a long context gets one
+**                               them (pauses)             at each stream rotation (see
+**                                                         spc_options_set_stream_budget())
+**   reconnect and replay        yes                       yes (a new connection, the unfinished
+**                                                         audio sent again)
+**
+** The language (spc_options_set_language()) is checked against a Wyoming server's models: the
+** tag itself, else its primary subtag ("en-US" asks for "en"); a server that lists none of them
+** fails with SPC_ERROR_INVALID_ARGUMENT naming what it lists. */
 SPC_API spc_status spc_options_set_server_url(spc_options *options, const char *url);
 
 /* A separate server for login, same syntax; NULL (the default) means the server URL. */
 SPC_API spc_status spc_options_set_identity_url(spc_options *options, const char *url);
 
-/* The application id. Required: spc_client_new() fails without it. Without a project id the
+/* The application id. Required for a Speechly server (spc_client_new() fails without it);
+** ignored by Wyoming, which has no login. Without a project id the
 ** login has application scope; with one, the login has project scope and the app id is sent with
 ** each start (a project-scoped token must name the app). NULL clears it. */
 SPC_API spc_status spc_options_set_app_id(spc_options *options, const char *app_id);
@@ -634,7 +667,7 @@ SPC_API spc_status spc_options_set_level_cb(spc_options *options, spc_level_cb c
 ** frees with spc_error_free(); otherwise it is set to NULL.
 **
 ** Returns SPC_ERROR_INVALID_ARGUMENT for NULL options or out_client, a missing server URL or
-** app id; SPC_ERROR_AUDIO for an unreadable WAV file; with prepare-on-init, also the
+** (for a Speechly server) app id; SPC_ERROR_AUDIO for an unreadable WAV file; with prepare-on-init, also the
 ** network, TLS, timeout, auth and audio errors of preparing. */
 SPC_API spc_status spc_client_new(const spc_options *options, spc_client **out_client,
                                   spc_error **out_error);
@@ -759,7 +792,8 @@ SPC_API spc_status spc_io_dispatch(uint32_t *out_ready, uint32_t *out_callbacks)
 ** A segment is a stretch of speech between pauses within a context, identified by
 ** (context id, segment id). Accessors take the segment and an index; an index out of range gives
 ** NULL, 0 or -1 as written, never a crash. Strings are owned by the segment. Word times are in
-** milliseconds from the start of the context's audio.
+** milliseconds from the start of the context's audio, or -1 when the backend gives none
+** (Wyoming).
 */
 
 SPC_API const char *spc_segment_context_id(const spc_segment *segment); /* "" for NULL */
@@ -772,8 +806,8 @@ SPC_API const char *spc_segment_transcript(const spc_segment *segment);
 SPC_API size_t spc_segment_word_count(const spc_segment *segment);
 SPC_API const char *spc_segment_word_text(const spc_segment *segment, size_t i); /* NULL if out of range */
 SPC_API int32_t spc_segment_word_index(const spc_segment *segment, size_t i);    /* -1 if out of range */
-SPC_API int32_t spc_segment_word_start_ms(const spc_segment *segment, size_t i); /* -1 if out of range */
-SPC_API int32_t spc_segment_word_end_ms(const spc_segment *segment, size_t i);   /* -1 if out of range */
+SPC_API int32_t spc_segment_word_start_ms(const spc_segment *segment, size_t i); /* -1 if out of range or unknown */
+SPC_API int32_t spc_segment_word_end_ms(const spc_segment *segment, size_t i);   /* -1 if out of range or unknown */
 SPC_API int spc_segment_word_is_final(const spc_segment *segment, size_t i);
 
 /* The intent, or "" when none is known yet; and whether it is final. */

@@ -252,9 +252,10 @@ static void on_log(spc_client *client, spc_log_level level, const char *message,
 static void usage(FILE *to) {
     fprintf(to,
         "usage: speechclient-demo [options] (--file WAV | --mic [DEVICE])\n"
-        "  --url URL          server, grpc://host:port or grpc+tls://host:port\n"
+        "  --url URL          server: grpc://host:port or grpc+tls://host:port (Speechly),\n"
+        "                     wyoming://host:port or wyoming+unix:///path (Wyoming)\n"
         "                     (default: $SPEECHCLIENT_URL, else grpc://127.0.0.1:50051)\n"
-        "  --app-id ID        application id (default speechclient-demo)\n"
+        "  --app-id ID        application id, Speechly only (default speechclient-demo)\n"
         "  --project-id ID    project id (log in with project scope)\n"
         "  --language TAG     BCP-47 language (default en-US)\n"
         "  --file WAV         transcribe a WAV file, then exit\n"

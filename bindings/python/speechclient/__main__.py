@@ -144,8 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("command", nargs="?", choices=["transcribe"], help=argparse.SUPPRESS)
     p.add_argument("wav", nargs="?", help=argparse.SUPPRESS)  # `transcribe FILE`, kept for older scripts
     p.add_argument("--url", default=os.environ.get("SPEECHCLIENT_URL") or "grpc://127.0.0.1:50051",
-                   help="server: grpc://host:port or grpc+tls://host:port (default $SPEECHCLIENT_URL, else %(default)s)")
-    p.add_argument("--app-id", default="speechclient-python", help="application id (default %(default)s)")
+                   help="server: grpc://host:port or grpc+tls://host:port (Speechly), wyoming://host:port or "
+                        "wyoming+unix:///path (Wyoming) (default $SPEECHCLIENT_URL, else %(default)s)")
+    p.add_argument("--app-id", default="speechclient-python", help="application id, Speechly only (default %(default)s)")
     p.add_argument("--project-id", help="project id")
     p.add_argument("--language", default="en-US", help="BCP-47 language (default %(default)s)")
     src = p.add_mutually_exclusive_group()
