@@ -102,10 +102,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 5
+#define SPC_VERSION_MINOR 6
 #define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.5.0"
-#define SPC_VERSION_NUMBER 5000
+#define SPC_VERSION_STRING "0.6.0"
+#define SPC_VERSION_NUMBER 6000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -493,6 +493,12 @@ SPC_API spc_status spc_options_set_project_id(spc_options *options, const char *
 
 /* The BCP-47 language of the speech. Default "en-US". */
 SPC_API spc_status spc_options_set_language(spc_options *options, const char *language);
+
+/* The recognizer model to ask for, by name: for Wyoming, the model named in its "transcribe"
+** event, checked against the models the server's info lists (an unknown name fails with
+** SPC_ERROR_INVALID_ARGUMENT naming them); ignored by Speechly. 1-256 characters without spaces
+** or control characters. NULL (the default): the server's default model. Since 0.6. */
+SPC_API spc_status spc_options_set_model(spc_options *options, const char *model);
 
 /* This device's id: a UUID ("xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", hex digits, stored in lower
 ** case). Default: one generated once and kept in the token-cache directory, so it stays the

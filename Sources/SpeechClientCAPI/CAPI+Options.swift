@@ -78,6 +78,11 @@ public func spc_options_set_language(_ options: OpaquePointer?, _ language: Unsa
 }
 
 @c @implementation
+public func spc_options_set_model(_ options: OpaquePointer?, _ model: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setModel(optionalString(model)) }
+}
+
+@c @implementation
 public func spc_options_set_device_id(_ options: OpaquePointer?, _ deviceId: UnsafePointer<CChar>?) -> spc_status {
     update(options) { (o) throws(SpeechClientError) in try o.setDeviceId(optionalString(deviceId)) }
 }

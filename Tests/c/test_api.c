@@ -268,6 +268,7 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_app_id(NULL, "a"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_project_id(NULL, "p"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_language(NULL, "en-US"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_model(NULL, "tiny-int8"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_device_id(NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_cache_dir(NULL, "/tmp"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_ca_file(NULL, "/tmp/ca.pem"), SPC_ERROR_INVALID_ARGUMENT);
@@ -382,6 +383,12 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_project_id(o, NULL), SPC_OK);
     CHECK_STATUS(spc_options_set_language(o, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_language(o, "x"), SPC_ERROR_INVALID_ARGUMENT);
+    /* 0.6: the model asked for (Wyoming); NULL clears it. */
+    CHECK_STATUS(spc_options_set_model(o, "two words"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "spc_options_set_model") != NULL);
+    CHECK_STATUS(spc_options_set_model(o, ""), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_model(o, "tiny-int8"), SPC_OK);
+    CHECK_STATUS(spc_options_set_model(o, NULL), SPC_OK);
     CHECK_STATUS(spc_options_set_language(o, "fi-FI"), SPC_OK);
     CHECK_STATUS(spc_options_set_device_id(o, "not-a-uuid"), SPC_ERROR_INVALID_ARGUMENT);
     static const char *bad_device_ids[] = {

@@ -995,11 +995,11 @@ def test_hands_free_enums_are_the_headers():
 
 
 def test_binding_version_is_the_headers():
-    assert _native.SPC_VERSION_STRING == "0.5.0" == sc.__version__
+    assert _native.SPC_VERSION_STRING == "0.6.0" == sc.__version__
     text = (ROOT / "include" / "speechclient.h").read_text()
     assert f'#define SPC_VERSION_STRING "{_native.SPC_VERSION_STRING}"' in text
     assert f"#define SPC_VERSION_NUMBER {_native.SPC_VERSION_NUMBER}" in text
-    assert 'version = "0.5.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
+    assert 'version = "0.6.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
 
 
 @needs_hands_free

@@ -258,6 +258,7 @@ static void usage(FILE *to) {
         "  --app-id ID        application id, Speechly only (default speechclient-demo)\n"
         "  --project-id ID    project id (log in with project scope)\n"
         "  --language TAG     BCP-47 language (default en-US)\n"
+        "  --model NAME       the model to ask a Wyoming server for (default: its own)\n"
         "  --file WAV         transcribe a WAV file, then exit\n"
         "  --mic [DEVICE]     transcribe an ALSA capture device until Ctrl-C (default device: default)\n"
         "  --ca-file PEM      trust these CAs for grpc+tls servers\n"
@@ -310,7 +311,7 @@ static int usage_error(const char *message, const char *value) {
 /* Applies the options; 0 on success, otherwise the exit status (2: a value the library rejects,
 ** which is a usage error; 1: an unexpected failure). */
 struct settings {
-    const char *url, *app_id, *project_id, *language, *file, *mic, *ca_file, *cache_dir;
+    const char *url, *app_id, *project_id, *language, *model, *file, *mic, *ca_file, *cache_dir;
     const char *wakeword;
     int insecure, verbose, hands_free, levels;
     long chunk_ms;
@@ -347,6 +348,7 @@ static int configure(spc_options *o, const struct settings *a, struct demo *d) {
         {spc_options_set_app_id(o, a->app_id), "bad --app-id", a->app_id},
         {a->project_id ? spc_options_set_project_id(o, a->project_id) : SPC_OK, "bad --project-id", a->project_id},
         {a->language ? spc_options_set_language(o, a->language) : SPC_OK, "bad --language", a->language},
+        {a->model ? spc_options_set_model(o, a->model) : SPC_OK, "bad --model", a->model},
         {a->ca_file ? spc_options_set_ca_file(o, a->ca_file) : SPC_OK, "bad --ca-file", a->ca_file},
         {a->cache_dir ? spc_options_set_cache_dir(o, a->cache_dir) : SPC_OK, "bad --cache-dir", a->cache_dir},
         {a->chunk_ms ? spc_options_set_chunk_ms(o, (uint32_t)a->chunk_ms) : SPC_OK, "bad --chunk-ms (20-1000)", NULL},
@@ -448,6 +450,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(arg, "--app-id")) { VALUE(); a.app_id = next; }
         else if (!strcmp(arg, "--project-id")) { VALUE(); a.project_id = next; }
         else if (!strcmp(arg, "--language")) { VALUE(); a.language = next; }
+        else if (!strcmp(arg, "--model")) { VALUE(); a.model = next; }
         else if (!strcmp(arg, "--file")) { VALUE(); if (a.file) return usage_error("--file given twice", NULL); a.file = next; }
         else if (!strcmp(arg, "--mic")) {
             if (a.mic) return usage_error("--mic given twice", NULL);

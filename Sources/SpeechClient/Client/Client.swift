@@ -161,7 +161,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             return speechlyService(options: options, server: server, deviceId: deviceId, log: log)
         case .wyoming:
             return WyomingService(server: server, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
-                                  applicationDrivenIO: options.io == .application) { level, message in log.client?.log(level, message) }
+                                  applicationDrivenIO: options.io == .application, model: options.model) { level, message in log.client?.log(level, message) }
         }
     }
 

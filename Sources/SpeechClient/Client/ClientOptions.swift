@@ -20,6 +20,8 @@ public struct ClientOptions: Sendable {
     public var appId: String?
     public var projectId: String?
     public var language = "en-US"
+    /// The recognizer model to ask for by name (Wyoming's `transcribe` name); nil: the server's.
+    public var model: String?
     public var deviceId: String?
     public var cacheDir: String?
     public var caFile: String?
@@ -110,6 +112,10 @@ public struct ClientOptions: Sendable {
               parts.dropFirst().allSatisfy({ (1...8).contains($0.count) && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) } })
         else { throw SpeechClientError(.invalidArgument, "language '\(code)' is not a BCP-47 tag such as en-US") }
         language = code
+    }
+
+    public mutating func setModel(_ name: String?) throws(SpeechClientError) {
+        model = try Self.checkIdentifier(name, what: "model")
     }
 
     public mutating func setDeviceId(_ id: String?) throws(SpeechClientError) {

@@ -21,11 +21,13 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
     private let connectTimeoutMilliseconds: Int
     private let resultTimeoutMilliseconds: Int
     private let applicationDrivenIO: Bool
+    private let model: String?
     private let log: @Sendable (LogLevel, String) -> Void
     private let sequence = Atomic<Int>(0)
 
     public init(server: ServerURL, connectTimeoutMilliseconds: Int, resultTimeoutMilliseconds: Int = 60_000,
-                applicationDrivenIO: Bool = false, log: @escaping @Sendable (LogLevel, String) -> Void) {
+                applicationDrivenIO: Bool = false, model: String? = nil, log: @escaping @Sendable (LogLevel, String) -> Void) {
+        self.model = model
         self.server = server
         self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
         self.resultTimeoutMilliseconds = resultTimeoutMilliseconds
@@ -51,12 +53,13 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
         try handshake.write(WyomingEvent(type: "describe").encoded())
         let info = try handshake.readInfo()
         let language = try Self.language(config.languageCode, info: info, peer: peer)
+        if let model { try Self.checkModel(model, info: info, peer: peer) }
         if language != config.languageCode {
             log(.debug, "\(peer) lists language '\(language)' for '\(config.languageCode)': asking for '\(language)'")
         }
         let id = "wyoming-\(sequence.add(1, ordering: .relaxed).newValue)-\(SystemRandom.uuid().prefix(8))"
         let stream = try WyomingStream(io: PlainStream(socket: socket, peer: peer), reader: handshake.reader, peer: peer,
-                                   contextId: id, language: language, sampleRate: Int(config.sampleRateHertz),
+                                   contextId: id, language: language, model: model, sampleRate: Int(config.sampleRateHertz),
                                    resultTimeoutMilliseconds: resultTimeoutMilliseconds, handler: handler)
         try stream.start(applicationDriven: applicationDrivenIO)
         return stream
@@ -85,6 +88,20 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
         if let base = languages.first(where: { $0.lowercased() == primary }) { return base }
         let shown = languages.prefix(12).joined(separator: ", ") + (languages.count > 12 ? ", ..." : "")
         throw SpeechClientError(.invalidArgument, "\(peer) does not recognise language '\(wanted)': its models list \(shown)")
+    }
+
+    /// A model asked for by name must be one the info lists (when it lists any by name).
+    static func checkModel(_ name: String, info: WyomingEvent, peer: String) throws(SpeechClientError) {
+        var names: [String] = []
+        if case .array(let programs)? = info.data["asr"] {
+            for program in programs {
+                guard case .array(let models)? = program["models"] else { continue }
+                names += models.compactMap { $0["name"]?.stringValue }
+            }
+        }
+        guard !names.isEmpty, !names.contains(name) else { return }
+        let shown = names.prefix(12).joined(separator: ", ") + (names.count > 12 ? ", ..." : "")
+        throw SpeechClientError(.invalidArgument, "\(peer) has no model '\(name)': its info lists \(shown)")
     }
 
     private static func isNonEmptyArray(_ value: JSONValue) -> Bool {
@@ -176,6 +193,7 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
     private let peer: String
     private let contextId: String
     private let language: String
+    private let model: String?
     private let sampleRate: Int
     private let resultTimeoutMilliseconds: Int
     private let handler: @Sendable (StreamEvent) -> Void
@@ -195,12 +213,13 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
     private var resultTimer: UInt64?
 
     init(io: any ByteStream, reader: WyomingEventReader, peer: String, contextId: String, language: String,
-         sampleRate: Int, resultTimeoutMilliseconds: Int, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) {
+         model: String?, sampleRate: Int, resultTimeoutMilliseconds: Int, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) {
         self.io = io
         self.reader = reader
         self.peer = peer
         self.contextId = contextId
         self.language = language
+        self.model = model
         self.sampleRate = sampleRate
         self.resultTimeoutMilliseconds = resultTimeoutMilliseconds
         self.handler = handler
@@ -233,7 +252,9 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
         case .config, .rttResponse:
             return
         case .start:
-            events = [WyomingEvent(type: "transcribe", data: ["language": .string(language)]),
+            var ask: [String: JSONValue] = ["language": .string(language)]
+            if let model { ask["name"] = .string(model) }
+            events = [WyomingEvent(type: "transcribe", data: ask),
                       WyomingEvent(type: "audio-start", data: format(timestamp: 0))]
             started = true
         case .audio(let samples):

@@ -149,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--app-id", default="speechclient-python", help="application id, Speechly only (default %(default)s)")
     p.add_argument("--project-id", help="project id")
     p.add_argument("--language", default="en-US", help="BCP-47 language (default %(default)s)")
+    p.add_argument("--model", help="the model to ask a Wyoming server for (default: its own)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--file", metavar="WAV", help="transcribe a WAV file, then exit")
     src.add_argument("--mic", metavar="DEVICE", nargs="?", const="default",
@@ -192,6 +193,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     activation = "wakeword" if args.wakeword is not None else "voice" if args.hands_free else "manual"
     try:
         client = Client(url=args.url, app_id=args.app_id, project_id=args.project_id, language=args.language,
+                        model=args.model,
                         cache_dir=args.cache_dir, ca_file=args.ca_file, insecure_tls=args.insecure,
                         audio=WavFile(path) if path is not None else Microphone(device=args.mic),
                         chunk_ms=args.chunk_ms,

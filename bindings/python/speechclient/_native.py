@@ -21,10 +21,10 @@ from typing import List
 
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h).
 SPC_VERSION_MAJOR = 0
-SPC_VERSION_MINOR = 5
+SPC_VERSION_MINOR = 6
 SPC_VERSION_PATCH = 0
-SPC_VERSION_STRING = "0.5.0"
-SPC_VERSION_NUMBER = 5000
+SPC_VERSION_STRING = "0.6.0"
+SPC_VERSION_NUMBER = 6000
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
@@ -317,6 +317,9 @@ spc_options_set_drain_timeout_ms = _optional_fn("spc_options_set_drain_timeout_m
 spc_options_set_keepalive = _optional_fn("spc_options_set_keepalive", c_status, options_p, c_uint32, c_uint32)
 # spc_status spc_options_set_push_wait_ms(spc_options *options, uint32_t ms);
 spc_options_set_push_wait_ms = _optional_fn("spc_options_set_push_wait_ms", c_status, options_p, c_uint32)
+# Backends (since 0.6).
+# spc_status spc_options_set_model(spc_options *options, const char *model);
+spc_options_set_model = _optional_fn("spc_options_set_model", c_status, options_p, c_char_p)
 #: max_attempts of spc_options_set_reconnect that never gives up (since 0.5).
 SPC_RECONNECT_UNLIMITED = 0xFFFFFFFF
 # Hands-free listening (since 0.2).

@@ -359,7 +359,7 @@ class Client:
     """
 
     def __init__(self, url: str, app_id: Optional[str] = None, *, project_id: Optional[str] = None,
-                 language: str = "en-US", device_id: Optional[str] = None,
+                 language: str = "en-US", model: Optional[str] = None, device_id: Optional[str] = None,
                  cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
                  ca_file: Optional[Union[str, "os.PathLike[str]"]] = None, insecure_tls: bool = False,
                  audio: AudioSource = Microphone(device="default"), chunk_ms: int = 100,
@@ -473,6 +473,12 @@ class Client:
                               "project_id", project_id)
             _check_option(n.spc_options_set_language(opts, _c_string("language", language)), "language", language,
                           "a BCP-47 tag such as en-US")
+            if model is not None:
+                if n.spc_options_set_model is None:
+                    raise _option_error("model", f"model: {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
+                                                 f"without model selection (0.6)")
+                _check_option(n.spc_options_set_model(opts, _c_string("model", model)), "model", model,
+                              "1-256 characters without spaces or control characters")
             if device_id is not None:
                 _check_option(n.spc_options_set_device_id(opts, _c_string("device_id", device_id)), "device_id",
                               device_id, "a UUID")
