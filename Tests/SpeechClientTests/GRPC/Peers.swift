@@ -40,7 +40,7 @@ struct PeerError: Error, CustomStringConvertible {
     var description: String
 }
 
-/// A running peer process that printed "PORT <n>" when ready.
+/// A running peer process that printed "PORT <n>" (or "listening on HOST:<n>") when ready.
 final class PeerProcess: @unchecked Sendable {
     let port: UInt16
     private let process: Process
@@ -78,7 +78,12 @@ final class PeerProcess: @unchecked Sendable {
             line.append(byte)
         }
         let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("PORT "), let port = UInt16(text.dropFirst(5)) else {
+        // "PORT n", or "listening on HOST:n" (the reference server's and the Wyoming peer's),
+        // or "listening on unix:PATH" (port 0).
+        let port: UInt16? = text.hasPrefix("PORT ") ? UInt16(text.dropFirst(5))
+            : text.hasPrefix("listening on unix:") ? 0
+            : text.hasPrefix("listening on ") ? text.split(separator: ":").last.flatMap { UInt16($0) } : nil
+        guard let port else {
             process.terminate()
             throw PeerError(description: "peer \(script) said '\(text)'")
         }

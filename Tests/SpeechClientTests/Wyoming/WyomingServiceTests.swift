@@ -1,0 +1,145 @@
+import Foundation
+import Testing
+@testable import SpeechClient
+
+/// The Wyoming backend through the whole client against a scripted Wyoming server
+/// (Tests/peers/wyoming_fault_server.py, an independent implementation of the framing). Its
+/// transcript is "<N> bytes": the audio bytes it received for the transcription, so every test
+/// checks that each pushed sample arrived exactly once, replays included.
+@Suite(.serialized) struct WyomingServiceTests {
+    static let oneSecond = [Int16](repeating: 300, count: 16_000)
+
+    func options(_ url: String, connectTimeoutMs: Int = 5000) throws -> ClientOptions {
+        var o = ClientOptions()
+        try o.setServer(url)
+        try o.setAudio(.push(sampleRate: 16_000, channels: 1))
+        o.connectTimeoutMilliseconds = connectTimeoutMs
+        o.reconnectInitialDelayMilliseconds = 20
+        o.deviceId = "00000000-0000-4000-8000-000000000000"
+        return o
+    }
+
+    /// Starts a context, pushes `seconds` of audio at up to 10x real time, ends it, waits.
+    func transcribe(_ o: ClientOptions, seconds: Int = 3, log: EventLog) throws {
+        let client = try Client(options: o, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        for _ in 0..<(seconds * 10) {
+            Self.oneSecond[0..<1600].withUnsafeBufferPointer { try? client.pushAudio($0) }
+            usleep(10_000)
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 20_000))
+    }
+
+    func peer(_ scenario: String, _ more: [String] = []) throws -> PeerProcess {
+        try PeerProcess(script: "wyoming_fault_server.py", arguments: ["--scenario", scenario] + more)
+    }
+
+    @Test func everySampleArrivesOnceAndTheTranscriptIsOneFinalSegment() throws {
+        let server = try peer("Normal")
+        defer { server.stop() }
+        let log = EventLog(recordStates: true)
+        try transcribe(try options("wyoming://127.0.0.1:\(server.port)"), log: log)
+        let lines = log.lines.filter { !$0.hasPrefix("state") }
+        #expect(lines.count == 3, "\(log.lines)")
+        #expect(lines.first?.hasPrefix("start wyoming-") == true)
+        #expect(lines.dropFirst().first == "segment final 96000 bytes")
+        #expect(lines.last?.hasPrefix("stop wyoming-") == true)
+        #expect(log.lines.prefix(2) == ["state connecting", "state ready"])
+    }
+
+    @Test func aUnixSocketServesTheSame() throws {
+        let path = NSTemporaryDirectory() + "spc-wyoming-\(getpid()).sock"
+        let server = try peer("Normal", ["--unix", path])
+        defer { server.stop(); unlink(path) }
+        let log = EventLog()
+        try transcribe(try options("wyoming+unix://" + path), seconds: 1, log: log)
+        #expect(log.lines.contains("segment final 32000 bytes"), "\(log.lines)")
+    }
+
+    @Test func streamedPartialsAreTentativeUpdatesThenOneFinal() throws {
+        let server = try peer("Streaming")
+        defer { server.stop() }
+        let log = EventLog()
+        try transcribe(try options("wyoming://127.0.0.1:\(server.port)"), log: log)
+        let segments = log.lines.filter { $0.hasPrefix("segment") }
+        #expect(segments.count >= 3, "\(log.lines)")
+        #expect(segments.dropLast().allSatisfy { $0.hasPrefix("segment tentative part1") })
+        #expect(segments.last?.hasPrefix("segment final part1") == true)
+        #expect(segments.last?.hasSuffix(" 96000 bytes") == true)
+    }
+
+    @Test func aConnectionLostMidContextIsReplayedOnANewOne() throws {
+        let server = try peer("CloseMidStream")
+        defer { server.stop() }
+        let log = EventLog()
+        try transcribe(try options("wyoming://127.0.0.1:\(server.port)"), log: log)
+        // The first connection closed after 1 s; the second got the whole context again.
+        #expect(log.lines.filter { $0.hasPrefix("segment") } == ["segment final 96000 bytes"], "\(log.lines)")
+        #expect(!log.lines.contains { $0.hasPrefix("error") })
+        #expect(server.log.contains("closing after"), "the scripted loss never happened: \(server.log)")
+    }
+
+    @Test func unknownEventsAreIgnored() throws {
+        let server = try peer("UnknownEvents")
+        defer { server.stop() }
+        let log = EventLog()
+        try transcribe(try options("wyoming://127.0.0.1:\(server.port)"), seconds: 1, log: log)
+        #expect(log.lines.contains("segment final 32000 bytes"), "\(log.lines)")
+    }
+
+    @Test func textThatIsNotUTF8IsReplacedNotFatal() throws {
+        let server = try peer("NotUTF8")
+        defer { server.stop() }
+        let log = EventLog()
+        try transcribe(try options("wyoming://127.0.0.1:\(server.port)"), seconds: 1, log: log)
+        let final = log.lines.first { $0.hasPrefix("segment final") }
+        #expect(final?.contains("\u{FFFD}") == true && final?.hasSuffix("32000 bytes") == true, "\(log.lines)")
+    }
+
+    @Test func anErrorEventFailsTheContextNamingIt() throws {
+        let server = try peer("Error")
+        defer { server.stop() }
+        let errors = Locked<[SpeechClientError]>([])
+        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)")) { _, event in
+            if case .error(let e) = event { errors.withLock { $0.append(e) } }
+        }
+        defer { try? client.close() }
+        try client.start()
+        Self.oneSecond.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let seen = errors.withLock { $0 }
+        #expect(seen.count == 1)
+        #expect(seen.first?.code == .api)
+        #expect(seen.first?.message.contains("scripted failure: recognizer unavailable") == true)
+        #expect(seen.first?.message.contains("scripted-error") == true)
+    }
+
+    /// Servers that are not Wyoming ASR, or hostile ones: `prepareOnInit` makes the failure the
+    /// client's creation error, within the connect timeout, named, with memory untouched by
+    /// what the server claims.
+    @Test(arguments: [
+        ("NoInfo", SpeechClientError.Code.timeout, "did not answer describe with info"),
+        ("HTTP", .parse, "answered in HTTP"),
+        ("HugePayload", .parse, "payload"),
+        ("HugeData", .parse, "data_length"),
+        ("HugeLine", .parse, "without its end"),
+        ("TruncatedJSON", .parse, "not valid JSON"),
+        ("TruncatedData", .parse, "not valid JSON"),
+    ])
+    func aServerThatIsNotWyomingASRIsANamedErrorBeforeReady(scenario: String, code: SpeechClientError.Code, named: String) throws {
+        let server = try peer(scenario)
+        defer { server.stop() }
+        var o = try options("wyoming://127.0.0.1:\(server.port)", connectTimeoutMs: 1500)
+        o.prepareOnInit = true
+        let began = Clock.monotonicNanos()
+        var thrown: SpeechClientError?
+        do throws(SpeechClientError) { _ = try Client(options: o, handler: nil) } catch { thrown = error }
+        let tookMs = (Clock.monotonicNanos() - began) / 1_000_000
+        #expect(thrown?.code == code, "\(thrown?.description ?? "no error")")
+        #expect(thrown?.message.contains(named) == true, "\(thrown?.description ?? "no error")")
+        #expect(tookMs < 3000)
+    }
+}
