@@ -243,10 +243,10 @@ typedef enum spc_connection_state {
 ** descriptor from spc_client_event_fd() becomes readable when events are pending, so the client
 ** fits a poll/epoll loop, GLib or asyncio. The same order and one-at-a-time rules apply.
 **
-** In both modes, while more than 16384 events wait for the application (callbacks that do not
-** return, a loop that does not dispatch), tentative segment updates and log lines are dropped
-** instead of queued, so memory stays bounded; later updates of the same segment, its final
-** update and every other event still arrive.
+** In both modes, while more than 16384 events, or segment updates holding about 8 MiB, wait for
+** the application (callbacks that do not return, a loop that does not dispatch), tentative
+** segment updates and log lines are dropped instead of queued, so memory stays bounded; later
+** updates of the same segment, its final update and every other event still arrive.
 **
 **     int fd = spc_client_event_fd(client);
 **     struct pollfd p = { fd, POLLIN, 0 };
@@ -800,6 +800,13 @@ SPC_API spc_status spc_io_dispatch(uint32_t *out_ready, uint32_t *out_callbacks)
 ** NULL, 0 or -1 as written, never a crash. Strings are owned by the segment. Word times are in
 ** milliseconds from the start of the context's audio, or -1 when the backend gives none
 ** (Wyoming).
+**
+** A server's results are untrusted input, bounded in bytes before they are kept: a word, an
+** entity's type or value, or an intent of at most 1024 bytes; a segment of at most 64 KiB (its
+** text, plus 16 bytes per word and entity); the unfinished segments of a context together at
+** most 1 MiB; at most 256 unfinished segments and 16384 words per segment. Speech is far below
+** these (a segment ends at a pause; an hour of speech is about 40 KB of text). A server that
+** goes past one ends the context with SPC_ERROR_PARSE naming the limit.
 */
 
 SPC_API const char *spc_segment_context_id(const spc_segment *segment); /* "" for NULL */

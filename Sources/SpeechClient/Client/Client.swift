@@ -395,6 +395,25 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     /// floods), tentative segment snapshots and log lines are dropped: a later snapshot of the
     /// same segment carries everything a dropped one had, and its final one is never dropped.
     static let maxPendingEvents = 16_384
+    /// The same in bytes (issue 23): segment snapshots waiting for the application hold at most
+    /// about this much, beyond it tentative snapshots are dropped as above. A final snapshot is
+    /// never dropped (the assembler bounds each to 64 KiB of text).
+    static let maxPendingBytes = 8 << 20
+    private var pendingBytes = 0
+
+    private static func heldBytes(_ event: ClientEvent) -> Int {
+        switch event {
+        case .segment(let s): return s.heldBytes
+        case .log(_, let message): return 64 + message.utf8.count
+        default: return 64
+        }
+    }
+
+    private func popEventLocked() -> ClientEvent? {
+        guard let e = events.pop() else { return nil }
+        pendingBytes -= Self.heldBytes(e)
+        return e
+    }
 
     /// Queues an event for the application. The callback thread is signalled by the caller
     /// once the lock is released (`wakeCallbackThread`: woken under it, it would run straight
@@ -402,7 +421,8 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     /// under the lock: spc_client_event_fd promises it is readable exactly while events are
     /// pending, and a write made after the lock could land after a dispatch drained the queue.
     private func pushEventLocked(_ event: ClientEvent) {
-        if events.count >= Self.maxPendingEvents {
+        let size = Self.heldBytes(event)
+        if events.count >= Self.maxPendingEvents || pendingBytes + size > Self.maxPendingBytes {
             switch event {
             case .segment(let s) where !s.isFinal: return
             case .log: return
@@ -410,6 +430,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             }
         }
         events.push(event)
+        pendingBytes += size
         if eventFD >= 0 && !eventFDSignaled {
             // Queued by the network work of spc_io_dispatch: that thread delivers it shortly.
             // An event from any other thread (the worker's stop, an error) is announced on the
@@ -563,7 +584,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         var ran = 0
         while maxEvents == 0 || ran < maxEvents {
             let event: ClientEvent? = lock.withLock {
-                guard let e = events.pop() else {
+                guard let e = popEventLocked() else {
                     if eventFDSignaled {
                         var value: UInt64 = 0
                         _ = read(eventFD, &value, 8)
@@ -593,7 +614,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         while true {
             let event: ClientEvent? = lock.withLock {
                 while events.isEmpty && !callbacksClosing { eventWake.wait() }
-                let e = events.pop()
+                let e = popEventLocked()
                 if e != nil { delivering = true }
                 return e
             }

@@ -28,6 +28,9 @@ public final class Segment: Sendable {
     public let intentIsFinal: Bool
     public let entities: [Entity]
     public let transcript: String
+    /// About what the snapshot holds in memory (the words, the transcript and their C copies):
+    /// what the client's queue of undelivered events counts against its byte bound.
+    public let heldBytes: Int
 
     // C views, made once per snapshot.
     public let contextIdC: OwnedCString
@@ -54,6 +57,8 @@ public final class Segment: Sendable {
         intentC = OwnedCString(intent ?? "")
         entityTypeC = entities.map { OwnedCString($0.type) }
         entityValueC = entities.map { OwnedCString($0.value) }
+        heldBytes = 256 + 3 * transcript.utf8.count + 96 * words.count
+            + entities.reduce(0) { $0 + 96 + 2 * ($1.type.utf8.count + $1.value.utf8.count) }
     }
 
     /// The stable JSON line (documented in the header at spc_segment_json), made on first use.

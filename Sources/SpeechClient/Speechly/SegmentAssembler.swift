@@ -14,6 +14,44 @@ public struct SegmentAssembler: Sendable {
         var tentativeIntent: String?
         var finalEntities: [SLUEntity] = []
         var tentativeEntities: [SLUEntity] = []
+
+        // What it holds, in bytes of text plus `itemBytes` per word and entity (so that empty
+        // words count too), kept up to date by `apply`: what `maxSegmentBytes` bounds.
+        var finalWordBytes = 0
+        var tentativeWordBytes = 0
+        var finalEntityBytes = 0
+        var tentativeEntityBytes = 0
+        var bytes: Int {
+            finalWordBytes + tentativeWordBytes + finalEntityBytes + tentativeEntityBytes
+                + (finalIntent?.utf8.count ?? 0) + (tentativeIntent?.utf8.count ?? 0)
+        }
+
+        static func size(_ w: SLUWord) -> Int { SegmentAssembler.itemBytes + w.text.utf8.count }
+        static func size(_ e: SLUEntity) -> Int { SegmentAssembler.itemBytes + e.type.utf8.count + e.value.utf8.count }
+        static func size(_ words: [SLUWord]) -> Int { words.reduce(0) { $0 + size($1) } }
+        static func size(_ entities: [SLUEntity]) -> Int { entities.reduce(0) { $0 + size($1) } }
+
+        /// The bytes after `payload`, without applying it.
+        func bytes(after payload: SLUResponse.Payload) -> Int {
+            switch payload {
+            case .transcript(let w):
+                return bytes + Self.size(w) - (finalWords[w.index].map(Self.size) ?? 0)
+            case .tentativeTranscript(_, let words):
+                return bytes - tentativeWordBytes + Self.size(words)
+            case .finalTranscript(let words):
+                return bytes - tentativeWordBytes + words.reduce(0) { $0 + Self.size($1) - (finalWords[$1.index].map(Self.size) ?? 0) }
+            case .entity(let e):
+                return bytes + Self.size(e)
+            case .tentativeEntities(let es):
+                return bytes - tentativeEntityBytes + Self.size(es)
+            case .intent(let i):
+                return bytes + i.utf8.count - (finalIntent?.utf8.count ?? 0)
+            case .tentativeIntent(let i):
+                return bytes + i.utf8.count - (tentativeIntent?.utf8.count ?? 0)
+            default:
+                return bytes
+            }
+        }
     }
 
     private var segments: [Key: State] = [:]
@@ -63,6 +101,13 @@ public struct SegmentAssembler: Sendable {
     public static let maxOpenSegments = 256
     public static let maxWordsPerSegment = 16_384
     public static let maxEntitiesPerSegment = 1_024
+    /// Bytes (issue 23: bounds in bytes, not only counts). A spoken word is a few bytes and a
+    /// segment, which ends at a pause, a few hundred; an hour of speech never ended is ~40 KB.
+    /// One word, entity value or intent; the text of one segment; the open segments of a context.
+    public static let maxWordBytes = 1_024
+    static let itemBytes = 16
+    public static let maxSegmentBytes = 64 * 1_024
+    public static let maxContextBytes = 1_024 * 1_024
 
     /// `apply`, after checking the response against the bounds above: a server past them is
     /// misbehaving, and the stream ends with this parse error instead of growing without limit.
@@ -72,6 +117,7 @@ public struct SegmentAssembler: Sendable {
         func violation(_ what: String) -> SpeechClientError {
             SpeechClientError(.parse, "the server \(what) (context \(response.audioContext), segment \(response.segmentId)); the stream was ended")
         }
+        try checkBytes(response, state: state ?? State(), violation: violation)
         switch response.payload {
         case .transcript(let word):
             if word.index < 0 || word.index >= Int32(Self.maxWordsPerSegment) {
@@ -101,6 +147,34 @@ public struct SegmentAssembler: Sendable {
         return apply(response)
     }
 
+    /// The byte bounds, checked on what the response would make the segment and its context
+    /// hold, before anything is stored: what one response carries is already bounded by the
+    /// message size cap, what accumulates is bounded here.
+    private func checkBytes(_ response: SLUResponse, state: State,
+                            violation: (String) -> SpeechClientError) throws(SpeechClientError) {
+        let longest: Int
+        switch response.payload {
+        case .transcript(let word): longest = word.text.utf8.count
+        case .tentativeTranscript(_, let words), .finalTranscript(let words): longest = words.map(\.text.utf8.count).max() ?? 0
+        case .entity(let e): longest = max(e.type.utf8.count, e.value.utf8.count)
+        case .tentativeEntities(let es): longest = es.map { max($0.type.utf8.count, $0.value.utf8.count) }.max() ?? 0
+        case .intent(let i), .tentativeIntent(let i): longest = i.utf8.count
+        default: return
+        }
+        if longest > Self.maxWordBytes {
+            throw violation("sent a word, entity or intent of \(longest) bytes, over the \(Self.maxWordBytes)-byte limit")
+        }
+        let after = state.bytes(after: response.payload)
+        if after > Self.maxSegmentBytes {
+            throw violation("made one segment hold \(after) bytes, over the \(Self.maxSegmentBytes / 1024) KiB limit")
+        }
+        let key = Key(context: response.audioContext, segment: response.segmentId)
+        let others = segments.reduce(0) { $0 + ($1.key.context == key.context && $1.key != key ? $1.value.bytes : 0) }
+        if others + after > Self.maxContextBytes {
+            throw violation("made one context's open segments hold \(others + after) bytes, over the \(Self.maxContextBytes / 1024 / 1024) MiB limit")
+        }
+    }
+
     /// Applies one response; returns the snapshot of the segment it changed, if any.
     public mutating func apply(_ response: SLUResponse) -> Segment? {
         let key = Key(context: response.audioContext, segment: response.segmentId)
@@ -119,23 +193,31 @@ public struct SegmentAssembler: Sendable {
         var isFinal = false
         switch response.payload {
         case .transcript(let word):
+            state.finalWordBytes += State.size(word) - (state.finalWords[word.index].map(State.size) ?? 0)
             state.finalWords[word.index] = word
         case .entity(let entity):
             state.finalEntities.removeAll { $0.startPosition == entity.startPosition && $0.endPosition == entity.endPosition && $0.type == entity.type }
             state.finalEntities.append(entity)
+            state.finalEntityBytes = State.size(state.finalEntities)
         case .intent(let intent):
             state.finalIntent = intent
         case .tentativeTranscript(_, let words):
             state.tentativeWords = words
+            state.tentativeWordBytes = State.size(words)
         case .tentativeEntities(let entities):
             state.tentativeEntities = entities
+            state.tentativeEntityBytes = State.size(entities)
         case .tentativeIntent(let intent):
             state.tentativeIntent = intent
         case .segmentEnd:
             isFinal = true
         case .finalTranscript(let words):
             state.tentativeWords = []
-            for word in words { state.finalWords[word.index] = word }
+            state.tentativeWordBytes = 0
+            for word in words {
+                state.finalWordBytes += State.size(word) - (state.finalWords[word.index].map(State.size) ?? 0)
+                state.finalWords[word.index] = word
+            }
             isFinal = true
         case .started, .finished, .rttRequest, .none:
             return nil

@@ -83,6 +83,60 @@ import Testing
         }
     }
 
+    /// Issue 23: a server sent one new word of ~4 MB per message; memory grew to gigabytes.
+    /// Bytes are bounded per word, per segment and per context, before anything is stored.
+    @Test func bytesAreBoundedPerWordAndSegment() throws {
+        func text(_ n: Int) -> String { String(repeating: "a", count: n) }
+        func message(_ segment: Int32, _ index: Int32, _ bytes: Int) -> SLUResponse {
+            SLUResponse(audioContext: "c", segmentId: segment,
+                        payload: .transcript(SLUWord(text: text(bytes), index: index, startMilliseconds: 0, endMilliseconds: 1)))
+        }
+        var a = SegmentAssembler()
+        for huge in [SegmentAssembler.maxWordBytes + 1, 4 << 20] {
+            do throws(SpeechClientError) { _ = try a.applyChecked(message(0, 0, huge)); Issue.record("taken") } catch {
+                #expect(error.code == .parse && error.message.contains("over the 1024-byte limit"), "\(error)")
+            }
+        }
+        // One segment: 1000-byte words until the 64 KiB bound.
+        var taken = 0
+        var refusal: SpeechClientError?
+        for i in 0..<100 {
+            do throws(SpeechClientError) { _ = try a.applyChecked(message(0, Int32(i), 1000)); taken += 1 } catch { refusal = error; break }
+        }
+        #expect(taken == 64 * 1024 / 1016, "\(taken)")
+        #expect(refusal?.message.contains("over the 64 KiB limit") == true)
+    }
+
+    @Test func bytesAreBoundedPerContext() throws {
+        // Segments of ~60 KB each (one tentative update of 60 words of 1000 bytes) until the
+        // 1 MiB bound across the context's open segments.
+        let words = (0..<Int32(60)).map { SLUWord(text: String(repeating: "a", count: 1000), index: $0, startMilliseconds: 0, endMilliseconds: 1) }
+        func update(_ segment: Int32) -> SLUResponse {
+            SLUResponse(audioContext: "c", segmentId: segment, payload: .tentativeTranscript(text: "", words: words))
+        }
+        var b = SegmentAssembler()
+        var segmentsTaken: Int32 = 0
+        var refusal: SpeechClientError?
+        for segment in 0..<Int32(30) {
+            do throws(SpeechClientError) { _ = try b.applyChecked(update(segment)); segmentsTaken += 1 } catch { refusal = error; break }
+        }
+        #expect(segmentsTaken == 17, "\(segmentsTaken)")
+        #expect(refusal?.message.contains("over the 1 MiB limit") == true)
+        // Another context has its own budget; ending segments frees their share.
+        #expect(try b.applyChecked(SLUResponse(audioContext: "d", segmentId: 0, payload: .tentativeTranscript(text: "", words: words))) != nil)
+        _ = try b.applyChecked(SLUResponse(audioContext: "c", segmentId: 0, payload: .segmentEnd))
+        #expect(try b.applyChecked(update(100)) != nil)
+    }
+
+    @Test func emptyWordsCountToo() throws {
+        // Empty words count too (16 bytes each), so a flood of them is bounded as well.
+        var c = SegmentAssembler()
+        let empties = (0..<Int32(5000)).map { SLUWord(text: "", index: $0, startMilliseconds: 0, endMilliseconds: 0) }
+        #expect(throws: SpeechClientError.self) {
+            _ = try c.applyChecked(SLUResponse(audioContext: "c", segmentId: 0, payload: .tentativeTranscript(text: "", words: empties)))
+        }
+    }
+
     @Test func endlessNewSegmentsAreRefusedBeyondTheBound() throws {
         var a = SegmentAssembler()
         for id in 0..<Int32(SegmentAssembler.maxOpenSegments) {

@@ -1,0 +1,68 @@
+"""A hostile Speechly server cannot exhaust the client (issue 23): memory is bounded in bytes, not
+only in counts. Tests/peers/hostile_slu_server.py sends, for one segment it never ends, words of
+3 MB, or 16,383 one-byte words, or 400 segments of 60 KB; the demo must end with an error naming
+the limit, quickly, with its peak memory small (0.4.1 reached 665 MB after 30 s on the first and
+kept growing)."""
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from speechtools import DEMO, ROOT
+
+SERVER = ROOT / "Tests" / "peers" / "hostile_slu_server.py"
+
+
+@pytest.mark.parametrize("scenario, named", [
+    ("HugeWords", "over the 1024-byte limit"),
+    ("ManySmallWords", "over the 64 KiB limit"),
+    ("ManySegments", "over the 1 MiB limit"),
+])
+def test_a_hostile_server_is_a_named_error_with_bounded_memory(scenario, named, speech, tmp_path):
+    server = subprocess.Popen([sys.executable, str(SERVER), "--scenario", scenario], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("listening on "), line
+        url = "grpc://" + line.split()[-1]
+        wav = speech("stop the music")
+        began = time.monotonic()
+        demo = subprocess.Popen([str(DEMO), "--url", url, "--app-id", "e2e", "--file", str(wav),
+                                 "--cache-dir", str(tmp_path / "cache")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        peak = watch_peak_kb(demo.pid)
+        _, stderr = demo.communicate(timeout=60)
+        took = time.monotonic() - began
+    finally:
+        server.stdin.close()
+        server.kill()
+        server.wait()
+    peak_mb = peak[0] / 1024
+    print(f"\n{scenario}: {took:.2f} s, peak resident {peak_mb:.1f} MB: {stderr.strip()[:160]}")
+    assert demo.returncode == 1
+    assert "malformed response" in stderr and named in stderr, stderr
+    assert 0 < peak_mb < 64
+    assert took < 30
+
+
+def watch_peak_kb(pid):
+    """The process's VmHWM (peak resident set, KB), read every 5 ms while it lives: the last
+    reading is its peak, give or take the last few milliseconds."""
+    peak = [0]
+
+    def watch():
+        while True:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            peak[0] = max(peak[0], int(line.split()[1]))
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                return
+            time.sleep(0.005)
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return peak
