@@ -25,7 +25,7 @@ SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEAS
 	-Xlinker -z -Xlinker defs -Xlinker -z -Xlinker nodelete \
 	-Xlinker -z -Xlinker now -Xlinker -z -Xlinker relro
 
-.PHONY: all lib demo examples test test-swift test-c test-abi test-python test-server test-e2e test-faults test-proxies test-old-library install clean
+.PHONY: all lib demo examples test test-swift test-c test-abi test-python test-server test-e2e test-backends test-faults test-proxies test-old-library install clean
 
 all: lib demo
 
@@ -72,7 +72,7 @@ install: $(if $(NO_BUILD),,all)
 		-L$(BUILD) -lspeechclient -o $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 	$(STRIP) $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 
-test: test-swift lib test-c test-abi test-python test-old-library test-server test-e2e test-faults test-proxies test-packaging
+test: test-swift lib test-c test-abi test-python test-old-library test-server test-e2e test-backends test-faults test-proxies test-packaging
 
 test-swift:
 	$(SWIFT) test
@@ -125,6 +125,11 @@ test-proxies: demo
 # The demo and the library against the reference server with synthesized speech.
 test-e2e: demo
 	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q Tests/e2e
+
+# Other backends against their real servers (issue 20): wyoming-faster-whisper and
+# wyoming-openwakeword from their own venvs (scripts/setup-debian.sh), a scripted Wyoming server.
+test-backends: demo
+	SPEECHCLIENT_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q Tests/backends
 
 # Packaging (issue 7): `make install DESTDIR=` layouts, pkg-config, spc_version_number() against the
 # installed header, docs/ABI.md, debian/libspeechclient0.symbols. The slow .deb test on a clean

@@ -918,7 +918,8 @@ final class ClientWorker: @unchecked Sendable {
         guard forced || (due && silentRun >= 3_200) else { return }
         let why = lane.moveBy != nil ? "the connection is closing (GOAWAY)"
             : sent >= limit ? "the server context reached \(options.contextRolloverMilliseconds / 1000) s"
-            : "the stream carried \(lane.bytes / 1024) KiB of its \(budget / 1024) KiB budget"
+            : forced ? "the stream carried all of its \(budget / 1024) KiB budget (no pause before it)"
+            : "at a pause after \(lane.bytes / 1024) KiB of its \(budget / 1024) KiB budget"
         rotate(reason: why)
     }
 
