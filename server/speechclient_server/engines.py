@@ -9,6 +9,9 @@
                                                  the next segment's recognizer
     recognizer.finish() -> words                 the final words; the recognizer is done
     recognizer.close()                           abandon it (the client went away)
+    recognizer.confidence                        after finish() or cut(): each final word's
+                                                 confidence (0..1), or None where the engine has
+                                                 none (Cut.confidence likewise)
 
 Words are (word, start_ms, end_ms), times relative to the segment's first sample. Engines
 are shared by every stream; recognizers belong to one stream. Every engine bounds a segment
@@ -48,10 +51,12 @@ class Cut:
     text: str                    # its final text as the recognizer wrote it (the next prompt)
     next: "Recognizer"           # the next segment's recognizer, already fed the audio after the cut
     tentative: Optional[List[Word]] = None  # the next segment's words so far (times from its start)
+    confidence: Optional[List[float]] = None  # per final word, 0..1 (None: the engine has none)
 
 
 class Recognizer:
     text = ""  # after finish() or cut(): the final text as the recognizer wrote it
+    confidence: Optional[List[float]] = None  # after finish() or cut(): per final word, 0..1, if known
 
     def feed(self, pcm: bytes, more: bool = False) -> Optional[List[Word]]:
         raise NotImplementedError
@@ -399,6 +404,18 @@ def join_pieces(words: Sequence[Tuple[str, float, float]]) -> List[Piece]:
     return out
 
 
+def piece_probabilities(words: Sequence[Tuple[str, Optional[float]]]) -> List[Optional[float]]:
+    """The probability of each piece join_pieces() makes of the same words (text, probability):
+    the lowest of its parts (None if any part has none)."""
+    out: List[Optional[float]] = []
+    for text, p in words:
+        if out and text and not text[0].isspace():
+            out[-1] = None if out[-1] is None or p is None else min(out[-1], p)
+        elif text.strip():
+            out.append(p)
+    return out
+
+
 def spoken(raw: str) -> List[str]:
     """The words of one piece as the server sends them: lower case, punctuation dropped except
     inside a word (hyphens, apostrophes), numbers 0..999 spelled out ('5' -> 'five')."""
@@ -423,12 +440,15 @@ def _key(piece: Piece) -> str:
 
 class _WhisperRecognizer(Recognizer):
     def __init__(self, engine: WhisperEngine, prompt: str = "", pcm: bytes = b"",
-                 heard: Optional[List[Piece]] = None, tail: Sequence[str] = ()):
+                 heard: Optional[List[Piece]] = None, tail: Sequence[str] = (),
+                 heard_p: Optional[List[Optional[float]]] = None):
         self.engine = engine
         self.prompt = prompt                 # the context's final text before this segment
         self.tail = list(tail)               # keys of the last final pieces before this segment
         self.pcm = bytearray(pcm)            # this segment's audio: none of it is final yet
         self.hyp: Optional[List[Piece]] = heard  # the last decode (None: none yet)
+        self.hyp_p: List[Optional[float]] = list(heard_p or [None] * len(heard or ()))  # its pieces' probabilities
+        self._decoded_p: List[Optional[float]] = []  # those of the last _decode()
         self.prev: Optional[List[Piece]] = None  # the decode before it
         self.decoded_at = len(pcm) if heard is not None else 0  # bytes of pcm the last decode saw
         self.cut_at: Optional[Tuple[int, int]] = None  # (final pieces, cut ms) found by the last decode
@@ -458,10 +478,12 @@ class _WhisperRecognizer(Recognizer):
         spent = 0.0
         try:
             self.decoded_at = min(len(self.pcm), engine.max_bytes)
+            self._decoded_p = []
             if not self._has_speech():
                 return []
             audio = np.frombuffer(bytes(self.pcm[:self.decoded_at]), dtype="<i2").astype(np.float32) / 32768
             pieces: List[Piece] = []
+            probs: List[Optional[float]] = []
             t0 = time.perf_counter()
             # temperature 0 only: faster-whisper's fallback re-decodes a doubtful window at up to five
             # higher temperatures, and the word cut off at a window's end is doubtful (measured: one
@@ -471,7 +493,9 @@ class _WhisperRecognizer(Recognizer):
                                                   vad_filter=False,
                                                   initial_prompt=self.prompt[-engine.PROMPT_CHARS:] or None)
             for seg in segments:  # pieces are joined within one of Whisper's segments only
-                pieces.extend(join_pieces([(w.word, w.start, w.end) for w in (seg.words or ())]))
+                words = list(seg.words or ())
+                pieces.extend(join_pieces([(w.word, w.start, w.end) for w in words]))
+                probs.extend(piece_probabilities([(w.word, getattr(w, "probability", None)) for w in words]))
             spent = time.perf_counter() - t0
             engine.decodes += 1
             engine.decode_s += spent
@@ -486,13 +510,17 @@ class _WhisperRecognizer(Recognizer):
         for raw, a, b in pieces:  # times within the audio, never going back
             a = min(max(a, out[-1][2] if out else 0), duration)
             out.append((raw, a, min(max(a, b), duration)))
-        out = self._drop_invented_tail([p for p in out if _key(p)], audio)
+        kept = [(p, q) for p, q in zip(out, probs) if _key(p)]
+        out, probs = [p for p, _ in kept], [q for _, q in kept]
+        out = self._drop_invented_tail(out, audio)
+        probs = probs[:len(out)]
         # The start of this segment's audio may hold the end of the last final word: Whisper
         # writes it again. Drop a repeat of the last final words (up to 5) heard in the first second.
         for k in range(min(5, len(self.tail), len(out)), 0, -1):
             if out[k - 1][1] < 1000 and [_key(p) for p in out[:k]] == self.tail[-k:]:
-                out = out[k:]
+                out, probs = out[k:], probs[k:]
                 break
+        self._decoded_p = probs
         return out
 
     QUIET_TAIL = 0.2  # a last word this much quieter than the window's words (-14 dB) ...
@@ -528,6 +556,14 @@ class _WhisperRecognizer(Recognizer):
                           [round(peak(p)) for p in tail], quiet)
                 return pieces[:-n]
         return pieces
+
+    @staticmethod
+    def _confidence(pieces: List[Piece], probs: Sequence[Optional[float]]) -> Optional[List[float]]:
+        """Each word's confidence: its piece's probability (a number's words share it); None when
+        the model gave none (a stand-in)."""
+        if len(probs) != len(pieces) or any(q is None for q in probs):
+            return None
+        return [float(q) for (raw, _, _), q in zip(pieces, probs) for _ in spoken(raw)]
 
     @staticmethod
     def _words(pieces: List[Piece]) -> List[Word]:
@@ -587,7 +623,7 @@ class _WhisperRecognizer(Recognizer):
             hyp = self._decode(held=True)
         else:
             return None  # another stream's decode runs, or it has waited longer
-        self.prev, self.hyp = self.hyp, hyp
+        self.prev, self.hyp, self.hyp_p = self.hyp, hyp, self._decoded_p
         self.cut_at = self._stable_point(forced)
         return self._words(self.hyp)
 
@@ -598,14 +634,19 @@ class _WhisperRecognizer(Recognizer):
         self.done = True
         self.engine.forget(id(self))
         cur = self.hyp or []
+        probs = (list(self.hyp_p) + [None] * len(cur))[:len(cur)]  # parallel to cur, whatever happened
         final, rest = cur[:n], cur[n:]
         self.text = " ".join(raw for raw, _, _ in final)
+        self.confidence = self._confidence(final, probs[:n])
         cut_bytes = min(len(self.pcm), cut_ms * 32)
-        carried = [(raw, max(0, a - cut_ms), b - cut_ms) for raw, a, b in rest if b > cut_ms]
+        kept = [((raw, max(0, a - cut_ms), b - cut_ms), q) for (raw, a, b), q in zip(rest, probs[n:]) if b > cut_ms]
+        carried = [p for p, _ in kept]
         prompt = f"{self.prompt} {self.text}".strip() if self.text else self.prompt
         nxt = _WhisperRecognizer(self.engine, prompt[-self.engine.PROMPT_CHARS:], bytes(self.pcm[cut_bytes:]),
-                                 carried, [_key(p) for p in final[-5:]] if final else self.tail)
-        return Cut(self._words(final), cut_bytes // 2, self.text, nxt, self._words(carried) or None)
+                                 carried, [_key(p) for p in final[-5:]] if final else self.tail,
+                                 [q for _, q in kept])
+        return Cut(self._words(final), cut_bytes // 2, self.text, nxt, self._words(carried) or None,
+                   self.confidence)
 
     def finish(self) -> List[Word]:
         if self.done:
@@ -614,8 +655,10 @@ class _WhisperRecognizer(Recognizer):
         # The final decode sees all of the segment's audio: at least what the last tentative saw.
         if self.hyp is None or self.decoded_at < len(self.pcm):
             self.hyp = self._decode()  # (never past the bound: the server cuts first, see cut())
+            self.hyp_p = self._decoded_p
         self.engine.forget(id(self))
         self.text = " ".join(raw for raw, _, _ in self.hyp)
+        self.confidence = self._confidence(self.hyp, self.hyp_p)
         return self._words(self.hyp)
 
     def close(self) -> None:

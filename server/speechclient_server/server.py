@@ -40,6 +40,23 @@ class Settings:
     pre_roll_ms: int = 200           # audio kept from before the detected start of speech
 
 
+def read_ahead(requests, name: str) -> "queue.Queue":
+    """A stream's requests read by a thread of their own into a queue, None after the last (or when
+    the client went away): the handler sees whether more audio is already waiting."""
+    inbox: "queue.Queue" = queue.Queue()
+
+    def read() -> None:
+        try:
+            for r in requests:
+                inbox.put(r)
+        except Exception:  # the client went away or cancelled; the main loop sees the end
+            pass
+        inbox.put(None)
+
+    threading.Thread(target=read, name=name, daemon=True).start()
+    return inbox
+
+
 def _check_app_id(settings: Settings, app_id: str, context) -> None:
     if settings.allowed_app_ids is not None and app_id not in settings.allowed_app_ids:
         context.abort(grpc.StatusCode.PERMISSION_DENIED, f"unknown app id '{app_id}'")
@@ -207,17 +224,7 @@ class SLU(slu_pb2_grpc.SLUServicer):
 
     def Stream(self, request_iterator, context) -> Iterator[slu_pb2.SLUResponse]:
         claims = self._authorize(context)
-        inbox: "queue.Queue" = queue.Queue()
-
-        def read() -> None:
-            try:
-                for r in request_iterator:
-                    inbox.put(r)
-            except Exception:  # the client went away or cancelled; the main loop sees the end
-                pass
-            inbox.put(None)
-
-        threading.Thread(target=read, name="slu-reader", daemon=True).start()
+        inbox = read_ahead(request_iterator, "slu-reader")
         rate = 0
         ctx: Optional[Context] = None
         ended_by_server = False   # the context hit the length limit: ignore its audio until stop
