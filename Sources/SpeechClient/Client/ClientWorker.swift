@@ -192,7 +192,10 @@ final class ClientWorker: @unchecked Sendable {
     func takeDirect(_ event: StreamEvent, generation gen: Int) {
         guard let lane = lanes[gen], case .response(let response) = event else { return }
         if isHeld(gen) {
-            lanes[gen]?.held.append(response)
+            if let error = hold(response, lane: gen) {
+                lane.stream.cancel()
+                client?.enqueue(.stream(.closed(error), generation: gen))
+            }
             return
         }
         if let error = applySegmentUpdate(response, lane: gen) {
@@ -615,8 +618,9 @@ final class ClientWorker: @unchecked Sendable {
             case .response(let response):
                 if case .rttRequest(let id) = response.payload {
                     lane.stream.send(.rttResponse(id: id))
-                } else {
-                    lanes[gen]?.held.append(response)
+                } else if let error = hold(response, lane: gen) {
+                    lane.stream.cancel()
+                    handleStream(.closed(error), generation: gen)
                 }
                 return
             case .closed(nil):
@@ -659,6 +663,18 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
+    /// Keeps a response of a lane that waits for an earlier one; an error past the byte bound.
+    private func hold(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
+        guard let held = lanes[gen]?.held else { return nil }
+        // Across the context's lanes: each one may be short (a rotation every few seconds).
+        let total = lanes.values.reduce(0) { $0 + $1.held.bytes }
+        if total + response.heldBytes > Lane.maxHeldBytes {
+            return SpeechClientError(.parse, "the server sent more than \(Lane.maxHeldBytes >> 20) MiB of results on later streams while an earlier stream of the context was still open; the stream was ended")
+        }
+        held.push(response)
+        return nil
+    }
+
     /// Whether a lane's responses wait: an earlier lane (by its audio) is still open.
     private func isHeld(_ gen: Int) -> Bool {
         guard let lane = lanes[gen] else { return false }
@@ -677,8 +693,7 @@ final class ClientWorker: @unchecked Sendable {
         defer { releasingHeld = false }
         while contextOpen, let (gen, lane) = lanes.min(by: { ($0.value.start, $0.key) < ($1.value.start, $1.key) }) {
             if isHeld(gen) { return }
-            if let response = lane.held.first {
-                lanes[gen]?.held.removeFirst()
+            if let response = lane.held.pop() {
                 handleResponse(response, lane: gen)
                 continue
             }

@@ -30,7 +30,11 @@ struct Lane {
     var openSegments: Set<Int32> = []
     /// Responses that arrived while an earlier lane was still open: held, then applied in order
     /// once every earlier lane has finished, so segments reach the application in audio order.
-    var held: [SLUResponse] = []
+    /// A reference, so that the copies of a lane the worker makes share it (no copy per push).
+    let held = HeldResponses()
+    /// A context's later lanes' results wait only while an earlier one drains (seconds, a few
+    /// segments of a few hundred bytes); this much across them is a server misbehaving (issue 23).
+    static let maxHeldBytes = 4 << 20
     /// The server ended the stream cleanly while its responses were held: once they are
     /// applied, a lane still open without `finished` was lost after all.
     var endedWhileHeld = false
@@ -46,4 +50,21 @@ struct Lane {
     /// Bytes a request of `samples` audio samples takes on the wire: the samples, the protobuf
     /// field and message tags, the gRPC prefix (an upper bound: what a proxy counts).
     static func audioBytes(samples: Int) -> Int { samples * 2 + 16 }
+}
+
+/// The responses a lane holds, and about how many bytes they keep (`SLUResponse.heldBytes`).
+final class HeldResponses {
+    private var queue = FIFO<SLUResponse>()
+    private(set) var bytes = 0
+
+    func push(_ response: SLUResponse) {
+        queue.push(response)
+        bytes += response.heldBytes
+    }
+
+    func pop() -> SLUResponse? {
+        guard let response = queue.pop() else { return nil }
+        bytes -= response.heldBytes
+        return response
+    }
 }

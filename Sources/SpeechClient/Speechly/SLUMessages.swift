@@ -78,3 +78,20 @@ public struct SLUResponse: Sendable, Equatable {
         self.payload = payload
     }
 }
+
+extension SLUResponse {
+    /// About what the response keeps in memory: its texts plus a fixed cost per word/entity.
+    var heldBytes: Int {
+        let base = 64 + audioContext.utf8.count
+        switch payload {
+        case .transcript(let w): return base + 32 + w.text.utf8.count
+        case .tentativeTranscript(let text, let words): return base + text.utf8.count + words.reduce(0) { $0 + 32 + $1.text.utf8.count }
+        case .finalTranscript(let words): return base + words.reduce(0) { $0 + 32 + $1.text.utf8.count }
+        case .entity(let e): return base + 32 + e.type.utf8.count + e.value.utf8.count
+        case .tentativeEntities(let es): return base + es.reduce(0) { $0 + 32 + $1.type.utf8.count + $1.value.utf8.count }
+        case .intent(let i), .tentativeIntent(let i): return base + i.utf8.count
+        case .finished(let code, let message): return base + (code?.utf8.count ?? 0) + (message?.utf8.count ?? 0)
+        default: return base
+        }
+    }
+}

@@ -93,6 +93,17 @@ import Testing
         #expect(opened >= 3)
     }
 
+    /// Issue 23: a later lane's results are held while an earlier lane drains; a server that
+    /// never finishes the earlier one and floods the later one ends the context with a named
+    /// error instead of growing the held results without bound.
+    @Test func resultsHeldBehindAnEarlierStreamAreBoundedInBytes() throws {
+        let (finals, service) = try run(chunks: 150, budget: 65_536,
+                                        behaviour: .init(ignoreStopOnStream: 1, bulkyTentatives: true))
+        let errors = finals.log.lines.filter { $0.hasPrefix("error") }
+        #expect(errors == ["error parse"], "\(finals.log.lines.suffix(5)) \(service.streamsOpened.load(ordering: .relaxed)) streams")
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
+    }
+
     @Test func aSegmentTheServerNeverEndedIsDeliveredFinalWithUnconfirmedWords() throws {
         let (finals, _) = try run(chunks: 3, budget: 900_000, behaviour: .init(wordsFromAudio: true, neverEndSegments: true))
         let words = finals.words.withLock { $0 }

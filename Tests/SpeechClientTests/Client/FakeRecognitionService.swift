@@ -39,6 +39,11 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var wordsFromAudio = false
         /// Stop is answered with finished alone: the segment is never ended (no final words).
         var neverEndSegments = false
+        /// This stream (1-based) never answers its stop: its lane never finishes.
+        var ignoreStopOnStream: Int?
+        /// Each chunk is answered with a tentative transcript of 60 words of 1000 bytes (60 KB,
+        /// within a segment's bounds): a server that floods.
+        var bulkyTentatives = false
     }
 
     let behaviour: Behaviour
@@ -67,7 +72,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         }
         let n = streamsOpened.add(1, ordering: .relaxed).newValue
         return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams,
-                          mayFail: behaviour.failStream.map { $0 == n } ?? (n == 1 || !behaviour.failFirstStreamOnly), name: "s\(n)")
+                          mayFail: behaviour.failStream.map { $0 == n } ?? (n == 1 || !behaviour.failFirstStreamOnly), name: "s\(n)",
+                          ignoreStop: behaviour.ignoreStop || behaviour.ignoreStopOnStream == n)
     }
 }
 
@@ -79,14 +85,16 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let reject: Bool
     private let mayFail: Bool
     private let name: String
+    private let ignoreStop: Bool
 
     init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void, reject: Bool,
-         mayFail: Bool = true, name: String = "s1") {
+         mayFail: Bool = true, name: String = "s1", ignoreStop: Bool = false) {
         self.service = service
         self.handler = handler
         self.reject = reject
         self.mayFail = mayFail
         self.name = name
+        self.ignoreStop = ignoreStop
     }
 
     func send(_ request: SLURequest) {
@@ -120,6 +128,9 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     let w = SLUWord(text: "bad", index: -1, startMilliseconds: 0, endMilliseconds: 0)
                     let bad = StreamEvent.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: w.text, words: [w])))
                     if service.behaviour.badWordLater { later.append(bad) } else { out.append(bad) }
+                } else if let id = s.context, service.behaviour.bulkyTentatives {
+                    let words = (0..<Int32(60)).map { SLUWord(text: String(repeating: "x", count: 1000), index: $0, startMilliseconds: 0, endMilliseconds: 0) }
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: "", words: words))))
                 } else if let id = s.context {
                     // With wordsFromAudio cumulative, as a server's tentative transcript is;
                     // else the newest word alone (what the older tests count on).
@@ -131,7 +142,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     }
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: labels.joined(separator: " "), words: words))))
                 }
-            case .stop where service.behaviour.ignoreStop:
+            case .stop where ignoreStop:
                 break
             case .stop:
                 if let id = s.context, service.behaviour.neverEndSegments {
