@@ -451,28 +451,31 @@ SPC_API const char *spc_options_last_error(const spc_options *options);
 **                                wyoming-vosk, ...), default port 10300; Wyoming has no TLS
 **   "wyoming+unix:///path"       the same over a Unix socket (an absolute path, at most 107
 **                                bytes)
+**   "riva://host[:port]"         NVIDIA Riva speech recognition over plaintext gRPC, default port
+**                                50051; "rivas://host[:port]" over TLS, default port 443 (since 0.6)
 **
 ** IPv6 hosts in brackets ("grpc://[::1]:50051"). No path, user or query (one trailing "/" is
 ** ignored). Required before spc_client_new().
 **
 ** BACKENDS. The callbacks are the same for every backend; what a protocol lacks is not made up:
 **
-**                               Speechly (grpc://)        Wyoming (wyoming://)
-**   login, app id               yes (required)            none (the app id is not needed)
-**   ready means                 connected; the login      the server answered "describe" with
-**                               runs before the first     "info" listing speech recognition in
-**                               context                   the options' language
-**   tentative updates           yes                       only from a server that streams partial
-**                                                         transcripts (transcript-chunk events);
-**                                                         otherwise one final update per segment
-**   word times                  yes                       no: spc_segment_word_start_ms() and
-**                                                         _end_ms() return -1
-**   intents, entities           yes                       no (intent "", no entities)
-**   segments                    where the server ends     one per stream: a long context gets one
-**                               them (pauses)             at each stream rotation (see
-**                                                         spc_options_set_stream_budget())
-**   reconnect and replay        yes                       yes (a new connection, the unfinished
-**                                                         audio sent again)
+**                      Speechly (grpc://)    Wyoming (wyoming://)          Riva (riva://)
+**   login, app id      yes (required)        none (app id not needed)      none (app id not needed)
+**   ready means        connected; the login  the server answered           the server answered
+**                      runs before the first "describe" with "info"        GetRivaSpeechRecognition-
+**                      context               listing speech recognition    Config (once per client)
+**                                            in the options' language
+**   tentative updates  yes                   only from a server that       yes (interim results;
+**                                            streams (transcript-chunk);   their words have no times)
+**                                            else one final per segment
+**   word times         yes                   no: -1                        final words: yes
+**   intents, entities  yes                   no (intent "", no entities)   no
+**   segments           where the server      one per stream: a long        one per final result
+**                      ends them (pauses)    context gets one at each
+**                                            stream rotation (see
+**                                            spc_options_set_stream_budget())
+**   reconnect, replay  yes                   yes (a new connection, the    yes (a new call, the
+**                                            unfinished audio again)       unfinished audio again)
 **
 ** The language (spc_options_set_language()) is checked against a Wyoming server's models: the
 ** tag itself, else its primary subtag ("en-US" asks for "en"); a server that lists none of them
@@ -483,7 +486,7 @@ SPC_API spc_status spc_options_set_server_url(spc_options *options, const char *
 SPC_API spc_status spc_options_set_identity_url(spc_options *options, const char *url);
 
 /* The application id. Required for a Speechly server (spc_client_new() fails without it);
-** ignored by Wyoming, which has no login. Without a project id the
+** ignored by Wyoming and Riva, which have no login. Without a project id the
 ** login has application scope; with one, the login has project scope and the app id is sent with
 ** each start (a project-scoped token must name the app). NULL clears it. */
 SPC_API spc_status spc_options_set_app_id(spc_options *options, const char *app_id);
@@ -496,7 +499,8 @@ SPC_API spc_status spc_options_set_language(spc_options *options, const char *la
 
 /* The recognizer model to ask for, by name: for Wyoming, the model named in its "transcribe"
 ** event, checked against the models the server's info lists (an unknown name fails with
-** SPC_ERROR_INVALID_ARGUMENT naming them); ignored by Speechly. 1-256 characters without spaces
+** SPC_ERROR_INVALID_ARGUMENT naming them); for Riva, RecognitionConfig.model (an unknown one is
+** the server's INVALID_ARGUMENT); ignored by Speechly. 1-256 characters without spaces
 ** or control characters. NULL (the default): the server's default model. Since 0.6. */
 SPC_API spc_status spc_options_set_model(spc_options *options, const char *model);
 

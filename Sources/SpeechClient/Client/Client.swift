@@ -159,20 +159,35 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         switch server.backend {
         case .speechly:
             return speechlyService(options: options, server: server, deviceId: deviceId, log: log)
+        case .riva:
+            return RivaService(channel: grpcChannel(options: options, server: server), peer: server.description,
+                               model: options.model, timeoutMilliseconds: options.connectTimeoutMilliseconds) { level, message in
+                log.client?.log(level, message)
+            }
         case .wyoming:
             return WyomingService(server: server, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
                                   applicationDrivenIO: options.io == .application, model: options.model) { level, message in log.client?.log(level, message) }
         }
     }
 
-    static func speechlyService(options: ClientOptions, server: ServerURL, deviceId: String, log: LogRelay) -> SpeechlyService {
-        let tls = TLSSettings(caFile: options.caFile, insecure: options.insecureTLS)
+    /// The shared gRPC channel for a server, with the options' TLS, I/O and keepalive settings.
+    static func grpcChannel(options: ClientOptions, server: ServerURL) -> GRPCChannel {
+        GRPCChannel.shared(server: server, tls: TLSSettings(caFile: options.caFile, insecure: options.insecureTLS),
+                           connectTimeoutMilliseconds: options.connectTimeoutMilliseconds, configuration: grpcConfiguration(options))
+    }
+
+    static func grpcConfiguration(_ options: ClientOptions) -> GRPCChannel.Configuration {
         var configuration = GRPCChannel.Configuration()
         configuration.http2.applicationDrivenIO = options.io == .application
         configuration.http2.keepaliveIntervalMilliseconds = options.keepaliveIntervalMilliseconds
         configuration.http2.keepaliveTimeoutMilliseconds = options.keepaliveTimeoutMilliseconds
-        let channel = GRPCChannel.shared(server: server, tls: tls, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
-                                         configuration: configuration)
+        return configuration
+    }
+
+    static func speechlyService(options: ClientOptions, server: ServerURL, deviceId: String, log: LogRelay) -> SpeechlyService {
+        let tls = TLSSettings(caFile: options.caFile, insecure: options.insecureTLS)
+        let configuration = grpcConfiguration(options)
+        let channel = grpcChannel(options: options, server: server)
         let identityServer = options.identityServer ?? server
         let identityChannel = identityServer == server ? channel
             : GRPCChannel.shared(server: identityServer, tls: tls, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,

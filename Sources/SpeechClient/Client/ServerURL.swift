@@ -3,11 +3,14 @@
 ///   `grpc://host[:port]` or `http://` (plaintext h2c, 80).
 /// - Wyoming (Home Assistant, Rhasspy): `wyoming://host[:port]` (TCP, 10300, the port
 ///   wyoming-faster-whisper's documentation uses) or `wyoming+unix:///absolute/path` (a Unix socket).
+/// - NVIDIA Riva: `riva://host[:port]` (plaintext, 50051, Riva's own default) or
+///   `rivas://host[:port]` (TLS, 443).
 /// IPv6 literals go in brackets.
 public struct ServerURL: Sendable, Equatable, CustomStringConvertible {
     public enum Backend: Sendable, Equatable {
         case speechly
         case wyoming
+        case riva
     }
 
     public var backend: Backend
@@ -25,6 +28,7 @@ public struct ServerURL: Sendable, Equatable, CustomStringConvertible {
             ("grpc+tls://", true, 443, .speechly), ("grpcs://", true, 443, .speechly), ("https://", true, 443, .speechly),
             ("grpc://", false, 80, .speechly), ("http://", false, 80, .speechly),
             ("wyoming://", false, 10300, .wyoming),
+            ("rivas://", true, 443, .riva), ("riva://", false, 50051, .riva),
         ]
         let lower = text.lowercased()
         if lower.hasPrefix("wyoming+unix://") {
@@ -42,7 +46,7 @@ public struct ServerURL: Sendable, Equatable, CustomStringConvertible {
         }
         guard let (scheme, tls, defaultPort, backend) = schemes.first(where: { lower.hasPrefix($0.0) }) else {
             throw bad("the scheme must be grpc+tls://, grpcs://, grpc://, https://, http:// (Speechly), "
-                      + "wyoming:// or wyoming+unix:// (Wyoming)")
+                      + "wyoming:// or wyoming+unix:// (Wyoming), riva:// or rivas:// (NVIDIA Riva)")
         }
         var rest = Substring(text.dropFirst(scheme.count))
         if rest.hasSuffix("/") { rest = rest.dropLast() }
@@ -99,6 +103,7 @@ public struct ServerURL: Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch backend {
         case .speechly: return (useTLS ? "grpc+tls://" : "grpc://") + authority
+        case .riva: return (useTLS ? "rivas://" : "riva://") + authority
         case .wyoming:
             if let unixPath { return "wyoming+unix://" + unixPath }
             return "wyoming://" + (host.contains(":") ? "[\(host)]" : host) + ":\(port)"

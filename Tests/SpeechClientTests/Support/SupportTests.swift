@@ -41,6 +41,10 @@ import Testing
         let unix = try ServerURL(parsing: "wyoming+unix:///run/whisper.sock")
         #expect(unix.backend == .wyoming && unix.unixPath == "/run/whisper.sock" && unix.isLoopback)
         #expect(unix.description == "wyoming+unix:///run/whisper.sock")
+        let riva = try ServerURL(parsing: "riva://127.0.0.1")
+        #expect(riva.backend == .riva && riva.port == 50051 && !riva.useTLS && riva.description == "riva://127.0.0.1:50051")
+        let rivas = try ServerURL(parsing: "rivas://grpc.nvcf.nvidia.com")
+        #expect(rivas.backend == .riva && rivas.port == 443 && rivas.useTLS && rivas.authority == "grpc.nvcf.nvidia.com")
     }
 
     @Test func onlySpeechlyNeedsAnAppId() throws {

@@ -145,11 +145,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("wav", nargs="?", help=argparse.SUPPRESS)  # `transcribe FILE`, kept for older scripts
     p.add_argument("--url", default=os.environ.get("SPEECHCLIENT_URL") or "grpc://127.0.0.1:50051",
                    help="server: grpc://host:port or grpc+tls://host:port (Speechly), wyoming://host:port or "
-                        "wyoming+unix:///path (Wyoming) (default $SPEECHCLIENT_URL, else %(default)s)")
+                        "wyoming+unix:///path (Wyoming), riva://host:port or rivas://host:port (NVIDIA Riva) "
+                        "(default $SPEECHCLIENT_URL, else %(default)s)")
     p.add_argument("--app-id", default="speechclient-python", help="application id, Speechly only (default %(default)s)")
     p.add_argument("--project-id", help="project id")
     p.add_argument("--language", default="en-US", help="BCP-47 language (default %(default)s)")
-    p.add_argument("--model", help="the model to ask a Wyoming server for (default: its own)")
+    p.add_argument("--model", help="the model to ask a Wyoming or Riva server for (default: its own)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--file", metavar="WAV", help="transcribe a WAV file, then exit")
     src.add_argument("--mic", metavar="DEVICE", nargs="?", const="default",

@@ -1,0 +1,235 @@
+import Synchronization
+
+/// NVIDIA Riva speech recognition (`nvidia.riva.asr.RivaSpeechRecognition/StreamingRecognize`)
+/// behind the client's `RecognitionService` seam. Each stream is one call carrying one context:
+///
+///     client: streaming_config {config {LINEAR_PCM, 16 kHz, language, word offsets}, interim_results}
+///     client: audio_content ...                 server: results: interim (is_final false) ...
+///     client: (half-close at the end)           server: results: final (is_final true), status OK
+///
+/// An interim result is a tentative update of the current segment, a final one ends it (words
+/// with their offsets, as Riva gives them from the start of the stream); the next result starts
+/// the next segment. Before the first stream, `GetRivaSpeechRecognitionConfig` is asked once: a
+/// server that does not answer it as Riva fails before READY. Riva has no intents or entities;
+/// its confidences are not carried (the segment API has no place for them yet).
+public final class RivaService: RecognitionService, @unchecked Sendable {
+    public static let streamPath = "/nvidia.riva.asr.RivaSpeechRecognition/StreamingRecognize"
+    public static let configPath = "/nvidia.riva.asr.RivaSpeechRecognition/GetRivaSpeechRecognitionConfig"
+
+    private let channel: any GRPCCalling
+    private let peer: String
+    private let model: String?
+    private let metadata: [(String, String)]
+    private let timeoutMilliseconds: Int
+    private let log: @Sendable (LogLevel, String) -> Void
+    private let checked = Atomic<Bool>(false)
+    private let sequence = Atomic<Int>(0)
+
+    public init(channel: any GRPCCalling, peer: String, model: String?, metadata: [(String, String)] = [],
+                timeoutMilliseconds: Int, log: @escaping @Sendable (LogLevel, String) -> Void) {
+        self.channel = channel
+        self.peer = peer
+        self.model = model
+        self.metadata = metadata
+        self.timeoutMilliseconds = timeoutMilliseconds
+        self.log = log
+    }
+
+    public func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void)
+        throws(SpeechClientError) -> any RecognitionStream {
+        if !checked.load(ordering: .acquiring) {
+            try checkServer(cancellation: cancellation)
+            checked.store(true, ordering: .releasing)
+        }
+        let id = "riva-\(sequence.add(1, ordering: .relaxed).newValue)-\(SystemRandom.uuid().prefix(8))"
+        let relay = RivaRelay(contextId: id, handler: handler)
+        let call = try channel.openStreamingCall(path: Self.streamPath, metadata: metadata, cancellation: cancellation) {
+            relay.deliver($0)
+        }
+        return RivaStream(call: call, relay: relay, language: config.languageCode, model: model,
+                          sampleRate: config.sampleRateHertz)
+    }
+
+    /// The server answers `GetRivaSpeechRecognitionConfig` (any answer that decodes): it is a
+    /// Riva speech recognizer. UNIMPLEMENTED means something else speaks gRPC there.
+    private func checkServer(cancellation: Cancellation?) throws(SpeechClientError) {
+        do throws(SpeechClientError) {
+            let answer = try channel.unary(path: Self.configPath, metadata: metadata, request: [],
+                                           timeoutMilliseconds: timeoutMilliseconds, cancellation: cancellation)
+            try ProtobufReader(answer).skipAll()
+            log(.debug, "\(peer) answered GetRivaSpeechRecognitionConfig (\(answer.count) bytes)")
+        } catch {
+            guard error.grpcStatus == 12 else { throw error }
+            throw SpeechClientError(.invalidArgument, "\(peer) is not a Riva speech recognizer: \(error.message)",
+                                    grpcStatus: error.grpcStatus)
+        }
+    }
+}
+
+/// Turns the call's Riva responses into the SLU responses the worker understands, delivers
+/// exactly one `.closed`, and numbers the segments (one per final result).
+final class RivaRelay: @unchecked Sendable {
+    let contextId: String
+    private let handler: @Sendable (StreamEvent) -> Void
+    private let state = Locked<(closed: Bool, segment: Int32)>((false, 0))
+
+    init(contextId: String, handler: @escaping @Sendable (StreamEvent) -> Void) {
+        self.contextId = contextId
+        self.handler = handler
+    }
+
+    func started() {
+        handler(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .started)))
+    }
+
+    func deliver(_ event: GRPCCallEvent) {
+        if state.withLock({ $0.closed }) { return }
+        switch event {
+        case .goingAway:
+            handler(.goingAway)
+        case .message(let bytes):
+            let results: [RivaResult]
+            do throws(SpeechClientError) {
+                results = try RivaResult.decodeResponse(bytes[...])
+            } catch {
+                state.withLock { $0.closed = true }
+                handler(.closed(error))
+                return
+            }
+            for result in results {
+                let segment = state.withLock { s -> Int32 in
+                    let id = s.segment
+                    if result.isFinal { s.segment &+= 1 }
+                    return id
+                }
+                let payload: SLUResponse.Payload = result.isFinal
+                    ? .finalTranscript(result.words)
+                    : .tentativeTranscript(text: result.transcript, words: result.words)
+                guard !result.words.isEmpty else { continue }
+                handler(.response(SLUResponse(audioContext: contextId, segmentId: segment, payload: payload)))
+            }
+        case .closed(let error):
+            state.withLock { $0.closed = true }
+            if let error {
+                handler(.closed(error))
+            } else {
+                handler(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
+                handler(.closed(nil))
+            }
+        }
+    }
+}
+
+/// One `StreamingRecognitionResult`, its first alternative as words.
+struct RivaResult: Equatable {
+    var isFinal = false
+    var transcript = ""
+    var words: [SLUWord] = []
+
+    static func decodeResponse(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> [RivaResult] {
+        var r = ProtobufReader(bytes)
+        var results: [RivaResult] = []
+        while let (field, value) = try r.next() {
+            guard field == 1 else { continue }  // results; id (100) and the rest are not used
+            results.append(try decodeResult(try value.message("results")))
+        }
+        return results
+    }
+
+    private static func decodeResult(_ reader: ProtobufReader) throws(SpeechClientError) -> RivaResult {
+        var m = reader
+        var result = RivaResult()
+        var first = true
+        while let (field, value) = try m.next() {
+            switch field {
+            case 1 where first:
+                first = false
+                var alt = try value.message("alternatives")
+                var timed: [(String, Int32, Int32)] = []
+                while let (f, v) = try alt.next() {
+                    if f == 1 { result.transcript = try v.string("transcript") }
+                    if f == 3 {
+                        var w = try v.message("words")
+                        var word = ("", Int32(0), Int32(0))  // proto3: 0 is not on the wire
+                        while let (wf, wv) = try w.next() {
+                            switch wf {
+                            case 1: word.1 = try wv.int32("start_time")
+                            case 2: word.2 = try wv.int32("end_time")
+                            case 3: word.0 = try wv.string("word")
+                            default: break
+                            }
+                        }
+                        timed.append(word)
+                    }
+                }
+                // Words with their offsets when the server gives them (final results); else
+                // the transcript's words, times unknown (interim results carry none).
+                let texts: [(String, Int32, Int32)] = timed.isEmpty
+                    ? WyomingStream.words(result.transcript).map { ($0.text, -1, -1) }
+                    : timed.flatMap { t in WyomingStream.words(t.0).map { ($0.text, t.1, t.2) } }
+                result.words = texts.enumerated().map {
+                    SLUWord(text: $0.element.0, index: Int32(clamping: $0.offset), startMilliseconds: $0.element.1, endMilliseconds: $0.element.2)
+                }
+            case 2:
+                result.isFinal = try value.uint64("is_final") != 0
+            default:
+                break
+            }
+        }
+        return result
+    }
+}
+
+/// A `RecognitionStream` over one StreamingRecognize call.
+final class RivaStream: RecognitionStream, @unchecked Sendable {
+    private let call: any GRPCStreamingCall
+    private let relay: RivaRelay
+    private let language: String
+    private let model: String?
+    private let sampleRate: Int32
+    private let halfClosed = Atomic<Bool>(false)
+
+    init(call: any GRPCStreamingCall, relay: RivaRelay, language: String, model: String?, sampleRate: Int32) {
+        self.call = call
+        self.relay = relay
+        self.language = language
+        self.model = model
+        self.sampleRate = sampleRate
+    }
+
+    func send(_ request: SLURequest) {
+        switch request {
+        case .start:
+            var w = ProtobufWriter()
+            w.message(1) { streaming in          // streaming_config
+                streaming.message(1) { c in      // config
+                    c.int32(1, 1)                // encoding LINEAR_PCM
+                    c.int32(2, sampleRate)       // sample_rate_hertz
+                    c.string(3, language)        // language_code
+                    c.int32(4, 1)                // max_alternatives
+                    c.int32(7, 1)                // audio_channel_count
+                    c.int32(8, 1)                // enable_word_time_offsets
+                    c.int32(11, 1)               // enable_automatic_punctuation
+                    if let model { c.string(13, model) }
+                }
+                streaming.int32(2, 1)            // interim_results
+            }
+            call.send(w.bytes)
+            // Riva acknowledges nothing before results: the call being open is the start.
+            relay.started()
+        case .audio(let samples):
+            var w = ProtobufWriter()
+            w.int16LittleEndian(2, samples)      // audio_content
+            call.send(w.bytes)
+        case .config, .stop, .rttResponse:
+            break                                // the end of the audio is the half-close
+        }
+    }
+
+    func finish() {
+        if !halfClosed.exchange(true, ordering: .acquiringAndReleasing) { call.halfClose() }
+    }
+
+    func cancel() { call.cancel() }
+    var backlogBytes: Int { call.queuedSendBytes }
+}

@@ -1,0 +1,94 @@
+"""The library's Riva backend (`riva://`) against the repository's Riva-compatible service
+(server/speechclient_server/riva.py: NVIDIA's generated stubs, checked with NVIDIA's own
+riva.client in server/tests/test_riva.py), with the Whisper engine behind it: espeak-ng speech,
+interim results as tentative updates, final ones with word offsets; a server that is not Riva
+fails before READY."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import wyomingtools as wt
+from speechtools import DEMO, Server
+from test_wyoming_peers import SENTENCES, WER_BOUND
+
+
+class RivaServer(Server):
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([sys.executable, "-m", "speechclient_server.riva", "--host", "127.0.0.1",
+                                      "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            self.stop()
+            pytest.fail(f"the Riva-compatible server did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
+        self.address = line.split()[-1]
+        self.url = f"riva://{self.address}"
+
+
+@pytest.fixture(scope="module")
+def riva():
+    s = RivaServer("--engine", "whisper")
+    yield s
+    s.stop()
+
+
+def demo(url, wav, *more):
+    out = subprocess.run([str(DEMO), "--url", url, "--file", str(wav), "--json", *more],
+                         capture_output=True, text=True, timeout=120)
+    return out, [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def test_sentences_through_riva(riva, speech):
+    errors = words = 0
+    for text in SENTENCES:
+        out, events = demo(riva.url, speech(text))
+        assert out.returncode == 0, out.stderr
+        finals = [e for e in events if e["type"] == "segment" and e["final"]]
+        assert finals, events
+        times = [(w["start_ms"], w["end_ms"]) for e in finals for w in e["words"]]
+        # Word offsets from Riva's final results: known, ordered, within the audio.
+        assert all(0 <= s <= e for s, e in times), times
+        assert [s for s, _ in times] == sorted(s for s, _ in times)
+        ref = wt.normalize_words(text)
+        errors += wt.word_errors(ref, wt.normalize_words(" ".join(e["transcript"] for e in finals)))
+        words += len(ref)
+    print(f"\nfigure: WER through the library to the Riva-compatible service {errors / words:.1%} ({words} words)")
+    assert errors / words <= WER_BOUND
+
+
+def test_interim_results_are_tentative_updates(riva, tmp_path, speech):
+    """A long sentence fed at real time through the push API (the Python binding), so that the
+    service sends interim results before the final one."""
+    import speechclient as sc
+    pcm, rate, _, _ = wt.read_wav(speech("please send the report to the team by friday and call me back in ten minutes"))
+    tentative, final = [], []
+    with sc.Client(url=riva.url, audio=sc.PushAudio(sample_rate=rate, channels=1)) as c:
+        c.start()
+        step = rate // 10 * 2
+        import time
+        for i in range(0, len(pcm), step):
+            c.push(pcm[i:i + step])
+            time.sleep(0.1)
+        c.push_end()
+        for u in c.updates(timeout=60):
+            if isinstance(u, sc.Segment):
+                (final if u.final else tentative).append(u)
+            if isinstance(u, sc.StopEvent):
+                break
+    assert final, "no final segment"
+    assert tentative, "no interim result became a tentative update"
+    assert all(w.start_ms == -1 for u in tentative for w in u.words)
+
+
+def test_a_grpc_server_that_is_not_riva_fails_before_ready(speech):
+    """The Speechly reference server speaks gRPC but not Riva: GetRivaSpeechRecognitionConfig is
+    UNIMPLEMENTED, so the client says so and never reports ready."""
+    s = Server()
+    try:
+        out, events = demo("riva://" + s.address, speech(SENTENCES[0]), "--reconnect", "0")
+    finally:
+        s.stop()
+    assert out.returncode != 0
+    assert not any(e.get("state") == "ready" for e in events), events
+    assert "not a Riva speech recognizer" in out.stdout + out.stderr
