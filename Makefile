@@ -145,7 +145,7 @@ clean:
 FUZZ_SECONDS ?= 60
 # FUZZ_RUNS=N stops each target after N executions instead (whichever limit comes first).
 FUZZ_RUNS ?=
-FUZZ_TARGETS := FuzzProtobuf FuzzJSON FuzzURL FuzzWAV FuzzFraming FuzzPipeline
+FUZZ_TARGETS := FuzzProtobuf FuzzJSON FuzzURL FuzzWAV FuzzFraming FuzzPipeline FuzzWyoming
 FUZZ_FLAGS   := -c release --scratch-path ../.build-fuzz -Xswiftc -sanitize=fuzzer,address \
 	-Xswiftc -parse-as-library -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld
 .PHONY: fuzz

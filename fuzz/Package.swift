@@ -14,5 +14,6 @@ let package = Package(
         .executableTarget(name: "FuzzWAV", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
         .executableTarget(name: "FuzzFraming", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
         .executableTarget(name: "FuzzPipeline", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzWyoming", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
     ]
 )

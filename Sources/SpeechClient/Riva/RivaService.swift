@@ -121,12 +121,13 @@ final class RivaRelay: @unchecked Sendable {
 }
 
 /// One `StreamingRecognitionResult`, its first alternative as words.
-struct RivaResult: Equatable {
-    var isFinal = false
-    var transcript = ""
-    var words: [SLUWord] = []
+public struct RivaResult: Equatable {
+    public var isFinal = false
+    public var transcript = ""
+    public var words: [SLUWord] = []
 
-    static func decodeResponse(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> [RivaResult] {
+    /// The results of one `StreamingRecognizeResponse` (public for the fuzz target).
+    public static func decodeResponse(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> [RivaResult] {
         var r = ProtobufReader(bytes)
         var results: [RivaResult] = []
         while let (field, value) = try r.next() {
