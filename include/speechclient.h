@@ -553,6 +553,18 @@ SPC_API spc_status spc_options_add_context_option(spc_options *options, const ch
 /* Removes every context option. */
 SPC_API spc_status spc_options_clear_context_options(spc_options *options);
 
+/* Adds a request header (gRPC metadata) sent with every call to a Speechly server (login and
+** streams) or a Riva server, for example the "authorization" and "function-id" of NVIDIA's
+** hosted Riva endpoints; ignored by Wyoming. The name is lowered; letters, digits, '-', '_' and
+** '.' only; HTTP/2's and gRPC's own ("content-type", "te", "user-agent", "grpc-*", ...) are
+** refused, and so is "authorization" on a Speechly server (spc_client_new() fails: the login
+** token goes there). The value is printable ASCII. At most 32 headers and 16 KiB of them. The
+** same name added twice is sent twice. Since 0.6. */
+SPC_API spc_status spc_options_add_header(spc_options *options, const char *name, const char *value);
+
+/* Removes every header added with spc_options_add_header(). Since 0.6. */
+SPC_API spc_status spc_options_clear_headers(spc_options *options);
+
 /* Reconnection when the connection is lost during a context (network error, GOAWAY,
 ** UNAVAILABLE, keepalive timeout, a stream reset or refused, a stream a proxy ended without a gRPC
 ** status, HTTP 502/503/504 from a proxy): up to max_attempts (0-100, or SPC_RECONNECT_UNLIMITED

@@ -133,6 +133,16 @@ public func spc_options_add_context_option(_ options: OpaquePointer?, _ key: Uns
 }
 
 @c @implementation
+public func spc_options_add_header(_ options: OpaquePointer?, _ name: UnsafePointer<CChar>?, _ value: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.addHeader(name: try required(name), value: try required(value)) }
+}
+
+@c @implementation
+public func spc_options_clear_headers(_ options: OpaquePointer?) -> spc_status {
+    update(options) { o in o.headers = [] }
+}
+
+@c @implementation
 public func spc_options_clear_context_options(_ options: OpaquePointer?) -> spc_status {
     update(options) { o in o.contextOptions = [] }
 }

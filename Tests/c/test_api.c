@@ -269,6 +269,8 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_project_id(NULL, "p"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_language(NULL, "en-US"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_model(NULL, "tiny-int8"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_add_header(NULL, "a", "b"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_clear_headers(NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_device_id(NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_cache_dir(NULL, "/tmp"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_ca_file(NULL, "/tmp/ca.pem"), SPC_ERROR_INVALID_ARGUMENT);
@@ -389,6 +391,15 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_model(o, ""), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_model(o, "tiny-int8"), SPC_OK);
     CHECK_STATUS(spc_options_set_model(o, NULL), SPC_OK);
+    /* 0.6: request headers. */
+    CHECK_STATUS(spc_options_add_header(o, "Function-ID", "abc-123"), SPC_OK);
+    CHECK_STATUS(spc_options_add_header(o, "bad name", "x"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "spc_options_add_header") != NULL);
+    CHECK_STATUS(spc_options_add_header(o, "content-type", "x"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_add_header(o, "grpc-timeout", "1S"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_add_header(o, "x-key", "line\r\nbreak"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_add_header(o, "x-key", NULL), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_clear_headers(o), SPC_OK);
     CHECK_STATUS(spc_options_set_language(o, "fi-FI"), SPC_OK);
     CHECK_STATUS(spc_options_set_device_id(o, "not-a-uuid"), SPC_ERROR_INVALID_ARGUMENT);
     static const char *bad_device_ids[] = {

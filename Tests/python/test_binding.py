@@ -1113,3 +1113,19 @@ def test_cli_hands_free_usage(tmp_path):
     r = _cli("--url", UNREACHABLE, "--file", str(wav), "--wakeword", "a b c d e f g h i")
     assert r.returncode == 2 and "wakeword='a b c d e f g h i'" in r.stderr, r.stderr
     assert _cli("--url", UNREACHABLE, "--file", str(wav), "--wakeword").returncode == 2
+
+
+def test_headers_and_model_are_checked_when_the_client_is_made():
+    # 0.6: request headers (Speechly and Riva), the model (Wyoming and Riva).
+    with pytest.raises(sc.InvalidArgumentError, match="headers"):
+        sc.Client(url="riva://127.0.0.1:1", headers={"bad name": "x"}, audio=sc.PushAudio())
+    with pytest.raises(sc.InvalidArgumentError, match="headers"):
+        sc.Client(url="riva://127.0.0.1:1", headers=[("grpc-timeout", "1S")], audio=sc.PushAudio())
+    with pytest.raises(sc.InvalidArgumentError, match="model"):
+        sc.Client(url="wyoming://127.0.0.1:1", model="two words", audio=sc.PushAudio())
+    # authorization is the login's on a Speechly server.
+    with pytest.raises(sc.InvalidArgumentError, match="authorization"):
+        sc.Client(url="grpc://127.0.0.1:1", app_id="a", headers={"authorization": "Bearer x"}, audio=sc.PushAudio())
+    c = sc.Client(url="riva://127.0.0.1:1", headers=[("authorization", "Bearer k"), ("function-id", "f")],
+                  model="parakeet", audio=sc.PushAudio())
+    c.close()

@@ -260,6 +260,7 @@ static void usage(FILE *to) {
         "  --project-id ID    project id (log in with project scope)\n"
         "  --language TAG     BCP-47 language (default en-US)\n"
         "  --model NAME       the model to ask a Wyoming or Riva server for (default: its own)\n"
+        "  --header NAME=VALUE  a request header for a Speechly or Riva server (repeatable)\n"
         "  --file WAV         transcribe a WAV file, then exit\n"
         "  --mic [DEVICE]     transcribe an ALSA capture device until Ctrl-C (default device: default)\n"
         "  --ca-file PEM      trust these CAs for grpc+tls servers\n"
@@ -314,6 +315,8 @@ static int usage_error(const char *message, const char *value) {
 struct settings {
     const char *url, *app_id, *project_id, *language, *model, *file, *mic, *ca_file, *cache_dir;
     const char *wakeword;
+    const char *headers[32];  /* --header NAME=VALUE, as given */
+    int header_count;
     int insecure, verbose, hands_free, levels;
     long chunk_ms;
     /* -1: not given (the library's default). */
@@ -359,6 +362,15 @@ static int configure(spc_options *o, const struct settings *a, struct demo *d) {
     /* Every setter above has run (in no particular order); the first rejected one is reported. */
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
         if (checks[i].status != SPC_OK) return usage_error(checks[i].what, checks[i].value);
+    for (int i = 0; i < a->header_count; i++) {
+        char name[257];
+        const char *eq = strchr(a->headers[i], '=');
+        size_t len = eq ? (size_t)(eq - a->headers[i]) : 0;
+        if (!eq || len == 0 || len >= sizeof name) return usage_error("bad --header (NAME=VALUE)", a->headers[i]);
+        memcpy(name, a->headers[i], len);
+        name[len] = '\0';
+        if (spc_options_add_header(o, name, eq + 1) != SPC_OK) return usage_error("bad --header", a->headers[i]);
+    }
     spc_status s = SPC_OK;
     if (a->insecure && (s = spc_options_set_insecure_tls(o, 1)) != SPC_OK) return failed("spc_options_set_insecure_tls", s);
     if (a->verbose) {
@@ -452,6 +464,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(arg, "--project-id")) { VALUE(); a.project_id = next; }
         else if (!strcmp(arg, "--language")) { VALUE(); a.language = next; }
         else if (!strcmp(arg, "--model")) { VALUE(); a.model = next; }
+        else if (!strcmp(arg, "--header")) {
+            VALUE();
+            if (a.header_count == (int)(sizeof a.headers / sizeof a.headers[0])) return usage_error("too many --header", NULL);
+            a.headers[a.header_count++] = next;
+        }
         else if (!strcmp(arg, "--file")) { VALUE(); if (a.file) return usage_error("--file given twice", NULL); a.file = next; }
         else if (!strcmp(arg, "--mic")) {
             if (a.mic) return usage_error("--mic given twice", NULL);

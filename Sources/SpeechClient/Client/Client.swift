@@ -161,7 +161,8 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             return speechlyService(options: options, server: server, deviceId: deviceId, log: log)
         case .riva:
             return RivaService(channel: grpcChannel(options: options, server: server), peer: server.description,
-                               model: options.model, timeoutMilliseconds: options.connectTimeoutMilliseconds) { level, message in
+                               model: options.model, metadata: options.headers,
+                               timeoutMilliseconds: options.connectTimeoutMilliseconds) { level, message in
                 log.client?.log(level, message)
             }
         case .wyoming:
@@ -195,8 +196,10 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         let cache = TokenCache(directory: options.cacheDir ?? DeviceIdentity.defaultCacheDirectory())
         let identity = IdentityClient(channel: identityChannel, cache: cache, deviceId: deviceId,
                                       appId: options.appId, projectId: options.projectId,
-                                      server: identityServer.description)
-        return SpeechlyService(channel: channel, identity: identity) { level, message in log.client?.log(level, message) }
+                                      server: identityServer.description, headers: options.headers)
+        return SpeechlyService(channel: channel, identity: identity, headers: options.headers) { level, message in
+            log.client?.log(level, message)
+        }
     }
 
     static let realSource: @Sendable (AudioInput) -> (any AudioSource)? = { input in

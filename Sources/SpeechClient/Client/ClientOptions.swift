@@ -30,6 +30,8 @@ public struct ClientOptions: Sendable {
     public var chunkMilliseconds = 100
     public var prepareOnInit = false
     public var contextOptions: [ContextOption] = []
+    /// Request headers (gRPC metadata) for every call to a Speechly or Riva server.
+    public var headers: [(String, String)] = []
     public var logLevel = LogLevel.warning
     public var delivery = Delivery.thread
     /// Who reads the connection: the network thread, or the application in `ApplicationIO.process()`.
@@ -162,6 +164,33 @@ public struct ClientOptions: Sendable {
         } else {
             contextOptions.append(ContextOption(key: key, values: [value]))
         }
+    }
+
+    static let maxHeaders = 32
+    static let maxHeaderBytes = 16 * 1024
+
+    /// A header for every gRPC call (hosted endpoints' API keys, routing ids). Names are HTTP/2's
+    /// (lower case token characters; upper case is lowered); the protocol's own are refused.
+    public mutating func addHeader(name: String, value: String) throws(SpeechClientError) {
+        let lower = name.lowercased()
+        let token: (Unicode.Scalar) -> Bool = { c in
+            c.isASCII && (("a"..."z").contains(c) || ("0"..."9").contains(c) || "-_.".unicodeScalars.contains(c))
+        }
+        guard !lower.isEmpty, lower.unicodeScalars.allSatisfy(token) else {
+            throw SpeechClientError(.invalidArgument, "header name '\(name)' must be letters, digits, '-', '_' or '.'")
+        }
+        let reserved = ["content-type", "te", "user-agent", "host", "connection", "content-length", "transfer-encoding"]
+        guard !reserved.contains(lower), !lower.hasPrefix("grpc-") else {
+            throw SpeechClientError(.invalidArgument, "header '\(lower)' is set by the library (HTTP/2 and gRPC)")
+        }
+        guard value.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F || $0.value == 0x09 }) else {
+            throw SpeechClientError(.invalidArgument, "the value of header '\(lower)' must be printable ASCII (no line breaks)")
+        }
+        let total = headers.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count } + lower.utf8.count + value.utf8.count
+        guard headers.count < Self.maxHeaders, total <= Self.maxHeaderBytes else {
+            throw SpeechClientError(.invalidArgument, "more than \(Self.maxHeaders) headers or \(Self.maxHeaderBytes / 1024) KiB of them")
+        }
+        headers.append((lower, value))
     }
 
     public mutating func setReconnect(attempts: Int, initialMilliseconds: Int, maxMilliseconds: Int) throws(SpeechClientError) {
@@ -328,6 +357,10 @@ public struct ClientOptions: Sendable {
             throw SpeechClientError(.invalidArgument, projectId == nil
                 ? "no app id: call spc_options_set_app_id()"
                 : "a project id needs an app id as well: each start of a project-scoped login names the app (spc_options_set_app_id())")
+        }
+        if server?.backend == .speechly, headers.contains(where: { $0.0 == "authorization" }) {
+            throw SpeechClientError(.invalidArgument, "header 'authorization' carries the login token on a Speechly server: "
+                                    + "it cannot be set with spc_options_add_header()")
         }
         if activation == .wakeword && wakeword.isEmpty {
             throw SpeechClientError(.invalidArgument, "wakeword activation needs a phrase: call spc_options_set_wakeword()")

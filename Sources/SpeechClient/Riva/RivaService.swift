@@ -59,7 +59,7 @@ public final class RivaService: RecognitionService, @unchecked Sendable {
             try ProtobufReader(answer).skipAll()
             log(.debug, "\(peer) answered GetRivaSpeechRecognitionConfig (\(answer.count) bytes)")
         } catch {
-            guard error.grpcStatus == 12 else { throw error }
+            guard error.grpcStatus == 12 else { throw RivaRelay.named(error) }
             throw SpeechClientError(.invalidArgument, "\(peer) is not a Riva speech recognizer: \(error.message)",
                                     grpcStatus: error.grpcStatus)
         }
@@ -76,6 +76,16 @@ final class RivaRelay: @unchecked Sendable {
     init(contextId: String, handler: @escaping @Sendable (StreamEvent) -> Void) {
         self.contextId = contextId
         self.handler = handler
+    }
+
+    /// PERMISSION_DENIED and UNAUTHENTICATED are what a key or header was wrong: auth errors
+    /// (not retried), as for Speechly.
+    static func named(_ error: SpeechClientError) -> SpeechClientError {
+        guard GRPCStatusCode.isAuthFailure(error) else { return error }
+        var e = error
+        e.code = .auth
+        e.message = "the Riva server refused the request's credentials (see spc_options_add_header): \(error.message)"
+        return e
     }
 
     func started() {
@@ -111,7 +121,7 @@ final class RivaRelay: @unchecked Sendable {
         case .closed(let error):
             state.withLock { $0.closed = true }
             if let error {
-                handler(.closed(error))
+                handler(.closed(Self.named(error)))
             } else {
                 handler(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
                 handler(.closed(nil))

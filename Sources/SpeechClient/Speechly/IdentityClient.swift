@@ -12,13 +12,15 @@ public final class IdentityClient: @unchecked Sendable {
     public let refreshMarginSeconds: Int64
     private let timeoutMilliseconds: Int
     private let now: @Sendable () -> Int64
+    private let headers: [(String, String)]
 
     /// `server` names the login server in the cache key: a token from one server is never offered
     /// to another (issue 18: switching servers gave a spurious reconnection, and prepare-on-init's
     /// check of the credentials was defeated by another server's token).
     public init(channel: any GRPCCalling, cache: TokenCache, deviceId: String, appId: String?, projectId: String?,
                 server: String = "", refreshMarginSeconds: Int64 = 600, timeoutMilliseconds: Int = 10_000,
-                now: @escaping @Sendable () -> Int64 = WallClock.nowSeconds) {
+                headers: [(String, String)] = [], now: @escaping @Sendable () -> Int64 = WallClock.nowSeconds) {
+        self.headers = headers
         self.channel = channel
         self.cache = cache
         self.deviceId = deviceId
@@ -44,7 +46,7 @@ public final class IdentityClient: @unchecked Sendable {
         if fresh { cache.remove(scope: cacheScope, deviceId: deviceId) }
         let response: LoginResponse
         do throws(SpeechClientError) {
-            let bytes = try channel.unary(path: Self.loginPath, metadata: [],
+            let bytes = try channel.unary(path: Self.loginPath, metadata: headers,
                                           request: LoginRequest(deviceId: deviceId, scope: scope).encoded(),
                                           timeoutMilliseconds: timeoutMilliseconds, cancellation: cancellation)
             response = try LoginResponse.decode(bytes[...])

@@ -8,10 +8,13 @@ public final class SpeechlyService: RecognitionService, @unchecked Sendable {
     private let channel: any GRPCCalling
     private let identity: IdentityClient
     private let log: @Sendable (LogLevel, String) -> Void
+    private let headers: [(String, String)]
 
-    public init(channel: any GRPCCalling, identity: IdentityClient, log: @escaping @Sendable (LogLevel, String) -> Void) {
+    public init(channel: any GRPCCalling, identity: IdentityClient, headers: [(String, String)] = [],
+                log: @escaping @Sendable (LogLevel, String) -> Void) {
         self.channel = channel
         self.identity = identity
+        self.headers = headers
         self.log = log
     }
 
@@ -22,7 +25,7 @@ public final class SpeechlyService: RecognitionService, @unchecked Sendable {
         // Never the token itself (issue 9): only that there is one.
         log(.debug, "login token ready; opening \(Self.streamPath)")
         let relay = StreamRelay(handler: handler, identity: identity)
-        let call = try channel.openStreamingCall(path: Self.streamPath, metadata: [("authorization", "Bearer " + token)],
+        let call = try channel.openStreamingCall(path: Self.streamPath, metadata: [("authorization", "Bearer " + token)] + headers,
                                                cancellation: cancellation) {
             relay.deliver($0)
         }

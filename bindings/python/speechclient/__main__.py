@@ -151,6 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--project-id", help="project id")
     p.add_argument("--language", default="en-US", help="BCP-47 language (default %(default)s)")
     p.add_argument("--model", help="the model to ask a Wyoming or Riva server for (default: its own)")
+    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="a request header for a Speechly or Riva server (repeatable)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--file", metavar="WAV", help="transcribe a WAV file, then exit")
     src.add_argument("--mic", metavar="DEVICE", nargs="?", const="default",
@@ -194,7 +196,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     activation = "wakeword" if args.wakeword is not None else "voice" if args.hands_free else "manual"
     try:
         client = Client(url=args.url, app_id=args.app_id, project_id=args.project_id, language=args.language,
-                        model=args.model,
+                        model=args.model, headers=[(h.partition("=")[0], h.partition("=")[2]) for h in args.header] or None,
                         cache_dir=args.cache_dir, ca_file=args.ca_file, insecure_tls=args.insecure,
                         audio=WavFile(path) if path is not None else Microphone(device=args.mic),
                         chunk_ms=args.chunk_ms,

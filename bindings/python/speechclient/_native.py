@@ -320,6 +320,8 @@ spc_options_set_push_wait_ms = _optional_fn("spc_options_set_push_wait_ms", c_st
 # Backends (since 0.6).
 # spc_status spc_options_set_model(spc_options *options, const char *model);
 spc_options_set_model = _optional_fn("spc_options_set_model", c_status, options_p, c_char_p)
+# spc_status spc_options_add_header(spc_options *options, const char *name, const char *value);
+spc_options_add_header = _optional_fn("spc_options_add_header", c_status, options_p, c_char_p, c_char_p)
 #: max_attempts of spc_options_set_reconnect that never gives up (since 0.5).
 SPC_RECONNECT_UNLIMITED = 0xFFFFFFFF
 # Hands-free listening (since 0.2).

@@ -359,7 +359,9 @@ class Client:
     """
 
     def __init__(self, url: str, app_id: Optional[str] = None, *, project_id: Optional[str] = None,
-                 language: str = "en-US", model: Optional[str] = None, device_id: Optional[str] = None,
+                 language: str = "en-US", model: Optional[str] = None,
+                 headers: Optional[Union[Mapping[str, str], Iterable[Tuple[str, str]]]] = None,
+                 device_id: Optional[str] = None,
                  cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
                  ca_file: Optional[Union[str, "os.PathLike[str]"]] = None, insecure_tls: bool = False,
                  audio: AudioSource = Microphone(device="default"), chunk_ms: int = 100,
@@ -479,6 +481,14 @@ class Client:
                                                  f"without model selection (0.6)")
                 _check_option(n.spc_options_set_model(opts, _c_string("model", model)), "model", model,
                               "1-256 characters without spaces or control characters")
+            if headers is not None:
+                if n.spc_options_add_header is None:
+                    raise _option_error("headers", f"headers: {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
+                                                   f"without request headers (0.6)")
+                pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+                for name, value in pairs:
+                    _check_option(n.spc_options_add_header(opts, _c_string("headers", name), _c_string("headers", value)),
+                                  "headers", (name, value), "a token name and a printable ASCII value")
             if device_id is not None:
                 _check_option(n.spc_options_set_device_id(opts, _c_string("device_id", device_id)), "device_id",
                               device_id, "a UUID")
