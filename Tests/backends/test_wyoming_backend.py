@@ -123,3 +123,18 @@ def test_a_long_file_is_cut_into_segments_at_pauses(asr, speech, tmp_path):
     wer = wt.word_errors(ref, wt.normalize_words(" ".join(e["transcript"] for e in got))) / len(ref)
     print(f"\nfigure: {len(ref)} words in {len(got)} segments, WER {wer:.1%}")
     assert wer <= WER_BOUND
+
+
+def test_hands_free_makes_one_transcription_per_utterance(asr, speech, tmp_path):
+    """--hands-free (the library's voice detector opens a context on speech and ends it at a
+    pause): two utterances 1.5 s apart are two contexts, each one Wyoming transcription."""
+    first, second = SENTENCES[0], SENTENCES[6]
+    padded = tmp_path / "first.wav"
+    subprocess.run(["sox", str(speech(first)), str(padded), "pad", "1", "1.5"], check=True)
+    wav = tmp_path / "two.wav"
+    subprocess.run(["sox", str(padded), str(speech(second)), str(wav), "pad", "0", "2"], check=True)
+    out, events = demo(asr.url, wav, "--hands-free")
+    assert out.returncode == 0, out.stderr
+    got = finals(events)
+    assert len({e["context_id"] for e in got}) == 2, events
+    assert [wt.normalize_words(e["transcript"]) for e in got] == [first.split(), second.split()]
