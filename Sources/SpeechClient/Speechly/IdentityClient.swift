@@ -60,10 +60,44 @@ public final class IdentityClient: @unchecked Sendable {
             throw error
         }
         guard !response.token.isEmpty else { throw SpeechClientError(.parse, "login response has no token") }
-        // The expiry is read from the token itself; a token we cannot read is still used once.
-        _ = try JWTClaims.decode(response.token)
+        // Checked before it is cached or used (issue 23): nothing unusable is written.
+        _ = try Self.usable(response.token, now: now())
         let warning = cache.store(response.token, scope: cacheScope, deviceId: deviceId)
         return (response.token, warning)
+    }
+
+    /// The largest login token taken: a JWT with a few claims is a few hundred bytes.
+    public static let maxTokenBytes = 8 * 1024
+    /// The latest expiry taken: Speechly's tokens lived hours; a year is far beyond that.
+    public static let maxTokenLifetimeSeconds: Int64 = 366 * 86_400
+
+    /// A token the client can send and cache: a JWT in compact form (base64url parts and dots,
+    /// so nothing a header value cannot carry), of sane size, readable, expiring in the future
+    /// and within a year. Anything else is an auth error naming what was wrong.
+    static func usable(_ token: String, now: Int64) throws(SpeechClientError) -> JWTClaims {
+        func refused(_ why: String) -> SpeechClientError {
+            SpeechClientError(.auth, "the login token \(why); it was not used or cached")
+        }
+        guard token.utf8.count <= maxTokenBytes else {
+            throw refused("is \(token.utf8.count) bytes, over the \(maxTokenBytes / 1024) KiB limit")
+        }
+        let jwtCharacter: (UInt8) -> Bool = { c in
+            (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || (c >= 0x30 && c <= 0x39) || c == 0x2D || c == 0x5F || c == 0x2E
+        }
+        guard token.utf8.allSatisfy(jwtCharacter) else {
+            throw refused("holds characters a JWT does not have (control characters, spaces, or others)")
+        }
+        let claims: JWTClaims
+        do throws(SpeechClientError) {
+            claims = try JWTClaims.decode(token)
+        } catch {
+            throw refused("cannot be read: \(error.message)")
+        }
+        guard claims.expiresAt > now else { throw refused("had already expired (exp \(claims.expiresAt))") }
+        guard claims.expiresAt - now <= maxTokenLifetimeSeconds else {
+            throw refused("expires in \((claims.expiresAt - now) / 86_400) days, more than a year away (exp \(claims.expiresAt))")
+        }
+        return claims
     }
 
     public func invalidate() { cache.remove(scope: cacheScope, deviceId: deviceId) }

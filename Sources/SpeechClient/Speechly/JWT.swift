@@ -16,8 +16,11 @@ public struct JWTClaims: Sendable, Equatable {
         }
         let json = try JSONValue.parse(payload)
         guard case .object = json else { throw SpeechClientError(.parse, "token payload is not a JSON object") }
-        guard let exp = json["exp"]?.numberValue, exp.isFinite, exp > 0, exp < 1e15 else {
+        guard let exp = json["exp"]?.numberValue else {
             throw SpeechClientError(.parse, "token payload has no numeric exp claim")
+        }
+        guard exp.isFinite, exp > 0, exp < 1e15 else {
+            throw SpeechClientError(.parse, "token's exp claim \(exp) is out of range (unix seconds)")
         }
         return JWTClaims(appId: json["appId"]?.stringValue, projectId: json["projectId"]?.stringValue,
                          deviceId: json["deviceId"]?.stringValue, scope: json["scope"]?.stringValue,

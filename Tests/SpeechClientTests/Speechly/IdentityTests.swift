@@ -22,7 +22,12 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
     let logins = Atomic<Int>(0)
     let validity: Int64
     let reject: SpeechClientError?
-    init(validity: Int64 = 3600, reject: SpeechClientError? = nil) { self.validity = validity; self.reject = reject }
+    let fixedToken: String?
+    init(validity: Int64 = 3600, reject: SpeechClientError? = nil, token: String? = nil) {
+        self.validity = validity
+        self.reject = reject
+        self.fixedToken = token
+    }
 
     func unary(path: String, metadata: [(String, String)], request: [UInt8], timeoutMilliseconds: Int?,
                cancellation: Cancellation?) throws(SpeechClientError) -> [UInt8] {
@@ -31,7 +36,7 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
         if let reject { throw reject }
         var w = ProtobufWriter()
         let n = logins.load(ordering: .relaxed)
-        w.string(1, makeJWT(#"{"appId":"a","deviceId":"d","scope":"slu","exp":\#(WallClock.nowSeconds() + validity),"n":\#(n)}"#))
+        w.string(1, fixedToken ?? makeJWT(#"{"appId":"a","deviceId":"d","scope":"slu","exp":\#(WallClock.nowSeconds() + validity),"n":\#(n)}"#))
         return w.bytes
     }
 
@@ -87,6 +92,31 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
         #expect(stat(dir, &st) == 0 && st.st_mode & 0o777 == 0o700)
         let file = dir + "/" + TokenCache.fileName(scope: "app:a", deviceId: "d")
         #expect(stat(file, &st) == 0 && st.st_mode & 0o777 == 0o600)
+    }
+
+    /// Issue 23: a 1 MB token, one with CR/LF, one expiring in year 9999 or already expired were
+    /// cached (and then refused when sent). Now each is an auth error naming why, and the cache
+    /// directory stays empty.
+    @Test(arguments: [
+        (String(repeating: "a", count: 1 << 20), "over the 8 KiB limit"),
+        (makeJWT(#"{"exp":4102444800}"#) + "\r\nx", "characters a JWT does not have"),
+        (makeJWT(#"{"exp":253402300799}"#), "more than a year away"),
+        (makeJWT(#"{"exp":1000}"#), "already expired"),
+        (makeJWT(#"{"exp":-1}"#), "out of range"),
+        (makeJWT(#"{"exp":1e30}"#), "out of range"),
+        (makeJWT(#"{"appId":"a"}"#), "no numeric exp claim"),
+        ("not-a-jwt", "cannot be read"),
+    ])
+    func unusableTokensAreRefusedAndNeverCached(token: String, named: String) throws {
+        let dir = temporaryDirectory() + "/cache"
+        let client = IdentityClient(channel: FakeIdentityChannel(token: token), cache: TokenCache(directory: dir),
+                                    deviceId: "d", appId: "a", projectId: nil)
+        var thrown: SpeechClientError?
+        do throws(SpeechClientError) { _ = try client.token() } catch { thrown = error }
+        #expect(thrown?.code == .auth)
+        #expect(thrown?.message.contains(named) == true, "\(thrown?.message ?? "no error")")
+        let cached = (try? FileManagerless.list(dir)) ?? []
+        #expect(cached.allSatisfy { !$0.hasPrefix("token-") }, "\(cached)")
     }
 
     @Test func tokensOfTwoServersAreKeptApart() throws {
@@ -162,5 +192,21 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
         #expect(cache.load(scope: "s", deviceId: "d") == "tok")
         var st = stat()
         #expect(stat(dir + "/" + TokenCache.fileName(scope: "s", deviceId: "d"), &st) != 0)
+    }
+}
+
+/// Directory listing without Foundation (the core's tests stay close to what the core uses).
+enum FileManagerless {
+    static func list(_ path: String) throws -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
     }
 }
