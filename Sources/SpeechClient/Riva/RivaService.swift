@@ -176,8 +176,8 @@ public struct RivaResult: Equatable {
                 // Words with their offsets when the server gives them (final results); else
                 // the transcript's words, times unknown (interim results carry none).
                 let texts: [(String, Int32, Int32)] = timed.isEmpty
-                    ? WyomingStream.words(result.transcript).map { ($0.text, -1, -1) }
-                    : timed.flatMap { t in WyomingStream.words(t.0).map { ($0.text, t.1, t.2) } }
+                    ? SLUWord.words(result.transcript).map { ($0.text, -1, -1) }
+                    : timed.flatMap { t in SLUWord.words(t.0).map { ($0.text, t.1, t.2) } }
                 result.words = texts.enumerated().map {
                     SLUWord(text: $0.element.0, index: Int32(clamping: $0.offset), startMilliseconds: $0.element.1, endMilliseconds: $0.element.2)
                 }

@@ -95,3 +95,17 @@ extension SLUResponse {
         }
     }
 }
+
+extension SLUWord {
+    /// The words of a whole transcript, for backends that give text (Wyoming, Riva's interim
+    /// results): split at white space, control characters dropped (a NUL would cut a C string
+    /// short), indexed from 0, times unknown (-1).
+    static func words(_ text: String) -> [SLUWord] {
+        let clean = String(String.UnicodeScalarView(text.unicodeScalars.map {
+            $0.properties.generalCategory == .control ? " " : $0
+        }))
+        return clean.split(whereSeparator: { $0.isWhitespace }).enumerated().map {
+            SLUWord(text: String($0.element), index: Int32(clamping: $0.offset), startMilliseconds: -1, endMilliseconds: -1)
+        }
+    }
+}

@@ -203,6 +203,8 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
 
     // Loop-thread state.
     private var reader: WyomingEventReader
+    /// Reused by every read (loop thread only).
+    private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
     private var out: [UInt8] = []
     private var outOffset = 0
     private var wantsWritable = false
@@ -310,13 +312,12 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
     }
 
     private func readAvailable() {
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
         while !closed {
-            let result = chunk.withUnsafeMutableBytes { io.read(into: $0) }
+            let result = readBuffer.withUnsafeMutableBytes { io.read(into: $0) }
             switch result {
             case .bytes(let n):
                 do throws(SpeechClientError) {
-                    let events = try reader.feed(chunk[0..<n])
+                    let events = try reader.feed(readBuffer[0..<n])
                     for event in events where !closed { handle(event) }
                 } catch {
                     var e = error
@@ -324,7 +325,7 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
                     fail(e)
                     return
                 }
-                if n < chunk.count { return }
+                if n < readBuffer.count { return }
             case .wouldBlock:
                 return
             case .closed:
@@ -343,13 +344,13 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
             partial = ""
         case "transcript-chunk":
             partial += event.data["text"]?.stringValue ?? ""
-            let words = Self.words(partial)
+            let words = SLUWord.words(partial)
             if !words.isEmpty {
                 deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0,
                                               payload: .tentativeTranscript(text: words.map(\.text).joined(separator: " "), words: words))))
             }
         case "transcript":
-            let words = Self.words(event.data["text"]?.stringValue ?? "")
+            let words = SLUWord.words(event.data["text"]?.stringValue ?? "")
             if !words.isEmpty {
                 deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finalTranscript(words))))
             }
@@ -362,17 +363,6 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
             out += WyomingEvent(type: "pong", data: event.data["text"].map { ["text": $0] } ?? [:]).encoded()
         default:
             break  // transcript-stop, and events of newer versions: nothing to do
-        }
-    }
-
-    /// Words of a transcript: split at white space, control characters (a NUL would cut a C
-    /// string short) dropped. Times unknown: -1.
-    static func words(_ text: String) -> [SLUWord] {
-        let clean = String(String.UnicodeScalarView(text.unicodeScalars.map {
-            $0.properties.generalCategory == .control ? " " : $0
-        }))
-        return clean.split(whereSeparator: { $0.isWhitespace }).enumerated().map {
-            SLUWord(text: String($0.element), index: Int32(clamping: $0.offset), startMilliseconds: -1, endMilliseconds: -1)
         }
     }
 

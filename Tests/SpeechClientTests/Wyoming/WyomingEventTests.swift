@@ -75,7 +75,7 @@ import Testing
     }
 
     @Test func transcriptWordsDropControlCharactersAndHaveNoTimes() {
-        let words = WyomingStream.words(" turn\u{0}on  the\nlights\u{7} ")
+        let words = SLUWord.words(" turn\u{0}on  the\nlights\u{7} ")
         #expect(words.map(\.text) == ["turn", "on", "the", "lights"])
         #expect(words.map(\.index) == [0, 1, 2, 3])
         #expect(words.allSatisfy { $0.startMilliseconds == -1 && $0.endMilliseconds == -1 })
@@ -93,6 +93,11 @@ import Testing
         #expect(throws: SpeechClientError.self) { try WyomingService.language("fi-FI", info: info(["en", "de"]), peer: "p") }
         do { _ = try WyomingService.language("fi-FI", info: info(["en", "de"]), peer: "p") } catch {
             #expect(error.code == .invalidArgument && error.message.contains("en, de"))
+        }
+        // A model asked for by name must be one info lists.
+        try WyomingService.checkModel("tiny.en", info: info(["en"]), peer: "p")
+        do { try WyomingService.checkModel("large-v3", info: info(["en"]), peer: "p"); Issue.record("an unknown model taken") } catch {
+            #expect(error.code == .invalidArgument && error.message.contains("no model 'large-v3'") && error.message.contains("tiny.en"))
         }
         let wake = WyomingEvent(type: "info", data: ["wake": .array([.object(["name": .string("openwakeword")])])])
         do { _ = try WyomingService.language("en", info: wake, peer: "p"); Issue.record("a wake service taken for ASR") } catch {
