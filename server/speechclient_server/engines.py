@@ -438,6 +438,13 @@ def _key(piece: Piece) -> str:
     return " ".join(spoken(piece[0]))
 
 
+def frame_levels(audio):
+    """The RMS of each 10 ms frame of float audio (-1..1), on the 16-bit scale."""
+    import numpy as np
+    frames = audio[:len(audio) // 160 * 160].reshape(-1, 160) * 32768
+    return np.sqrt((frames * frames).mean(axis=1))
+
+
 class _WhisperRecognizer(Recognizer):
     def __init__(self, engine: WhisperEngine, prompt: str = "", pcm: bytes = b"",
                  heard: Optional[List[Piece]] = None, tail: Sequence[str] = (),
@@ -451,6 +458,9 @@ class _WhisperRecognizer(Recognizer):
         self._decoded_p: List[Optional[float]] = []  # those of the last _decode()
         self.prev: Optional[List[Piece]] = None  # the decode before it
         self.decoded_at = len(pcm) if heard is not None else 0  # bytes of pcm the last decode saw
+        # Words carried over from the last segment's decode, which saw this audio only at its
+        # window's end, where Whisper may leave words out: a final is never made of them alone.
+        self.carried = heard is not None
         self.cut_at: Optional[Tuple[int, int]] = None  # (final pieces, cut ms) found by the last decode
         self.interval = engine.redecode_bytes  # new audio before the next tentative decode
         self.done = False
@@ -478,6 +488,7 @@ class _WhisperRecognizer(Recognizer):
         spent = 0.0
         try:
             self.decoded_at = min(len(self.pcm), engine.max_bytes)
+            self.carried = False
             self._decoded_p = []
             if not self._has_speech():
                 return []
@@ -488,11 +499,19 @@ class _WhisperRecognizer(Recognizer):
             # temperature 0 only: faster-whisper's fallback re-decodes a doubtful window at up to five
             # higher temperatures, and the word cut off at a window's end is doubtful (measured: one
             # 10 s window cost 2x, for an invented last word). Local agreement handles that word.
+            # no_speech_threshold=None: faster-whisper would skip a window whose text it doubts
+            # and whose no-speech probability is high, which it says of real speech too (an odd
+            # sonnet line after a sentence end, measured here); the loudness decides instead.
             segments, _ = engine.model.transcribe(audio, language="en", word_timestamps=True, beam_size=1,
                                                   temperature=0.0, condition_on_previous_text=False,
-                                                  vad_filter=False,
+                                                  vad_filter=False, no_speech_threshold=None,
                                                   initial_prompt=self.prompt[-engine.PROMPT_CHARS:] or None)
+            level = frame_levels(audio)
             for seg in segments:  # pieces are joined within one of Whisper's segments only
+                if self._silent_doubt(seg, level):
+                    log.debug("dropped %r: no speech there (no_speech_prob %.2f, avg_logprob %.2f)",
+                              seg.text, seg.no_speech_prob, seg.avg_logprob)
+                    continue
                 words = list(seg.words or ())
                 pieces.extend(join_pieces([(w.word, w.start, w.end) for w in words]))
                 probs.extend(piece_probabilities([(w.word, getattr(w, "probability", None)) for w in words]))
@@ -523,6 +542,18 @@ class _WhisperRecognizer(Recognizer):
         self._decoded_p = probs
         return out
 
+    NO_SPEECH_PROB = 0.6   # faster-whisper's own rule for text on no speech: this likely to be
+    DOUBTFUL_LOGPROB = -1.0  # none, and its text this doubtful (its defaults)
+
+    def _silent_doubt(self, seg, level) -> bool:
+        """A segment of Whisper's that faster-whisper would have skipped as no speech, and whose
+        span holds no 10 ms frame above the speech threshold: text written on silence."""
+        if not (getattr(seg, "no_speech_prob", 0.0) > self.NO_SPEECH_PROB
+                and getattr(seg, "avg_logprob", 0.0) < self.DOUBTFUL_LOGPROB):
+            return False
+        span = level[int(seg.start * 100):max(int(seg.start * 100) + 1, int(seg.end * 100 + 0.999))]
+        return not (span > self.engine.speech_rms).any()
+
     QUIET_TAIL = 0.2  # a last word this much quieter than the window's words (-14 dB) ...
     FLOOR_TAIL = 3.0  # ... and within this factor (9.5 dB) of its noise floor may be invented
     # What Whisper writes on silence or noise at the end of its audio (its training data's
@@ -539,8 +570,7 @@ class _WhisperRecognizer(Recognizer):
         import numpy as np
         if len(pieces) < 3:
             return pieces
-        frames = audio[:len(audio) // 160 * 160].reshape(-1, 160) * 32768
-        level = np.sqrt((frames * frames).mean(axis=1))
+        level = frame_levels(audio)
         if not len(level):
             return pieces
 
@@ -652,8 +682,10 @@ class _WhisperRecognizer(Recognizer):
         if self.done:
             return []
         self.done = True
-        # The final decode sees all of the segment's audio: at least what the last tentative saw.
-        if self.hyp is None or self.decoded_at < len(self.pcm):
+        # The final decode sees all of the segment's audio: at least what the last tentative saw,
+        # and never only the words carried from the last segment's window: that window may have
+        # left out words at its end, and with no decode of its own the segment would lose them.
+        if self.hyp is None or self.carried or self.decoded_at < len(self.pcm):
             self.hyp = self._decode()  # (never past the bound: the server cuts first, see cut())
             self.hyp_p = self._decoded_p
         self.engine.forget(id(self))

@@ -275,6 +275,7 @@ class SLU(slu_pb2_grpc.SLUServicer):
                     ctx = Context(rate)
                     ctx.limit_samples = int(self.settings.context_limit_s * RATE)
                     ended_by_server = False
+                    log.debug("context %s started", ctx.id)
                     yield slu_pb2.SLUResponse(audio_context=ctx.id, started=slu_pb2.SLUStarted())
                 elif kind == "stop":
                     if ctx is None:
@@ -436,6 +437,7 @@ class SLU(slu_pb2_grpc.SLUServicer):
         if not words and seg.id is None:
             return  # a noise burst that recognised as nothing: no segment for the client
         sid = self._segment_id(ctx, seg)
+        log.debug("context %s segment %d final: %s", ctx.id, sid, " ".join(w for w, _, _ in words))
         for t in self._words(seg, words):
             yield self._resp(ctx, sid, transcript=t)
         match = self.intents.match([w for w, _, _ in words], final=True) if words else None
@@ -464,6 +466,7 @@ class SLU(slu_pb2_grpc.SLUServicer):
 
     def _finish(self, ctx: Context, error=None):
         """Everything final for the context, then finished."""
+        log.debug("context %s ends after %.2f s of audio", ctx.id, ctx.samples / RATE)
         if ctx.resampler is not None or ctx.odd:
             yield from self._audio(ctx, b"", flush=True)
         if ctx.segment is not None:
