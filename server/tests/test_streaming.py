@@ -340,6 +340,29 @@ def test_a_segment_that_only_carried_words_is_decoded_for_its_final():
         ["one", "two", "three", "four"], ["five", "six"]]
 
 
+def test_speech_the_final_decode_skipped_is_decoded_again():
+    """Whisper can write a window's first seconds, then nothing for seconds of speech, and put
+    its last words at the window's end (measured: a 14 s LibriVox window gave 'thy content and
+    tender' and left out a whole sonnet line). The final decode fills such a hole."""
+    script = [(f" w{i}", 0.2 + i * 0.4, 0.55 + i * 0.4) for i in range(14)]  # 0.2-5.75 s
+
+    class Skips(ScriptedWhisper):
+        def transcribe(self, audio, **kw):
+            segs, info = super().transcribe(audio, **kw)
+            segs = list(segs)
+            length = len(audio) / RATE
+            for seg in segs:
+                if self.calls[-1][0] < 0.1 and length > 4:  # the whole window: the middle is skipped
+                    seg.words = [w for w in seg.words if w.end <= 2.0] + [W(w.text, length, length) for w in seg.words[-2:]]
+            return iter(segs), info
+
+    model = Skips(script)
+    rec = engine(model).recognizer()
+    rec.feed(audio(0, 6.0), more=True)
+    assert [w for w, _, _ in rec.finish()] == script_words(script)
+    assert len(model.calls) == 2 and model.calls[1][2].endswith("w3")  # prompted with the words before
+
+
 def test_whisper_text_doubted_as_no_speech_is_kept_where_the_audio_is_loud():
     """faster-whisper skips a window it thinks held no speech and whose text it doubts; that
     dropped real speech. The server asks it to skip nothing and drops only such text on silence."""
