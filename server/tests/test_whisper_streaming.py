@@ -98,4 +98,6 @@ def test_narration_at_real_time_keeps_up(start_server, narrate):
           f"the last audio, WER {wer(text, r['text']) * 100:.1f} %")
     # Keeping up is measured by bench/server_rtf.py; this bound only catches falling behind.
     assert r["final_at"] <= 15.0
-    assert wer(text, r["text"]) <= 0.25
+    # espeak-ng at real time varies with where the cuts fall: 15.0-25.7 % in 5 runs (stop 27,
+    # old and new engine alike; one CI run failed a 25 % bound at 25.7 %). A lost segment costs more.
+    assert wer(text, r["text"]) <= 0.30
