@@ -102,10 +102,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 6
+#define SPC_VERSION_MINOR 7
 #define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.6.0"
-#define SPC_VERSION_NUMBER 6000
+#define SPC_VERSION_STRING "0.7.0"
+#define SPC_VERSION_NUMBER 7000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -321,7 +321,9 @@ typedef enum spc_io {
 ** case-insensitively, ignoring punctuation). From that update on, the context's segments are
 ** delivered (that segment included, wakeword words and all), with SPC_LISTEN_ACTIVATE before the
 ** first and SPC_LISTEN_DEACTIVATE before the context's stop callback. The phrase must be one
-** the server's recognizer can transcribe.
+** the server's recognizer can transcribe. With a wake-word service instead
+** (spc_options_set_wakeword_url(), since 0.7), the service's detections open the contexts and
+** the voice detector only ends them.
 **
 ** Listen events (spc_listen_cb) come in order with the other callbacks; position_ms counts the
 ** audio since spc_client_start():
@@ -658,6 +660,26 @@ SPC_API spc_status spc_options_set_activation(spc_options *options, spc_activati
 
 /* The wakeword phrase: 1 to 8 words, at most 256 bytes; NULL clears it. Since 0.2. */
 SPC_API spc_status spc_options_set_wakeword(spc_options *options, const char *phrase);
+
+/* A wake-word service decides when SPC_ACTIVATION_WAKEWORD opens a context, instead of the
+** phrase in the transcript: url is a Wyoming wake service (wyoming://HOST:PORT or
+** wyoming+unix:///PATH: wyoming-openwakeword, wyoming-porcupine, ...), name the wake word's
+** model name or a prefix of it ("hey_jarvis" for openWakeWord's "hey_jarvis_v0.1"; 1-128
+** letters, digits, '_', '-', '.'), or NULL for any wake word the service detects. NULL url
+** clears both.
+**
+** While listening, all the audio goes to the service (connected at spc_client_start(), within
+** the connect timeout; a service that is unreachable or has no such wake word fails the start
+** with an error naming what it lists). On a detection, SPC_LISTEN_ACTIVATE (position_ms: where
+** the service heard it) and a context opens on the recognizer with the audio from the pre-roll
+** before that point on, so nothing said right after the wake word is cut; it ends by the
+** endpointing (trailing silence, maximum length) with SPC_LISTEN_DEACTIVATE, and every segment
+** of it is delivered. A burst of detections for one wake word opens one context; a detection
+** while a context is open is ignored. Audio with no wake word opens no context. A file is read
+** at real time while listening (a wake service locates the wake word only in audio arriving
+** about as fast as it is spoken). Losing the service reports an error and listening goes on:
+** it is reconnected every 2 s, and the wake word is not heard meanwhile. Since 0.7. */
+SPC_API spc_status spc_options_set_wakeword_url(spc_options *options, const char *url, const char *name);
 
 /* Sets one tunable of the voice activity detector (see spc_vad_param for defaults and ranges).
 ** A value out of range, a fraction for NOISE_LEARN_HALFTIME_MS, WINDOW_FRAMES or HOLD_MS, or a

@@ -251,6 +251,12 @@ public func spc_options_set_wakeword(_ options: OpaquePointer?, _ phrase: Unsafe
 }
 
 @c @implementation
+public func spc_options_set_wakeword_url(_ options: OpaquePointer?, _ url: UnsafePointer<CChar>?,
+                                         _ name: UnsafePointer<CChar>?) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in try o.setWakeService(optionalString(url), name: optionalString(name)) }
+}
+
+@c @implementation
 public func spc_options_set_vad(_ options: OpaquePointer?, _ param: spc_vad_param, _ value: Double) -> spc_status {
     update(options) { (o) throws(SpeechClientError) in try o.setVAD(parameter: Int32(bitPattern: param.rawValue), value: value) }
 }

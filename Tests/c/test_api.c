@@ -299,6 +299,7 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_delivery(NULL, SPC_DELIVERY_APPLICATION), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_activation(NULL, SPC_ACTIVATION_VOICE), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_wakeword(NULL, "hey"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_wakeword_url(NULL, "wyoming://127.0.0.1:10400", "hey_jarvis"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_vad(NULL, SPC_VAD_SNR_DB, 9), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_endpointing(NULL, 300, 1000, 500, 15000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_listen_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
@@ -500,6 +501,14 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_wakeword(o, "one two three four five six seven eight nine"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_wakeword(o, "Hey, Robot"), SPC_OK);
     CHECK_STATUS(spc_options_set_wakeword(o, NULL), SPC_OK);
+    /* A wake-word service (0.7): a Wyoming URL, a model name or prefix (or NULL: any). */
+    CHECK_STATUS(spc_options_set_wakeword_url(o, "grpc://127.0.0.1:10400", "hey_jarvis"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "wyoming://") != NULL);
+    CHECK_STATUS(spc_options_set_wakeword_url(o, "wyoming://127.0.0.1:10400", "hey jarvis"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_wakeword_url(o, "wyoming://127.0.0.1:10400", ""), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_wakeword_url(o, "wyoming+unix:///run/wake.sock", NULL), SPC_OK);
+    CHECK_STATUS(spc_options_set_wakeword_url(o, "wyoming://127.0.0.1:10400", "hey_jarvis"), SPC_OK);
+    CHECK_STATUS(spc_options_set_wakeword_url(o, NULL, NULL), SPC_OK);
     CHECK_STATUS(spc_options_set_vad(o, (spc_vad_param)7, 1), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_SNR_DB, -1), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_vad(o, SPC_VAD_SNR_DB, NAN), SPC_ERROR_INVALID_ARGUMENT);

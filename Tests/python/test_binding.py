@@ -995,11 +995,11 @@ def test_hands_free_enums_are_the_headers():
 
 
 def test_binding_version_is_the_headers():
-    assert _native.SPC_VERSION_STRING == "0.6.0" == sc.__version__
+    assert _native.SPC_VERSION_STRING == "0.7.0" == sc.__version__
     text = (ROOT / "include" / "speechclient.h").read_text()
     assert f'#define SPC_VERSION_STRING "{_native.SPC_VERSION_STRING}"' in text
     assert f"#define SPC_VERSION_NUMBER {_native.SPC_VERSION_NUMBER}" in text
-    assert 'version = "0.6.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
+    assert 'version = "0.7.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
 
 
 @needs_hands_free
@@ -1128,4 +1128,17 @@ def test_headers_and_model_are_checked_when_the_client_is_made():
         sc.Client(url="grpc://127.0.0.1:1", app_id="a", headers={"authorization": "Bearer x"}, audio=sc.PushAudio())
     c = sc.Client(url="riva://127.0.0.1:1", headers=[("authorization", "Bearer k"), ("function-id", "f")],
                   model="parakeet", audio=sc.PushAudio())
+    c.close()
+
+
+def test_a_wake_word_service_is_checked_when_the_client_is_made():
+    # 0.7: a Wyoming wake-word service; given alone it asks for wakeword listening.
+    with pytest.raises(sc.InvalidArgumentError, match="wakeword_url"):
+        sc.Client(url="wyoming://127.0.0.1:1", wakeword_url="grpc://127.0.0.1:2", audio=sc.PushAudio())
+    with pytest.raises(sc.InvalidArgumentError, match="wakeword_url"):
+        sc.Client(url="wyoming://127.0.0.1:1", wakeword_url="wyoming://127.0.0.1:2", wakeword="hey jarvis",
+                  audio=sc.PushAudio())
+    c = sc.Client(url="wyoming://127.0.0.1:1", wakeword_url="wyoming://127.0.0.1:2", wakeword="hey_jarvis",
+                  audio=sc.PushAudio())
+    assert c.activation == sc.Activation.WAKEWORD
     c.close()

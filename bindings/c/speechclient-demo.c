@@ -46,6 +46,9 @@
 ** Hands-free (--hands-free, or --wakeword PHRASE): the library's voice activity detector opens a
 ** context when speech begins and stops it after a pause, as often as the user speaks, until the
 ** end of the file or Ctrl-C; with --wakeword only what follows the phrase in a context is shown.
+** With --wakeword-url URL, a Wyoming wake-word service hears the audio and --wakeword names its
+** wake word (a model name or prefix, e.g. hey_jarvis; none: any): each detection opens a context
+** (a file is then read at real time).
 */
 #define _POSIX_C_SOURCE 200809L
 #include <speechclient.h>
@@ -271,6 +274,7 @@ static void usage(FILE *to) {
         "                     -1: no limit); the microphone: how long to wait for the last results\n"
         "  --hands-free       listen: speech opens a context, a pause closes it (until the end or Ctrl-C)\n"
         "  --wakeword PHRASE  as --hands-free, showing only contexts where PHRASE was heard\n"
+        "  --wakeword-url URL a Wyoming wake-word service opens the contexts (--wakeword: its wake word)\n"
         "  --levels           with --json: the level of each chunk in dBFS\n"
         "  --reconnect N[,INITIAL_MS,MAX_MS]\n"
         "                     reconnect attempts without progress, 0-100 or 'unlimited', and the\n"
@@ -315,6 +319,7 @@ static int usage_error(const char *message, const char *value) {
 struct settings {
     const char *url, *app_id, *project_id, *language, *model, *file, *mic, *ca_file, *cache_dir;
     const char *wakeword;
+    const char *wakeword_url;
     const char *headers[32];  /* --header NAME=VALUE, as given */
     int header_count;
     int insecure, verbose, hands_free, levels;
@@ -382,7 +387,12 @@ static int configure(spc_options *o, const struct settings *a, struct demo *d) {
     if ((s = spc_options_set_start_cb(o, on_start, d)) != SPC_OK) return failed("spc_options_set_start_cb", s);
     if ((s = spc_options_set_stop_cb(o, on_stop, d)) != SPC_OK) return failed("spc_options_set_stop_cb", s);
     if ((s = spc_options_set_state_cb(o, on_state, d)) != SPC_OK) return failed("spc_options_set_state_cb", s);
-    if (a->wakeword) {
+    if (a->wakeword_url) {
+        if (spc_options_set_wakeword_url(o, a->wakeword_url, a->wakeword) != SPC_OK) {
+            return usage_error("bad --wakeword-url or --wakeword (a wyoming:// URL; a wake word name)", a->wakeword_url);
+        }
+        if ((s = spc_options_set_activation(o, SPC_ACTIVATION_WAKEWORD)) != SPC_OK) return failed("spc_options_set_activation", s);
+    } else if (a->wakeword) {
         if (spc_options_set_wakeword(o, a->wakeword) != SPC_OK) return usage_error("bad --wakeword (1-8 words)", a->wakeword);
         if ((s = spc_options_set_activation(o, SPC_ACTIVATION_WAKEWORD)) != SPC_OK) return failed("spc_options_set_activation", s);
     } else if (a->hands_free && (s = spc_options_set_activation(o, SPC_ACTIVATION_VOICE)) != SPC_OK) {
@@ -487,6 +497,7 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(arg, "--hands-free")) a.hands_free = 1;
         else if (!strcmp(arg, "--wakeword")) { VALUE(); a.wakeword = next; }
+        else if (!strcmp(arg, "--wakeword-url")) { VALUE(); a.wakeword_url = next; }
         else if (!strcmp(arg, "--levels")) a.levels = 1;
         else if (!strcmp(arg, "--reconnect")) {
             VALUE();

@@ -23,6 +23,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         case suspend
         case resume
         case stream(StreamEvent, generation: Int)
+        case wake(WakeEvent, generation: Int)
     }
 
     public let options: ClientOptions
@@ -553,6 +554,11 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             idleWorker.takeDirect(event, generation: generation)
             idleWorker.audioLock.unlock()
         }
+    }
+
+    /// What the wake-word service said, for the worker (from the I/O thread).
+    func wakeEvent(_ event: WakeEvent, generation: Int) {
+        lock.withLock { enqueueLocked(.wake(event, generation: generation)) }
     }
 
     /// Queues an event for the callbacks. Once free has begun nothing more is queued, except

@@ -74,6 +74,10 @@ public struct ClientOptions: Sendable {
     public var activation = ActivationMode.manual
     /// The wakeword phrase as normalised words (lower case, letters, digits and apostrophes).
     public var wakeword: [String] = []
+    /// A Wyoming wake-word service that decides when wakeword activation opens a context
+    /// (instead of the phrase in the transcript), and the wake word's model name or prefix.
+    public var wakeService: ServerURL?
+    public var wakeName: String?
     public var vad = VADSettings()
     /// Audio kept from before the VAD fired, sent first so the first word is not clipped.
     public var preRollMilliseconds = 300
@@ -300,6 +304,24 @@ public struct ClientOptions: Sendable {
         wakeword = words
     }
 
+    /// A wake-word service (`wyoming://HOST:PORT` or `wyoming+unix:///PATH`) and its wake word
+    /// (a model name or its prefix: "hey_jarvis"; nil: any); a nil URL clears both.
+    public mutating func setWakeService(_ url: String?, name: String?) throws(SpeechClientError) {
+        guard let url else { wakeService = nil; wakeName = nil; return }
+        let parsed = try ServerURL(parsing: url)
+        guard parsed.backend == .wyoming else {
+            throw SpeechClientError(.invalidArgument, "wakeword service URL '\(url)' must be wyoming://HOST:PORT or wyoming+unix:///PATH")
+        }
+        if let name {
+            guard !name.isEmpty, name.utf8.count <= 128,
+                  name.unicodeScalars.allSatisfy({ $0.properties.isAlphabetic || ("0"..."9").contains($0) || "_-.".unicodeScalars.contains($0) }) else {
+                throw SpeechClientError(.invalidArgument, "wake word name '\(name)' must be 1-128 letters, digits, '_', '-' or '.'")
+            }
+        }
+        wakeService = parsed
+        wakeName = name
+    }
+
     /// Raw parameter numbers are the C `spc_vad_param` values.
     public mutating func setVAD(parameter: Int32, value: Double) throws(SpeechClientError) {
         func check(_ range: ClosedRange<Double>, _ name: String) throws(SpeechClientError) {
@@ -362,8 +384,8 @@ public struct ClientOptions: Sendable {
             throw SpeechClientError(.invalidArgument, "header 'authorization' carries the login token on a Speechly server: "
                                     + "it cannot be set with spc_options_add_header()")
         }
-        if activation == .wakeword && wakeword.isEmpty {
-            throw SpeechClientError(.invalidArgument, "wakeword activation needs a phrase: call spc_options_set_wakeword()")
+        if activation == .wakeword && wakeword.isEmpty && wakeService == nil {
+            throw SpeechClientError(.invalidArgument, "wakeword activation needs a phrase (spc_options_set_wakeword()) or a wake-word service (spc_options_set_wakeword_url())")
         }
     }
 

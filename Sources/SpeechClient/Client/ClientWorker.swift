@@ -92,6 +92,16 @@ final class ClientWorker: @unchecked Sendable {
     static let maxBacklogChunks = 600
     /// Wakeword mode: the current context's phrase was heard; its segments are delivered.
     private var woken = false
+    /// Wakeword mode with a wake-word service: the connection that hears the listening audio,
+    /// its generation (events of an older one are stale), when to try again after losing it,
+    /// and where the last activation ended (a detection from before it belongs to its burst).
+    private var wake: WyomingWakeStream?
+    private var wakeGeneration = 0
+    private var wakeRetryAt: UInt64?
+    private var lastActivationEnd = 0
+    /// A file heard by a wake-word service is read at real time from here (monotonic ns): a
+    /// service locates the wake word only in audio that arrives about as fast as it is spoken.
+    private var pacedSince: UInt64?
 
     init(options: ClientOptions, service: any RecognitionService,
          makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?, samplesPerChunk: Int) {
@@ -229,6 +239,7 @@ final class ClientWorker: @unchecked Sendable {
         prepared = nil
         source?.close()
         source = nil
+        closeWake()
     }
 
     private func handle(_ command: Client.Command) {
@@ -247,6 +258,8 @@ final class ClientWorker: @unchecked Sendable {
         case .resume: handleResume()
         case .stream(let event, let gen):
             handleStream(event, generation: gen)
+        case .wake(let event, let gen):
+            if gen == wakeGeneration { handleWake(event) }
         }
     }
 
@@ -425,6 +438,14 @@ final class ClientWorker: @unchecked Sendable {
                 // server then finishes every word of it) and go on in a new one.
                 rotate(reason: "the audio in flight filled the replay buffer")
                 full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
+            }
+            // A file heard by a wake-word service is not read ahead of real time (naps of at
+            // most 10 ms, so commands are still taken).
+            let ahead = aheadOfRealTime()
+            if ahead > 0 {
+                var ts = timespec(tv_sec: 0, tv_nsec: Int(min(ahead, 10_000_000)))
+                nanosleep(&ts, nil)
+                return
             }
             // A file also waits while an activation waits for the previous context to finish.
             if backlogWaiting || full || backlog > Self.fileBacklogLimit || current.flatMap({ lanes[$0]?.cursor }) != nil {
@@ -1079,6 +1100,7 @@ final class ClientWorker: @unchecked Sendable {
             sendAudio(chunk)
             return
         }
+        if usesWakeService { hearForWake(chunk) }
         let actions = ep.process(chunk)
         endpointer = ep
         perform(actions)
@@ -1115,6 +1137,7 @@ final class ClientWorker: @unchecked Sendable {
                     sendAudio(chunk)
                 }
             case .close:
+                lastActivationEnd = audioSamples
                 if backlogWaiting {
                     backlogClosed = true
                 } else if contextOpen && !stopSent {
@@ -1134,8 +1157,19 @@ final class ClientWorker: @unchecked Sendable {
             if cancellation.isCancelled { abandonContext() } else { failContext(error) }
             return
         }
-        endpointer = Endpointer(settings: Endpointer.Settings(options: options))
         audioSamples = 0
+        lastActivationEnd = 0
+        pacedSince = nil
+        if usesWakeService {
+            do throws(SpeechClientError) {
+                try openWake()
+            } catch {
+                closeFileSource()
+                if cancellation.isCancelled { abandonContext() } else { failContext(error) }
+                return
+            }
+        }
+        endpointer = Endpointer(settings: Endpointer.Settings(options: options))
         backlog = []
         backlogWaiting = false
         client?.log(.debug, "listening (\(options.activation == .voice ? "voice" : "wakeword") activation)")
@@ -1181,6 +1215,7 @@ final class ClientWorker: @unchecked Sendable {
         guard var ep = endpointer else { return }
         let actions = ep.finish()
         endpointer = nil
+        closeWake()
         perform(actions)
         pumping = false
         closeFileSource()
@@ -1197,6 +1232,81 @@ final class ClientWorker: @unchecked Sendable {
         endContext(events: [], startQueued: true)
     }
 
+    // MARK: - Wake-word service
+
+    private var usesWakeService: Bool { options.wakeService != nil && options.activation == .wakeword }
+
+    /// Connects to the wake-word service (blocking, within the connect timeout).
+    private func openWake() throws(SpeechClientError) {
+        guard let server = options.wakeService else { return }
+        wakeGeneration += 1
+        let gen = wakeGeneration
+        wakeRetryAt = nil
+        wake = try WyomingWakeStream(server: server, name: options.wakeName, origin: audioSamples,
+                                     connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
+                                     cancellation: cancellation, applicationDriven: options.io == .application) { [weak self] event in
+            self?.client?.wakeEvent(event, generation: gen)
+        }
+        client?.log(.info, "listening for the wake word \(wake?.model.map { "'\($0)'" } ?? "(any)") at \(server)")
+    }
+
+    private func closeWake() {
+        wake?.close()
+        wake = nil
+        wakeGeneration += 1
+        wakeRetryAt = nil
+    }
+
+    /// Every chunk heard while listening goes to the service, also during a context (its
+    /// detector's state stays continuous). Lost, it is tried again every 2 s.
+    private func hearForWake(_ chunk: [Int16]) {
+        if wake == nil, let at = wakeRetryAt, Clock.monotonicNanos() >= at {
+            do throws(SpeechClientError) {
+                try openWake()
+                client?.log(.info, "the wake-word service is back: listening for the wake word again")
+            } catch {
+                wakeRetryAt = Clock.monotonicNanos() + 2_000_000_000
+                client?.log(.debug, "the wake-word service is still unavailable: \(error.message)")
+            }
+        }
+        wake?.send(chunk)
+    }
+
+    private func handleWake(_ event: WakeEvent) {
+        switch event {
+        case .detection(let name, let sample):
+            guard var ep = endpointer else { return }
+            // One wake word comes back as a burst of detections: the first opens the context,
+            // the rest find it open, or come from before its end.
+            let at = min(sample ?? audioSamples, audioSamples)
+            guard !ep.isActive, !contextOpen, !backlogWaiting, at > lastActivationEnd else { return }
+            client?.log(.info, "wake word '\(name)' heard at \(Self.seconds(Double(at) / 16_000)) s")
+            client?.emit(.listen(.activate, positionMilliseconds: Int64(at / 16)))
+            let actions = ep.activate(from: at)
+            endpointer = ep
+            perform(actions)
+            // The context it opened delivers every segment (set after: a new context starts unwoken).
+            // One that could not open (its error is reported) ends the activation at once.
+            woken = contextOpen
+            if !contextOpen { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(audioSamples / 16))) }
+        case .closed(let error):
+            wake = nil
+            wakeGeneration += 1
+            wakeRetryAt = Clock.monotonicNanos() + 2_000_000_000
+            client?.emit(.error(SpeechClientError(error.code, "the wake-word service: \(error.message); the wake word is not heard until it is back (tried every 2 s)", grpcStatus: error.grpcStatus)))
+        }
+    }
+
+    /// A file heard by a wake-word service: how far (ns) the audio read so far is ahead of the
+    /// time since listening began; 0 when it is not.
+    private func aheadOfRealTime() -> UInt64 {
+        guard usesWakeService, endpointer != nil else { return 0 }
+        let now = Clock.monotonicNanos()
+        guard let since = pacedSince else { pacedSince = now; return 0 }
+        let due = UInt64(audioSamples) * 62_500  // ns per 16 kHz sample
+        return due > now - since ? due - (now - since) : 0
+    }
+
     // MARK: - Suspend / resume
 
     private func handleSuspend() {
@@ -1207,6 +1317,7 @@ final class ClientWorker: @unchecked Sendable {
         deferredStart = false
         if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
         endpointer = nil
+        closeWake()
         backlog = []
         backlogWaiting = false
         if contextOpen && !stopSent { sendStop() }

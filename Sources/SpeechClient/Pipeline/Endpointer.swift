@@ -24,6 +24,12 @@ public struct Endpointer: Sendable {
         public var maxActivationSamples = 16 * 15_000
         /// Voice mode reports activate/deactivate here; wakeword mode reports them itself.
         public var announcesActivation = true
+        /// Speech opens an activation (voice mode, and wakeword mode matching the transcript);
+        /// with a wake-word service only its detections do (`activate(from:)`).
+        public var opensOnSpeech = true
+        /// Audio kept before a detection, beyond the pre-roll: the service hears the wake word
+        /// a little after it ends, and what was said right after it belongs to the context.
+        public static let detectionLatencySamples = 16 * 2_000
         public init() {}
 
         /// The settings a client's options describe (milliseconds of 16 kHz audio as samples).
@@ -34,6 +40,7 @@ public struct Endpointer: Sendable {
             minActivationSamples = 16 * options.minActivationMilliseconds
             maxActivationSamples = 16 * options.maxActivationMilliseconds
             announcesActivation = options.activation != .wakeword
+            opensOnSpeech = options.wakeService == nil || options.activation != .wakeword
         }
     }
 
@@ -87,7 +94,7 @@ public struct Endpointer: Sendable {
                       end - a.start >= settings.minActivationSamples {
                 out += finish()
             }
-        } else if spoke && !waitForSilence {
+        } else if settings.opensOnSpeech && spoke && !waitForSilence {
             activation = (start: at - preRollCount, lastSpeech: end)
             if settings.announcesActivation { out.append(.event(.activate, sample: speechAt)) }
             out.append(.open)
@@ -98,11 +105,32 @@ public struct Endpointer: Sendable {
         } else {
             preRoll.append(chunk)
             preRollCount += chunk.count
-            while let first = preRoll.first, preRollCount - first.count >= settings.preRollSamples {
+            let keep = settings.preRollSamples + (settings.opensOnSpeech ? 0 : Settings.detectionLatencySamples)
+            while let first = preRoll.first, preRollCount - first.count >= keep {
                 preRoll.removeFirst()
                 preRollCount -= first.count
             }
         }
+        return out
+    }
+
+    /// Opens an activation for a wake word detected at `sample` (nil: now): the context gets
+    /// the audio from the pre-roll before that point on (as much as is kept), and the trailing
+    /// silence counts from now, since the speech is expected after the wake word.
+    public mutating func activate(from sample: Int?) -> [Action] {
+        guard activation == nil else { return [] }
+        let first = position - preRollCount
+        let start = min(position, max(first, (sample ?? position) - settings.preRollSamples))
+        var out: [Action] = [.open]
+        var at = first
+        for c in preRoll {
+            let end = at + c.count
+            if end > start { out.append(.audio(start > at ? Array(c[(start - at)...]) : c)) }
+            at = end
+        }
+        preRoll.removeAll()
+        preRollCount = 0
+        activation = (start: start, lastSpeech: position)
         return out
     }
 

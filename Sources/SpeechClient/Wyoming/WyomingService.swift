@@ -40,25 +40,16 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
     /// speech recognizer that speaks the requested language.
     public func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void)
         throws(SpeechClientError) -> any RecognitionStream {
-        let deadline = Clock.monotonicNanos() + UInt64(max(connectTimeoutMilliseconds, 1)) * 1_000_000
-        let socket: TCPSocket
-        if let path = server.unixPath {
-            socket = try TCPSocket.connectUnix(path: path, deadline: deadline, cancellation: cancellation)
-        } else {
-            socket = try TCPSocket.connect(host: server.host, port: server.port,
-                                           timeoutMilliseconds: connectTimeoutMilliseconds, cancellation: cancellation)
-        }
+        let (socket, info, reader) = try WyomingHandshake.describe(server, connectTimeoutMilliseconds: connectTimeoutMilliseconds,
+                                                                   cancellation: cancellation)
         let peer = server.description
-        var handshake = WyomingHandshake(fd: socket.fd, peer: peer, deadline: deadline, cancellation: cancellation)
-        try handshake.write(WyomingEvent(type: "describe").encoded())
-        let info = try handshake.readInfo()
         let language = try Self.language(config.languageCode, info: info, peer: peer)
         if let model { try Self.checkModel(model, info: info, peer: peer) }
         if language != config.languageCode {
             log(.debug, "\(peer) lists language '\(language)' for '\(config.languageCode)': asking for '\(language)'")
         }
         let id = "wyoming-\(sequence.add(1, ordering: .relaxed).newValue)-\(SystemRandom.uuid().prefix(8))"
-        let stream = try WyomingStream(io: PlainStream(socket: socket, peer: peer), reader: handshake.reader, peer: peer,
+        let stream = try WyomingStream(io: PlainStream(socket: socket, peer: peer), reader: reader, peer: peer,
                                    contextId: id, language: language, model: model, sampleRate: Int(config.sampleRateHertz),
                                    resultTimeoutMilliseconds: resultTimeoutMilliseconds, handler: handler)
         try stream.start(applicationDriven: applicationDrivenIO)
@@ -126,6 +117,25 @@ struct WyomingHandshake {
         self.cancellation = cancellation
     }
 
+    /// Connects (TCP or Unix socket), asks `describe` and waits for `info`, all within the
+    /// connect timeout, on the calling thread. Returns the socket, the info and the reader
+    /// holding any bytes read past it.
+    static func describe(_ server: ServerURL, connectTimeoutMilliseconds: Int, cancellation: Cancellation?)
+        throws(SpeechClientError) -> (TCPSocket, WyomingEvent, WyomingEventReader) {
+        let deadline = Clock.monotonicNanos() + UInt64(max(connectTimeoutMilliseconds, 1)) * 1_000_000
+        let socket: TCPSocket
+        if let path = server.unixPath {
+            socket = try TCPSocket.connectUnix(path: path, deadline: deadline, cancellation: cancellation)
+        } else {
+            socket = try TCPSocket.connect(host: server.host, port: server.port,
+                                           timeoutMilliseconds: connectTimeoutMilliseconds, cancellation: cancellation)
+        }
+        var handshake = WyomingHandshake(fd: socket.fd, peer: server.description, deadline: deadline, cancellation: cancellation)
+        try handshake.write(WyomingEvent(type: "describe").encoded())
+        let info = try handshake.readInfo()
+        return (socket, info, handshake.reader)
+    }
+
     /// Waits up to 50 ms at a time for `events`, so a cancellation ends the wait soon.
     private func wait(_ events: Int16, doing what: String) throws(SpeechClientError) {
         while true {
@@ -186,10 +196,10 @@ struct WyomingHandshake {
 
 /// One transcription on one connection, driven by the event loop once started. `send`,
 /// `finish` and `cancel` come from the worker thread and are posted to the loop; everything
-/// else runs on the loop (`isInLoop`). The handler hears `.response`s then exactly one
-/// `.closed`, unless cancelled.
-final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Sendable {
-    private let io: any ByteStream
+/// else runs on the loop. The handler hears `.response`s then exactly one `.closed`, unless
+/// cancelled.
+final class WyomingStream: RecognitionStream, @unchecked Sendable {
+    private let connection: WyomingConnection
     private let peer: String
     private let contextId: String
     private let language: String
@@ -197,27 +207,17 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
     private let sampleRate: Int
     private let resultTimeoutMilliseconds: Int
     private let handler: @Sendable (StreamEvent) -> Void
-    private let loop: EventLoop
-    private let backlog = Atomic<Int>(0)
     private let cancelled = Atomic<Bool>(false)
+    private var loop: EventLoop { connection.loop }
 
     // Loop-thread state.
-    private var reader: WyomingEventReader
-    /// Reused by every read (loop thread only).
-    private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
-    private var out: [UInt8] = []
-    private var outOffset = 0
-    private var wantsWritable = false
-    private var closed = false
-    private var registered = false
     private var samplesSent = 0
     private var partial = ""
     private var resultTimer: UInt64?
 
     init(io: any ByteStream, reader: WyomingEventReader, peer: String, contextId: String, language: String,
          model: String?, sampleRate: Int, resultTimeoutMilliseconds: Int, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) {
-        self.io = io
-        self.reader = reader
+        connection = try WyomingConnection(io: io, reader: reader, peer: peer, closedMeans: "before its transcript")
         self.peer = peer
         self.contextId = contextId
         self.language = language
@@ -225,64 +225,39 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
         self.sampleRate = sampleRate
         self.resultTimeoutMilliseconds = resultTimeoutMilliseconds
         self.handler = handler
-        self.loop = try EventLoop.shared()
+        connection.onEvent = { [self] event in handle(event) }
+        connection.onFailure = { [self] error in
+            cancelResultTimer()
+            deliver(.closed(error))
+        }
     }
 
-    /// Hands the socket to the loop. Bytes the handshake read past `info` are handled there.
     func start(applicationDriven: Bool) throws(SpeechClientError) {
-        let failure = loop.executeAndWait { [self] () -> SpeechClientError? in
-            do throws(SpeechClientError) {
-                try loop.register(fd: io.fd, events: EPOLLIN.rawValue, handler: self, applicationDriven: applicationDriven)
-                registered = true
-                return nil
-            } catch {
-                return error
-            }
-        }
-        if let failure {
-            io.close()
-            throw failure
-        }
+        try connection.start(applicationDriven: applicationDriven)
     }
 
     // MARK: the worker's side
 
     func send(_ request: SLURequest) {
-        var events: [WyomingEvent] = []
-        var started = false
         switch request {
         case .config, .rttResponse:
             return
         case .start:
             var ask: [String: JSONValue] = ["language": .string(language)]
             if let model { ask["name"] = .string(model) }
-            events = [WyomingEvent(type: "transcribe", data: ask),
-                      WyomingEvent(type: "audio-start", data: format(timestamp: 0))]
-            started = true
-        case .audio(let samples):
-            var payload = [UInt8](repeating: 0, count: samples.count * 2)
-            for (i, s) in samples.enumerated() {
-                let v = UInt16(bitPattern: s)
-                payload[2 * i] = UInt8(truncatingIfNeeded: v)
-                payload[2 * i + 1] = UInt8(truncatingIfNeeded: v >> 8)
+            // The info proved the server there; a transcription starts when it is asked for.
+            connection.send([WyomingEvent(type: "transcribe", data: ask),
+                             WyomingEvent(type: "audio-start", data: WyomingAudio.format(rate: sampleRate, timestamp: 0))]) { [self] in
+                deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .started)))
             }
+        case .audio(let samples):
             let at = samplesSent
             samplesSent += samples.count
-            events = [WyomingEvent(type: "audio-chunk", data: format(timestamp: at), payload: payload)]
+            connection.send([WyomingAudio.chunk(samples, rate: sampleRate, atSample: at)])
         case .stop:
-            events = [WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(milliseconds(samplesSent)))])]
-        }
-        let bytes = events.flatMap { $0.encoded() }
-        backlog.add(bytes.count, ordering: .relaxed)
-        let isStop = request == .stop
-        let isStart = started
-        loop.execute { [self] in
-            guard !closed else { return }
-            out += bytes
-            flush()
-            // The info proved the server there; a transcription starts when it is asked for.
-            if isStart { deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .started))) }
-            if isStop { armResultTimer() }
+            connection.send([WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(WyomingAudio.milliseconds(samplesSent, rate: sampleRate)))])]) { [self] in
+                armResultTimer()
+            }
         }
     }
 
@@ -294,49 +269,9 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
         loop.execute { [self] in close() }
     }
 
-    var backlogBytes: Int { backlog.load(ordering: .relaxed) }
-
-    private func format(timestamp samples: Int) -> [String: JSONValue] {
-        ["rate": .number(Double(sampleRate)), "width": .number(2), "channels": .number(1),
-         "timestamp": .number(Double(milliseconds(samples)))]
-    }
-
-    private func milliseconds(_ samples: Int) -> Int { samples * 1000 / max(sampleRate, 1) }
+    var backlogBytes: Int { connection.backlogBytes }
 
     // MARK: the loop's side
-
-    func handleEvents(_ events: UInt32) {
-        if closed { return }
-        if events & (EPOLLIN.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 { readAvailable() }
-        if !closed { flush() }
-    }
-
-    private func readAvailable() {
-        while !closed {
-            let result = readBuffer.withUnsafeMutableBytes { io.read(into: $0) }
-            switch result {
-            case .bytes(let n):
-                do throws(SpeechClientError) {
-                    let events = try reader.feed(readBuffer[0..<n])
-                    for event in events where !closed { handle(event) }
-                } catch {
-                    var e = error
-                    e.message = "from \(peer): " + e.message
-                    fail(e)
-                    return
-                }
-                if n < readBuffer.count { return }
-            case .wouldBlock:
-                return
-            case .closed:
-                fail(SpeechClientError(.network, "\(peer) closed the connection before its transcript"))
-                return
-            case .failed(let error):
-                fail(error)
-                return
-            }
-        }
-    }
 
     private func handle(_ event: WyomingEvent) {
         switch event.type {
@@ -358,9 +293,9 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
             close()
             deliver(.closed(nil))
         case "error":
-            fail(Self.serverError(event, peer: peer))
+            connection.fail(Self.serverError(event, peer: peer))
         case "ping":
-            out += WyomingEvent(type: "pong", data: event.data["text"].map { ["text": $0] } ?? [:]).encoded()
+            connection.reply(WyomingEvent(type: "pong", data: event.data["text"].map { ["text": $0] } ?? [:]))
         default:
             break  // transcript-stop, and events of newer versions: nothing to do
         }
@@ -376,39 +311,13 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
         guard resultTimer == nil else { return }
         resultTimer = loop.addTimer(milliseconds: resultTimeoutMilliseconds) { [self] in
             resultTimer = nil
-            fail(SpeechClientError(.timeout, "\(peer) sent no transcript within \(resultTimeoutMilliseconds / 1000) s of the end of the audio"))
+            connection.fail(SpeechClientError(.timeout, "\(peer) sent no transcript within \(resultTimeoutMilliseconds / 1000) s of the end of the audio"))
         }
     }
 
-    private func flush() {
-        while outOffset < out.count && !closed {
-            let result = out.withUnsafeBytes { io.write(UnsafeRawBufferPointer(rebasing: $0[outOffset...])) }
-            switch result {
-            case .bytes(let n):
-                outOffset += n
-                backlog.subtract(n, ordering: .relaxed)
-            case .wouldBlock:
-                setWantsWritable(true)
-                return
-            case .closed:
-                fail(SpeechClientError(.network, "\(peer) closed the connection before its transcript"))
-                return
-            case .failed(let error):
-                fail(error)
-                return
-            }
-        }
-        if outOffset == out.count {
-            out.removeAll(keepingCapacity: out.count <= 1 << 20)
-            outOffset = 0
-        }
-        setWantsWritable(false)
-    }
-
-    private func setWantsWritable(_ on: Bool) {
-        guard on != wantsWritable, !closed, registered else { return }
-        wantsWritable = on
-        loop.modify(fd: io.fd, events: EPOLLIN.rawValue | (on ? EPOLLOUT.rawValue : 0))
+    private func cancelResultTimer() {
+        if let t = resultTimer { loop.cancelTimer(t) }
+        resultTimer = nil
     }
 
     private func deliver(_ event: StreamEvent) {
@@ -416,22 +325,28 @@ final class WyomingStream: RecognitionStream, EventLoopHandler, @unchecked Senda
         handler(event)
     }
 
-    private func fail(_ error: SpeechClientError) {
-        if closed { return }
-        close()
-        deliver(.closed(error))
+    private func close() {
+        cancelResultTimer()
+        connection.close()
+    }
+}
+
+/// Audio as Wyoming events carry it: 16-bit little-endian mono PCM, stamped in milliseconds.
+enum WyomingAudio {
+    static func milliseconds(_ samples: Int, rate: Int) -> Int { samples * 1000 / max(rate, 1) }
+
+    static func format(rate: Int, timestamp samples: Int) -> [String: JSONValue] {
+        ["rate": .number(Double(rate)), "width": .number(2), "channels": .number(1),
+         "timestamp": .number(Double(milliseconds(samples, rate: rate)))]
     }
 
-    private func close() {
-        if closed { return }
-        closed = true
-        if let t = resultTimer { loop.cancelTimer(t) }
-        resultTimer = nil
-        if registered { loop.unregister(fd: io.fd) }
-        registered = false
-        io.close()
-        backlog.store(0, ordering: .relaxed)
-        out = []
-        outOffset = 0
+    static func chunk(_ samples: [Int16], rate: Int, atSample at: Int) -> WyomingEvent {
+        var payload = [UInt8](repeating: 0, count: samples.count * 2)
+        for (i, s) in samples.enumerated() {
+            let v = UInt16(bitPattern: s)
+            payload[2 * i] = UInt8(truncatingIfNeeded: v)
+            payload[2 * i + 1] = UInt8(truncatingIfNeeded: v >> 8)
+        }
+        return WyomingEvent(type: "audio-chunk", data: format(rate: rate, timestamp: at), payload: payload)
     }
 }

@@ -223,6 +223,34 @@ enum Signals {
         if let t = r.events.firstIndex(of: .timeout) { #expect(r.events[t + 1] == .deactivate) }
     }
 
+    /// With a wake-word service, speech alone opens nothing; a detection opens an activation
+    /// with the audio from the pre-roll before the detection point (kept for the service's
+    /// latency), and the voice detector ends it.
+    @Test func aDetectionOpensAnActivationFromThePreRollBeforeIt() {
+        var g = Signals.Noise()
+        var s = Self.settings(preRoll: 300, trailing: 600, min: 500)
+        s.opensOnSpeech = false
+        var ep = Endpointer(settings: s)
+        let speech = Signals.noise(ms: 500, dbfs: -50, &g) + Signals.speech(ms: 1_500, dbfs: -25, &g)
+        var actions: [Endpointer.Action] = []
+        for c in Signals.chunks(speech) { actions += ep.process(c) }
+        #expect(!actions.contains(.open) && !ep.isActive, "speech opened an activation without a detection")
+        // The service heard its wake word at 1.2 s; it says so at 2.0 s.
+        let opened = ep.activate(from: 16 * 1_200)
+        #expect(opened.first == .open && ep.isActive)
+        let sent = opened.reduce(0) { n, a in if case .audio(let c) = a { return n + c.count }; return n }
+        #expect(sent == 16 * (2_000 - 1_200 + 300), "\(sent / 16) ms sent")
+        #expect(ep.activate(from: nil).isEmpty, "a second detection while active opened another")
+        var closed = false
+        for c in Signals.chunks(Signals.noise(ms: 2_000, dbfs: -50, &g)) where !closed { closed = ep.process(c).contains(.close) }
+        #expect(closed && !ep.isActive)
+        // Only what is kept can be sent: a detection stamped long ago starts at the oldest audio.
+        for c in Signals.chunks(Signals.noise(ms: 3_000, dbfs: -50, &g)) { _ = ep.process(c) }
+        let late = ep.activate(from: 0)
+        let kept = late.reduce(0) { n, a in if case .audio(let c) = a { return n + c.count }; return n }
+        #expect(kept <= 16 * 300 + Endpointer.Settings.detectionLatencySamples + 1_600, "\(kept / 16) ms kept")
+    }
+
     @Test func aBlipIsHeldForTheMinimumLength() {
         var g = Signals.Noise()
         let audio = Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 200, dbfs: -20, &g) + Signals.noise(ms: 3_000, dbfs: -50, &g)

@@ -104,4 +104,21 @@ import Testing
             #expect(error.message.contains("without speech recognition") && error.message.contains("wake"))
         }
     }
+
+    /// A wake-word service: its wake program's model whose name starts with the wake word asked
+    /// for (openWakeWord versions its names); anything else refused naming what it lists.
+    @Test func theWakeWordIsFoundByPrefixAmongTheServiceModels() throws {
+        let models: [JSONValue] = ["alexa_v0.1", "hey_jarvis_v0.1", "hey_mycroft_v0.1"].map { .object(["name": .string($0)]) }
+        let info = WyomingEvent(type: "info", data: ["wake": .array([.object(["name": .string("openwakeword"), "models": .array(models)])])])
+        #expect(try WyomingWakeStream.model("hey_jarvis", info: info, peer: "p") == "hey_jarvis_v0.1")
+        #expect(try WyomingWakeStream.model("HEY_MYCROFT", info: info, peer: "p") == "hey_mycroft_v0.1")
+        #expect(try WyomingWakeStream.model(nil, info: info, peer: "p") == nil)
+        do { _ = try WyomingWakeStream.model("ok_nabu", info: info, peer: "p"); Issue.record("an unknown wake word taken") } catch {
+            #expect(error.code == .invalidArgument && error.message.contains("'ok_nabu'") && error.message.contains("hey_jarvis_v0.1"))
+        }
+        let asr = WyomingEvent(type: "info", data: ["asr": .array([.object(["name": .string("faster-whisper")])])])
+        do { _ = try WyomingWakeStream.model("hey_jarvis", info: asr, peer: "p"); Issue.record("an ASR service taken for wake") } catch {
+            #expect(error.message.contains("not a Wyoming wake-word service"))
+        }
+    }
 }

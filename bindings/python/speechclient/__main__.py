@@ -167,7 +167,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hands-free", action="store_true",
                    help="listen: speech opens a context, a pause closes it (until the end or Ctrl-C)")
     p.add_argument("--wakeword", metavar="PHRASE",
-                   help="as --hands-free, showing only contexts where PHRASE was heard")
+                   help="as --hands-free, showing only contexts where PHRASE was heard "
+                        "(with --wakeword-url: the service's wake word, e.g. hey_jarvis)")
+    p.add_argument("--wakeword-url", metavar="URL",
+                   help="a Wyoming wake-word service opens the contexts (wyoming://HOST:PORT)")
     p.add_argument("--levels", action="store_true", help="with --json: the level of each chunk in dBFS")
     p.add_argument("--json", action="store_true", help="one JSON object per line (the C demo's stable format)")
     p.add_argument("--verbose", action="store_true", help="the library's debug log on stderr")
@@ -193,14 +196,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"speechclient [{level.name.lower()}] {message}", file=sys.stderr, flush=True)
 
     # As the demo: a wakeword means wakeword listening, with or without --hands-free.
-    activation = "wakeword" if args.wakeword is not None else "voice" if args.hands_free else "manual"
+    activation = ("wakeword" if args.wakeword is not None or args.wakeword_url is not None
+                  else "voice" if args.hands_free else "manual")
     try:
         client = Client(url=args.url, app_id=args.app_id, project_id=args.project_id, language=args.language,
                         model=args.model, headers=[(h.partition("=")[0], h.partition("=")[2]) for h in args.header] or None,
                         cache_dir=args.cache_dir, ca_file=args.ca_file, insecure_tls=args.insecure,
                         audio=WavFile(path) if path is not None else Microphone(device=args.mic),
                         chunk_ms=args.chunk_ms,
-                        activation=activation, wakeword=args.wakeword, levels=args.levels,
+                        activation=activation, wakeword=args.wakeword, wakeword_url=args.wakeword_url, levels=args.levels,
                         log_level=LogLevel.DEBUG if args.verbose else LogLevel.WARNING,
                         on_log=on_log if args.verbose else None)
     except SpeechClientError as e:

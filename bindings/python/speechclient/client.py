@@ -248,9 +248,9 @@ _VAD_RANGES = {
 _ACTIVATIONS = {"manual": n.Activation.MANUAL, "voice": n.Activation.VOICE, "wakeword": n.Activation.WAKEWORD}
 
 
-def _activation(activation: Any, wakeword: Optional[str]) -> n.Activation:
-    if activation is None:  # a wakeword alone asks for wakeword listening
-        return n.Activation.WAKEWORD if wakeword is not None else n.Activation.MANUAL
+def _activation(activation: Any, wakeword: Optional[str], wakeword_url: Optional[str] = None) -> n.Activation:
+    if activation is None:  # a wakeword (or a wake-word service) alone asks for wakeword listening
+        return n.Activation.WAKEWORD if wakeword is not None or wakeword_url is not None else n.Activation.MANUAL
     if isinstance(activation, str):
         if activation not in _ACTIVATIONS:
             raise _option_error("activation", f"activation={activation!r}: must be 'manual', 'voice' or 'wakeword'")
@@ -345,7 +345,10 @@ class Client:
     end of the audio) or "wakeword" (as "voice", delivering a context's segments only from the one
     that holds `wakeword`, a phrase of 1 to 8 words); an Activation member works too. Giving
     `wakeword` without `activation` means "wakeword"; activation="wakeword" without one makes the
-    library refuse the client (InvalidArgumentError). `vad` tunes the detector:
+    library refuse the client (InvalidArgumentError). `wakeword_url` (libspeechclient 0.7): a
+    Wyoming wake-word service ("wyoming://127.0.0.1:10400") hears the audio instead and each of
+    its detections opens a context; `wakeword` then names its wake word (a model name or prefix,
+    "hey_jarvis"; None: any). `vad` tunes the detector:
     {"snr_db": 6, "hold_ms": 400, ...}, keys the VadParam names in lower case (or VadParam
     members), each value a number in the header's range. `endpointing` is (pre_roll_ms,
     trailing_silence_ms, min_activation_ms, max_activation_ms). The listening reports
@@ -375,6 +378,7 @@ class Client:
                  delivery: Union[str, n.Delivery] = "thread",
                  io: Union[str, n.NetworkIO] = "library",
                  activation: Optional[Union[str, n.Activation]] = None, wakeword: Optional[str] = None,
+                 wakeword_url: Optional[str] = None,
                  vad: Optional[Mapping[Union[str, n.VadParam], float]] = None,
                  endpointing: Optional[Tuple[int, int, int, int]] = None, levels: bool = False,
                  on_segment: Optional[Callable[[Segment], Any]] = None,
@@ -434,7 +438,7 @@ class Client:
                     raise _option_error(name, f"{name}: {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
                                               f"without stream budgets, drain timeouts, keepalive settings and "
                                               f"unlimited reconnection (0.5)")
-        self.activation: n.Activation = _activation(activation, wakeword)
+        self.activation: n.Activation = _activation(activation, wakeword, wakeword_url)
         levels = bool(levels) or on_level is not None
         if not n.HAS_HANDS_FREE:
             # The wakeword first: given alone it is what asked for wakeword listening.
@@ -565,7 +569,15 @@ class Client:
             if n.HAS_HANDS_FREE:
                 _check_option(n.spc_options_set_activation(opts, int(self.activation)), "activation",
                               self.activation.name.lower())
-                if wakeword is not None:
+                if wakeword_url is not None:
+                    if n.spc_options_set_wakeword_url is None:
+                        raise _option_error("wakeword_url", f"wakeword_url: {n.LIBRARY_PATH} is libspeechclient "
+                                                            f"{n.LOADED_VERSION}, without wake-word services (0.7)")
+                    _check_option(n.spc_options_set_wakeword_url(
+                        opts, _c_string("wakeword_url", wakeword_url),
+                        None if wakeword is None else _c_string("wakeword", wakeword)), "wakeword_url", wakeword_url,
+                        "wyoming://HOST:PORT or wyoming+unix:///PATH, and a wake word name of letters, digits, '_', '-', '.'")
+                elif wakeword is not None:
                     _check_option(n.spc_options_set_wakeword(opts, _c_string("wakeword", wakeword)), "wakeword",
                                   wakeword, "1 to 8 words, at most 256 bytes")
                 # Setters see one tunable at a time, so a pair of ratios may be refused in one order

@@ -1,0 +1,68 @@
+"""Wakeword activation through a real wake-word service (issue 20): the C demo with
+`--wakeword-url wyoming://...` (wyoming-openwakeword, hey_jarvis) and the real
+wyoming-faster-whisper as the recognizer. flite's voice says the wake word, espeak-ng the
+command after it; the file is read at real time while listening, as the service needs."""
+import json
+import subprocess
+import time
+
+import wyomingtools as wt
+from speechtools import DEMO
+
+COMMAND = "turn on the kitchen lights"
+
+
+def listen(asr, wake, wav, *more, timeout=120):
+    began = time.monotonic()
+    out = subprocess.run([str(DEMO), "--url", asr.url, "--file", str(wav), "--json",
+                          "--wakeword-url", wake.url, *more], capture_output=True, text=True, timeout=timeout)
+    took = time.monotonic() - began
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return out, events, took
+
+
+def test_the_wake_word_opens_one_context_with_the_command_after_it(asr, wake, speech, flite_speech, tmp_path):
+    wav = wt.concat_wavs([flite_speech("hey jarvis", lead_s=1.0, tail_s=0.2), speech(COMMAND)],
+                         tmp_path / "wake.wav", gap_s=0.0)
+    wav = wt.concat_wavs([wav], tmp_path / "wake_padded.wav", gap_s=1.5)
+    seconds = len(wt.read_wav(wav)[0]) / 32000
+    out, events, took = listen(asr, wake, wav, "--wakeword", "hey_jarvis")
+    assert out.returncode == 0, out.stderr
+    kinds = [e["type"] for e in events if e["type"] != "state"]
+    listens = [e for e in events if e["type"] == "listen" and e["event"] in ("activate", "deactivate")]
+    finals = [e for e in events if e["type"] == "segment" and e["final"]]
+    print(f"\nfigure: wake word at {listens[0]['position_ms'] if listens else None} ms of a {seconds:.1f} s file "
+          f"(read in {took:.1f} s); transcript {[e['transcript'] for e in finals]}")
+    # One burst of detections, one context: activate, start, the command, deactivate, stop.
+    assert [e["event"] for e in listens] == ["activate", "deactivate"], events
+    assert kinds.count("start") == 1 and kinds.count("stop") == 1, kinds
+    assert kinds.index("start") > kinds.index("listen")
+    words = wt.normalize_words(" ".join(e["transcript"] for e in finals))
+    assert " ".join(words).endswith("kitchen lights"), words
+    assert set(COMMAND.split()) <= set(words), words   # nothing said right after the wake word is cut
+    # Detected where it was said (flite's 'hey jarvis' at 2.5-3.5 s; measured: 3.7 s, the service
+    # stamps the end of its 80 ms frame), not at the end of the file.
+    assert 2500 <= listens[0]["position_ms"] <= 4500, listens
+    # Paced: a file is read at real time while a wake service listens.
+    assert took >= seconds * 0.9
+
+
+def test_audio_without_the_wake_word_opens_no_context(asr, wake, speech, flite_speech, tmp_path):
+    wav = wt.concat_wavs([flite_speech(COMMAND, 0.3, 0.3), speech("please send the report to the team by friday")],
+                         tmp_path / "none.wav", gap_s=0.5)
+    out, events, _ = listen(asr, wake, wav, "--wakeword", "hey_jarvis")
+    assert out.returncode == 0, out.stderr
+    assert not [e for e in events if e["type"] in ("start", "segment")], events
+    assert not [e for e in events if e["type"] == "listen" and e["event"] == "activate"], events
+
+
+def test_a_wake_word_the_service_lacks_is_refused_naming_what_it_has(asr, wake, speech):
+    out, events, _ = listen(asr, wake, speech(COMMAND), "--wakeword", "hey_nobody")
+    assert out.returncode != 0
+    assert "hey_jarvis_v0.1" in out.stdout + out.stderr and "hey_nobody" in out.stdout + out.stderr
+
+
+def test_a_recognizer_is_not_a_wake_service(asr, speech):
+    out, events, _ = listen(asr, asr, speech(COMMAND))
+    assert out.returncode != 0
+    assert "not a Wyoming wake-word service" in out.stdout + out.stderr
