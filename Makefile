@@ -178,6 +178,7 @@ bench:
 	$(PYTHON) bench/run.py
 	$(PYTHON) bench/rotation.py
 	$(PYTHON) bench/server_rtf.py
+	$(PYTHON) bench/backends.py
 
 # Soak (issue 9): 200 real-time streams for 10 minutes, RSS sampled; prints the slope.
 .PHONY: soak

@@ -67,7 +67,8 @@ def pinned(cmd, cpu):
 
 # ------------------------------------------------------------------------------------------ build
 
-def build():
+def build_spc_bench():
+    """A private copy of the library and spc_bench linked against it."""
     os.makedirs(OUT, exist_ok=True)
     lib_dir = os.path.join(OUT, "lib")
     os.makedirs(lib_dir, exist_ok=True)
@@ -84,6 +85,10 @@ def build():
                            "-I", os.path.join(ROOT, "include"), os.path.join(HERE, "spc_bench.c"),
                            "-L", lib_dir, "-lspeechclient", "-Wl,-rpath," + lib_dir,
                            "-o", os.path.join(OUT, "spc_bench")]), check=True)
+
+
+def build():
+    build_spc_bench()
     r = subprocess.run(locked([os.path.join(HERE, "build-cxx.sh")]))
     have_cxx = r.returncode == 0
     if not have_cxx:

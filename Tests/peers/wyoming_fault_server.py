@@ -83,7 +83,7 @@ import time
 VERSION = "1.10.2"
 SCENARIOS = ("Normal", "Streaming", "StreamingStopFirst", "NoInfo", "HTTP", "HugePayload",
              "HugeData", "HugeLine", "TruncatedJSON", "TruncatedData", "UnknownEvents",
-             "NotUTF8", "CloseMidStream", "Error")
+             "NotUTF8", "CloseMidStream", "Error", "NoTranscript")
 MAX_LINE = 1 << 20          # what we accept from a client
 MAX_DATA = 1 << 20
 MAX_PAYLOAD = 1 << 24
@@ -245,7 +245,8 @@ class Conn:
 # Scenarios
 
 def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknown: bool = False,
-              not_utf8: bool = False, error: bool = False, close_mid_stream: bool = False) -> None:
+              not_utf8: bool = False, error: bool = False, close_mid_stream: bool = False,
+              no_transcript: bool = False) -> None:
     """The event loop of a well-behaved ASR server, with the scenario's deviations."""
     audio_bytes = 0
     bytes_per_second = 32000
@@ -304,6 +305,8 @@ def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknow
         elif type_ == "audio-stop":
             log(f"conn {c.index}: audio-stop after {audio_bytes} bytes of audio")
             in_audio = False
+            if no_transcript:  # answers describe and takes the audio, then never answers
+                continue
             if error:
                 c.event("error", {"text": "scripted failure: recognizer unavailable",
                                   "code": "scripted-error"})
@@ -365,6 +368,8 @@ def run_scenario(c: Conn) -> None:
         serve_asr(c, error=True)
     elif s == "CloseMidStream":
         serve_asr(c, close_mid_stream=True)
+    elif s == "NoTranscript":
+        serve_asr(c, no_transcript=True)
     elif s == "NoInfo":
         c.hold(HOLD_S * 10)
     elif s == "HTTP":

@@ -1269,6 +1269,11 @@ final class ClientWorker: @unchecked Sendable {
                 client?.log(.debug, "the wake-word service is still unavailable: \(error.message)")
             }
         }
+        // A service that stops reading must not make the audio pile up here: 1 MiB is 30 s.
+        if let w = wake, w.backlogBytes > 1 << 20 {
+            w.close()
+            handleWake(.closed(SpeechClientError(.timeout, "\(options.wakeService?.description ?? "it") took none of the last 30 s of audio")))
+        }
         wake?.send(chunk)
     }
 

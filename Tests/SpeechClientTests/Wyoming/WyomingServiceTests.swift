@@ -70,6 +70,30 @@ import Testing
         #expect(segments.last?.hasSuffix(" 96000 bytes") == true)
     }
 
+    /// A server that takes the audio and never answers audio-stop: the stream ends with a
+    /// timeout error naming the server once the result timeout passes, not never.
+    @Test func aTranscriptThatNeverComesIsATimeout() throws {
+        let server = try peer("NoTranscript")
+        defer { server.stop() }
+        let service = WyomingService(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(server.port)"),
+                                     connectTimeoutMilliseconds: 3000, resultTimeoutMilliseconds: 700, log: { _, _ in })
+        let closed = Locked<[SpeechClientError?]>([])
+        let stream = try service.openStream(config: SLUConfig(languageCode: "en-US"), cancellation: nil) { event in
+            if case .closed(let error) = event { closed.withLock { $0.append(error) } }
+        }
+        stream.send(.start(appId: "", options: []))
+        stream.send(.audio(Self.oneSecond))
+        let stopped = Clock.monotonicNanos()
+        stream.send(.stop)
+        while closed.withLock({ $0.isEmpty }) && Clock.monotonicNanos() - stopped < 5_000_000_000 { usleep(10_000) }
+        let tookMs = (Clock.monotonicNanos() - stopped) / 1_000_000
+        let error = closed.withLock { $0.first } ?? nil
+        #expect(error?.code == .timeout, "\(String(describing: error))")
+        #expect(error?.message.contains("sent no transcript") == true && error?.message.contains("127.0.0.1") == true)
+        #expect(tookMs >= 600 && tookMs < 3000, "\(tookMs) ms")
+        stream.cancel()
+    }
+
     @Test func aConnectionLostMidContextIsReplayedOnANewOne() throws {
         let server = try peer("CloseMidStream")
         defer { server.stop() }
