@@ -66,3 +66,35 @@ def test_a_recognizer_is_not_a_wake_service(asr, speech):
     out, events, _ = listen(asr, asr, speech(COMMAND))
     assert out.returncode != 0
     assert "not a Wyoming wake-word service" in out.stdout + out.stderr
+
+
+def test_a_wake_service_killed_while_listening_is_reconnected(asr, speech, flite_speech, tmp_path):
+    """SIGKILL of the wake service 1 s into listening, the same service back on its port: the
+    client reports the loss, reconnects (every 2 s) and hears the wake word said after it.
+    (Restarted from this thread: the peer dies with the thread that started it.)"""
+    wake = wt.WyomingWake()
+    try:
+        command = wt.concat_wavs([flite_speech("hey jarvis", lead_s=0.5, tail_s=0.2), speech(COMMAND)],
+                                 tmp_path / "later.wav")
+        silence = wt.concat_wavs([], tmp_path / "silence.wav", gap_s=7.0)
+        wav = wt.concat_wavs([silence, command], tmp_path / "killed.wav", gap_s=0.0)
+        wav = wt.concat_wavs([wav], tmp_path / "killed_padded.wav", gap_s=1.5)
+        proc = subprocess.Popen([str(DEMO), "--url", asr.url, "--file", str(wav), "--json",
+                                 "--wakeword-url", wake.url, "--wakeword", "hey_jarvis"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        wake.kill()
+        wake.restart()
+        stdout, _ = proc.communicate(timeout=120)
+    finally:
+        wake.stop()
+    events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    errors = [e for e in events if e["type"] == "error"]
+    listens = [e["event"] for e in events if e["type"] == "listen" and e["event"] in ("activate", "deactivate")]
+    finals = [e for e in events if e["type"] == "segment" and e["final"]]
+    print(f"\nfigure: restarted in {wake.ready_s:.1f} s; errors {[e.get('message', '')[:80] for e in errors]}; "
+          f"listen {listens}; transcript {[e['transcript'] for e in finals]}")
+    assert any("wake-word service" in e.get("message", "") for e in errors), events
+    assert listens == ["activate", "deactivate"], events
+    words = wt.normalize_words(" ".join(e["transcript"] for e in finals))
+    assert set(COMMAND.split()) <= set(words), words

@@ -41,7 +41,7 @@ final class WyomingWakeStream: @unchecked Sendable {
         do throws(SpeechClientError) {
             model = try Self.model(name, info: info, peer: peer)
             connection = try WyomingConnection(io: PlainStream(socket: socket, peer: peer), reader: reader, peer: peer,
-                                               closedMeans: "(wake-word service)")
+                                               closedMeans: "while it listened for the wake word")
         } catch {
             socket.close()
             throw error
