@@ -9,7 +9,6 @@ recognises nothing for each protocol, so the figure is the client's own cost:
   ends each at its byte budget (no pause in the bench's audio) and opens the next.
 
 Prints one BENCH line per backend and stream count, with the server's CPU beside it."""
-import json
 import os
 import subprocess
 import sys
@@ -24,25 +23,13 @@ WINDOW = run.env_float("SPC_BENCH_BACKEND_WINDOW", 30.0)
 STREAMS = [int(n) for n in os.environ.get("SPC_BENCH_BACKEND_STREAMS", "1,20").split(",")]
 
 
-class Peer:
+class Peer(run.Process):
     def __init__(self, cmd, cwd):
         self.p = subprocess.Popen(run.pinned(cmd, run.SERVER_CPU), stdout=subprocess.PIPE, text=True, cwd=cwd)
         line = self.p.stdout.readline()
         if not line.startswith("listening on"):
             raise RuntimeError(f"{cmd[:4]} did not start: {line!r}")
         self.port = int(line.rsplit(":", 1)[1])
-
-    def cpu(self):
-        with open(f"/proc/{self.p.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(5)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
 
 
 def peers():
@@ -79,7 +66,6 @@ def main():
                   f"rss_kb={r.get('rss_kb', 0)} server_cpu_s={server_cpu:.1f} (window {r['window_s']:.0f} s, "
                   f"warm-up included for the server)")
             sys.stdout.flush()
-    print(json.dumps({"window_s": WINDOW, "streams": STREAMS}))
 
 
 if __name__ == "__main__":

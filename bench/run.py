@@ -103,7 +103,23 @@ def build():
 
 # ----------------------------------------------------------------------------------------- server
 
-class Server:
+class Process:
+    """A server process started by a bench (`self.p`): its CPU time so far, and its stop."""
+
+    def cpu(self):
+        with open(f"/proc/{self.p.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(5)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+class Server(Process):
     def __init__(self, have_cxx, tls=None):
         if have_cxx:
             cmd = [os.path.join(OUT, "cxx", "sink_server"), "--port", "0"]
@@ -119,18 +135,6 @@ class Server:
         if not line.startswith("listening on"):
             raise RuntimeError("sink server did not start: " + line)
         self.port = int(line.rsplit(":", 1)[1])
-
-    def cpu(self):
-        with open(f"/proc/{self.p.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(5)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
 
 
 # ---------------------------------------------------------------------------------------- clients

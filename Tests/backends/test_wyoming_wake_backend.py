@@ -69,9 +69,10 @@ def test_a_recognizer_is_not_a_wake_service(asr, speech):
 
 
 def test_a_wake_service_killed_while_listening_is_reconnected(asr, speech, flite_speech, tmp_path):
-    """SIGKILL of the wake service 1 s into listening, the same service back on its port: the
-    client reports the loss, reconnects (every 2 s) and hears the wake word said after it.
-    (Restarted from this thread: the peer dies with the thread that started it.)"""
+    """SIGKILL of the wake service once the client listens to it (its log says so), the same
+    service back on its port: the client reports the loss, reconnects (every 2 s) and hears the
+    wake word said after it. (Restarted from this thread: the peer dies with the thread that
+    started it.)"""
     wake = wt.WyomingWake()
     try:
         command = wt.concat_wavs([flite_speech("hey jarvis", lead_s=0.5, tail_s=0.2), speech(COMMAND)],
@@ -79,10 +80,14 @@ def test_a_wake_service_killed_while_listening_is_reconnected(asr, speech, flite
         silence = wt.concat_wavs([], tmp_path / "silence.wav", gap_s=7.0)
         wav = wt.concat_wavs([silence, command], tmp_path / "killed.wav", gap_s=0.0)
         wav = wt.concat_wavs([wav], tmp_path / "killed_padded.wav", gap_s=1.5)
-        proc = subprocess.Popen([str(DEMO), "--url", asr.url, "--file", str(wav), "--json",
+        proc = subprocess.Popen([str(DEMO), "--url", asr.url, "--file", str(wav), "--json", "--verbose",
                                  "--wakeword-url", wake.url, "--wakeword", "hey_jarvis"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)
+        for line in proc.stderr:
+            if "listening for the wake word" in line:
+                break
+        else:
+            raise AssertionError("the client never connected to the wake service")
         wake.kill()
         wake.restart()
         stdout, _ = proc.communicate(timeout=120)

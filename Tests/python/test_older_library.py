@@ -44,6 +44,7 @@ def test_the_older_library_is_loaded_and_says_so():
     ("vad", {"vad": {"snr_db": 6}}, "0.2"),
     ("endpointing", {"endpointing": (300, 1000, 500, 15000)}, "0.2"),
     ("io", {"io": "application"}, "0.3"),
+    ("wakeword_url", {"wakeword_url": "wyoming://127.0.0.1:1"}, "0.7"),
 ])
 def test_a_newer_option_is_an_error_naming_the_release(option, kwargs, release):
     with pytest.raises(sc.InvalidArgumentError) as info:

@@ -461,21 +461,12 @@ class _WhisperRecognizer(Recognizer):
         # Words carried over from the last segment's decode, which saw this audio only at its
         # window's end, where Whisper may leave words out: a final is never made of them alone.
         self.carried = heard is not None
+        self._level = None  # the 10 ms levels of the last decode's audio (numpy array)
         self.cut_at: Optional[Tuple[int, int]] = None  # (final pieces, cut ms) found by the last decode
         self.interval = engine.redecode_bytes  # new audio before the next tentative decode
         self.done = False
 
     # -- decoding
-
-    def _has_speech(self) -> bool:
-        """Any 10 ms frame louder than the server's speech threshold: Whisper invents words
-        ("Thank you.") for silence, so silence is not decoded."""
-        import numpy as np
-        n = self.decoded_at // 320 * 160
-        if not n:
-            return False
-        frames = np.frombuffer(bytes(self.pcm[:n * 2]), dtype="<i2").astype(np.float32).reshape(-1, 160)
-        return bool((np.sqrt((frames * frames).mean(axis=1)) > self.engine.speech_rms).any())
 
     def _decode(self, held: bool = False) -> List[Piece]:
         """Decodes the segment's audio, at most the bound's worth (the rest waits for the cut).
@@ -490,9 +481,13 @@ class _WhisperRecognizer(Recognizer):
             self.decoded_at = min(len(self.pcm), engine.max_bytes)
             self.carried = False
             self._decoded_p = []
-            if not self._has_speech():
-                return []
             audio = np.frombuffer(bytes(self.pcm[:self.decoded_at]), dtype="<i2").astype(np.float32) / 32768
+            # The 10 ms levels of what is decoded, measured once: the speech check, doubted text,
+            # an invented tail and (final decode) holes all read them.
+            self._level = level = frame_levels(audio)
+            # Whisper invents words ("Thank you.") for silence, so silence is not decoded.
+            if not (level > engine.speech_rms).any():
+                return []
             pieces: List[Piece] = []
             probs: List[Optional[float]] = []
             t0 = time.perf_counter()
@@ -506,7 +501,6 @@ class _WhisperRecognizer(Recognizer):
                                                   temperature=0.0, condition_on_previous_text=False,
                                                   vad_filter=False, no_speech_threshold=None,
                                                   initial_prompt=self.prompt[-engine.PROMPT_CHARS:] or None)
-            level = frame_levels(audio)
             for seg in segments:  # pieces are joined within one of Whisper's segments only
                 if self._silent_doubt(seg, level):
                     log.debug("dropped %r: no speech there (no_speech_prob %.2f, avg_logprob %.2f)",
@@ -531,7 +525,7 @@ class _WhisperRecognizer(Recognizer):
             out.append((raw, a, min(max(a, b), duration)))
         kept = [(p, q) for p, q in zip(out, probs) if _key(p)]
         out, probs = [p for p, _ in kept], [q for _, q in kept]
-        out = self._drop_invented_tail(out, audio)
+        out = self._drop_invented_tail(out, level)
         probs = probs[:len(out)]
         # The start of this segment's audio may hold the end of the last final word: Whisper
         # writes it again. Drop a repeat of the last final words (up to 5) heard in the first second.
@@ -562,16 +556,13 @@ class _WhisperRecognizer(Recognizer):
     INVENTED = {("thank", "you"), ("thanks",), ("thank", "you", "very", "much"), ("thanks", "for", "watching"),
                 ("you",), ("okay",), ("bye",), ("bye-bye",)}
 
-    def _drop_invented_tail(self, pieces: List[Piece], audio) -> List[Piece]:
+    def _drop_invented_tail(self, pieces: List[Piece], level) -> List[Piece]:
         """Whisper writes "Thank you." or "Okay." on the noise that ends a recording (measured on
         a LibriVox clip whose last 0.3 s is noise at RMS 300-425, above the silence threshold).
         Such a phrase at the end is dropped when the loudest 10 ms of each of its words is both
         far below the window's typical word and near its noise floor (its quietest 10 % of frames)."""
         import numpy as np
-        if len(pieces) < 3:
-            return pieces
-        level = frame_levels(audio)
-        if not len(level):
+        if len(pieces) < 3 or not len(level):
             return pieces
 
         def peak(p: Piece) -> float:
@@ -701,9 +692,7 @@ class _WhisperRecognizer(Recognizer):
         HOLE_LOUD_MS of 10 ms frames above the speech threshold between two words (or after
         the last), else None. Measured on a LibriVox window: Whisper wrote its first 6 s, then
         nothing for 8 s of speech, and put the window's last two words at its end."""
-        import numpy as np
-        audio = np.frombuffer(bytes(self.pcm[:self.decoded_at]), dtype="<i2").astype(np.float32) / 32768
-        loud = frame_levels(audio) > self.engine.speech_rms
+        loud = self._level > self.engine.speech_rms  # the levels of the last decode's audio
         edges = [(b, a) for (_, _, b), (_, a, _) in zip(pieces, pieces[1:])]
         edges.append((pieces[-1][2] if pieces else 0, len(loud) * 10))
         for gap_start, gap_end in edges:

@@ -362,6 +362,18 @@ def test_speech_the_final_decode_skipped_is_decoded_again():
     assert [w for w, _, _ in rec.finish()] == script_words(script)
     assert len(model.calls) == 2 and model.calls[1][2].endswith("w3")  # prompted with the words before
 
+    # A second look that hears nothing there keeps what the first decode had, hole and all.
+    class SkipsAlways(Skips):
+        def transcribe(self, audio, **kw):
+            segs, info = super().transcribe(audio, **kw)
+            return (iter([]) if self.calls[-1][0] >= 0.1 else segs), info
+
+    model = SkipsAlways(script)
+    rec = engine(model).recognizer()
+    rec.feed(audio(0, 6.0), more=True)
+    assert [w for w, _, _ in rec.finish()] == ["w0", "w1", "w2", "w3", "w12", "w13"]
+    assert len(model.calls) == 2
+
 
 def test_whisper_text_doubted_as_no_speech_is_kept_where_the_audio_is_loud():
     """faster-whisper skips a window it thinks held no speech and whose text it doubts; that

@@ -558,7 +558,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
 
     /// What the wake-word service said, for the worker (from the I/O thread).
     func wakeEvent(_ event: WakeEvent, generation: Int) {
-        lock.withLock { enqueueLocked(.wake(event, generation: generation)) }
+        enqueue(.wake(event, generation: generation))
     }
 
     /// Queues an event for the callbacks. Once free has begun nothing more is queued, except

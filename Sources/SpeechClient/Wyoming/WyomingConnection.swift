@@ -103,11 +103,8 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
                 if n < readBuffer.count { return }
             case .wouldBlock:
                 return
-            case .closed:
-                fail(SpeechClientError(.network, "\(peer) closed the connection \(closedMeans)"))
-                return
-            case .failed(let error):
-                fail(error)
+            case .closed, .failed:
+                lost(result)
                 return
             }
         }
@@ -123,11 +120,8 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
             case .wouldBlock:
                 setWantsWritable(true)
                 return
-            case .closed:
-                fail(SpeechClientError(.network, "\(peer) closed the connection \(closedMeans)"))
-                return
-            case .failed(let error):
-                fail(error)
+            case .closed, .failed:
+                lost(result)
                 return
             }
         }
@@ -142,6 +136,15 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
         guard on != wantsWritable, !isClosed, registered else { return }
         wantsWritable = on
         loop.modify(fd: io.fd, events: EPOLLIN.rawValue | (on ? EPOLLOUT.rawValue : 0))
+    }
+
+    /// The transport ended (the peer closed) or failed: the connection fails, saying which.
+    private func lost(_ result: IOResult) {
+        if case .failed(let error) = result {
+            fail(error)
+        } else {
+            fail(SpeechClientError(.network, "\(peer) closed the connection \(closedMeans)"))
+        }
     }
 
     /// Closes, then reports why (once).

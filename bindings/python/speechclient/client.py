@@ -439,6 +439,10 @@ class Client:
                                               f"without stream budgets, drain timeouts, keepalive settings and "
                                               f"unlimited reconnection (0.5)")
         self.activation: n.Activation = _activation(activation, wakeword, wakeword_url)
+        if wakeword_url is not None and n.spc_options_set_wakeword_url is None:
+            # Named before the hands-free options it implies: it is what the library lacks last.
+            raise _option_error("wakeword_url", f"wakeword_url: {n.LIBRARY_PATH} is libspeechclient "
+                                                f"{n.LOADED_VERSION}, without wake-word services (0.7)")
         levels = bool(levels) or on_level is not None
         if not n.HAS_HANDS_FREE:
             # The wakeword first: given alone it is what asked for wakeword listening.
@@ -570,9 +574,6 @@ class Client:
                 _check_option(n.spc_options_set_activation(opts, int(self.activation)), "activation",
                               self.activation.name.lower())
                 if wakeword_url is not None:
-                    if n.spc_options_set_wakeword_url is None:
-                        raise _option_error("wakeword_url", f"wakeword_url: {n.LIBRARY_PATH} is libspeechclient "
-                                                            f"{n.LOADED_VERSION}, without wake-word services (0.7)")
                     _check_option(n.spc_options_set_wakeword_url(
                         opts, _c_string("wakeword_url", wakeword_url),
                         None if wakeword is None else _c_string("wakeword", wakeword)), "wakeword_url", wakeword_url,
