@@ -26,7 +26,11 @@ import CShims
 /// Pacing: devices without a clock (ALSA's `file` or `null` plugins, used by tests as a
 /// microphone without a sound card) deliver as fast as they are read. For those, `read` holds
 /// delivery to real time from the first read, so a test microphone behaves like a real one.
-/// Real devices are never paced: their clock is the device's.
+/// Such a device behind other plugins (a `plug` fixing the rate, a `route`) has another type,
+/// so a device is also held to real time once it has delivered more than one and a half times
+/// the audio that elapsed (plus its buffer and 0.5 s): no real device runs that fast, and a
+/// sound card's clock that is merely off by a fraction of a percent never gets there. Real
+/// devices are never paced: their clock is the device's.
 public final class ALSACapture: AudioSource, @unchecked Sendable {
     public let device: String
 
@@ -39,6 +43,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     private var closing = false
     private var currentFormat = AudioFormat(sampleRate: 16_000, channels: 1)
     private var clockless = false
+    private var deviceBufferFrames = 0
     /// Half the device buffer: the file plugin in alsa-lib 1.2.8 fills nothing from its input
     /// for a read larger than the buffer ("requested more frames than pcm buffer").
     private var maxReadFrames = 1024
@@ -47,6 +52,8 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     private var buffer: [Int16] = []
     private var framesDelivered = 0
     private var startNanos: UInt64 = 0
+    /// Set when a device of another type delivered far faster than real time (see Pacing).
+    private var runsWithoutClock = false
 
     static let periodMicroseconds: UInt32 = 20_000
     static let bufferMicroseconds: UInt32 = 400_000
@@ -89,12 +96,14 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         let type = snd_pcm_type(handle)
         framesDelivered = 0
         startNanos = 0
+        runsWithoutClock = false
         lock.withLock {
             pcm = handle
             wakeFD = wake
             pollFDs = fds
             currentFormat = format
             maxReadFrames = max(1, bufferFrames / 2)
+            deviceBufferFrames = bufferFrames
             clockless = type == SND_PCM_TYPE_FILE || type == SND_PCM_TYPE_NULL
         }
     }
@@ -135,10 +144,10 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     /// an empty array after 100 ms without audio; nil after `close()` or at the end of a file
     /// plugin's input.
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
-        let begun: (pcm: OpaquePointer, fds: [pollfd], format: AudioFormat, clockless: Bool, limit: Int)? = lock.withLock {
+        let begun: (pcm: OpaquePointer, fds: [pollfd], format: AudioFormat, clockless: Bool, limit: Int, bufferFrames: Int)? = lock.withLock {
             guard let pcm = self.pcm, !closing, !reading else { return nil }
             reading = true
-            return (pcm, pollFDs, currentFormat, clockless, maxReadFrames)
+            return (pcm, pollFDs, currentFormat, clockless, maxReadFrames, deviceBufferFrames)
         }
         guard let begun else { return nil }
         defer {
@@ -158,7 +167,8 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
             let n = buffer.withUnsafeMutableBytes { snd_pcm_readi(pcm, $0.baseAddress, snd_pcm_uframes_t(frames)) }
             if n > 0 {
                 let got = min(Int(n), frames)
-                if begun.clockless, !pace(frames: got, rate: begun.format.sampleRate, fds: &fds) { return nil }
+                if !pace(frames: got, rate: begun.format.sampleRate, clockless: begun.clockless,
+                         bufferFrames: begun.bufferFrames, fds: &fds) { return nil }
                 let count = got * channels
                 var out = [Float](repeating: 0, count: count)
                 buffer.withUnsafeBufferPointer { src in
@@ -214,15 +224,23 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         return .ready
     }
 
-    /// Holds a clockless device to real time from its first read. Returns false when woken by
+    /// Counts what the device delivered since its first read, and holds a clockless device (or
+    /// one found running far ahead of real time) to real time. Returns false when woken by
     /// `close()` while waiting.
-    private func pace(frames: Int, rate: Int, fds: inout [pollfd]) -> Bool {
+    private func pace(frames: Int, rate: Int, clockless: Bool, bufferFrames: Int, fds: inout [pollfd]) -> Bool {
         let now = Clock.monotonicNanos()
         if startNanos == 0 { startNanos = now }
         framesDelivered += frames
         // Whole seconds and the rest apart, so days of frames cannot overflow the nanoseconds.
         let perSecond = UInt64(max(rate, 1)), f = UInt64(framesDelivered)
-        let due = startNanos &+ (f / perSecond) &* 1_000_000_000 &+ (f % perSecond) * 1_000_000_000 / perSecond
+        let audioNanos = (f / perSecond) &* 1_000_000_000 &+ (f % perSecond) * 1_000_000_000 / perSecond
+        let due = startNanos &+ audioNanos
+        if !clockless, !runsWithoutClock {
+            let elapsed = now - startNanos
+            let slack = UInt64(max(bufferFrames, 0)) * 1_000_000_000 / perSecond + 500_000_000
+            guard audioNanos > elapsed + elapsed / 2 + slack else { return true }
+            runsWithoutClock = true
+        }
         guard due > now + 1_000_000, let wake = fds.last else { return true }
         var pfd = [wake]
         pfd[0].revents = 0

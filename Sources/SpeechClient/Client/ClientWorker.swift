@@ -268,11 +268,12 @@ final class ClientWorker: @unchecked Sendable {
     /// Opens the microphone (for a microphone source) and a stream. Called with `client` nil
     /// from the constructor (errors are thrown to spc_client_new) or from the worker.
     func prepare(client: Client?) throws(SpeechClientError) {
-        if case .microphone = options.audio, source == nil {
+        if case .microphone(let name) = options.audio, source == nil {
             guard let mic = makeSource(options.audio) else { return }
             try mic.open()
             source = mic
             converter = AudioConverter(input: mic.format)
+            client?.log(.debug, "microphone '\(name)' opened at \(mic.format.sampleRate) Hz, \(mic.format.channels) channel(s)")
         }
         try ensureStream()
     }
