@@ -102,10 +102,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 7
+#define SPC_VERSION_MINOR 8
 #define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.7.0"
-#define SPC_VERSION_NUMBER 7000
+#define SPC_VERSION_STRING "0.8.0"
+#define SPC_VERSION_NUMBER 8000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -218,7 +218,12 @@ typedef enum spc_state {
 ** CONNECTION STATES (reported to the state callback, for example to grey out a microphone button)
 **
 ** CONNECTING   opening the connection and logging in.
-** READY        connected: a start is answered quickly.
+** READY        the server answered: since 0.8, for a Speechly or Riva server, its HTTP/2 settings
+**              arrived (and a login token was accepted by the login server, or is cached from
+**              it); for a Wyoming service, its `info` answered `describe`. A server that accepts
+**              the connection and never answers, or answers in another protocol (HTTP/1, TLS on
+**              a grpc:// URL, anything else), is UNAVAILABLE with a reason naming what answered,
+**              within the connect timeout (spc_options_set_timeouts()).
 ** RECONNECTING the connection was lost during a context; another attempt follows after a delay.
 ** UNAVAILABLE  the server cannot be used now (the reason comes with the event); the next start
 **              tries again.
@@ -629,6 +634,19 @@ SPC_API spc_status spc_options_set_keepalive(spc_options *options, uint32_t inte
 ** is reported lost by an error, as for a microphone. Pushing faster than real time (a recording)
 ** wants this. Since 0.5. */
 SPC_API spc_status spc_options_set_push_wait_ms(spc_options *options, uint32_t ms);
+
+/* Timeouts, each 100-600000 ms:
+**   connect_ms  a connection must answer within this: TCP, TLS, and the server's first HTTP/2
+**               SETTINGS (a Wyoming service: its `info`); otherwise SPC_ERROR_TIMEOUT, gRPC status
+**               14 UNAVAILABLE, naming the server. A refused connection fails at once.
+**   login_ms    the deadline of a login to a Speechly server (SPC_ERROR_TIMEOUT, status 4).
+**   start_ms    a server must acknowledge a context's start within this on each stream it opens
+**               (the start callback comes with the first); otherwise that stream counts as lost
+**               and is retried like a lost connection (spc_options_set_reconnect()), its audio
+**               replayed; when the attempts run out, the context ends with SPC_ERROR_TIMEOUT.
+** Defaults 5000, 10000 and 10000. Since 0.8. */
+SPC_API spc_status spc_options_set_timeouts(spc_options *options, uint32_t connect_ms,
+                                            uint32_t login_ms, uint32_t start_ms);
 
 /* The most detailed level passed to the log callback. Default SPC_LOG_WARNING. */
 SPC_API spc_status spc_options_set_log_level(spc_options *options, spc_log_level level);

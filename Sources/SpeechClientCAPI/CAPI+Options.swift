@@ -175,6 +175,13 @@ public func spc_options_set_drain_timeout_ms(_ options: OpaquePointer?, _ ms: UI
 }
 
 @c @implementation
+public func spc_options_set_timeouts(_ options: OpaquePointer?, _ connectMs: UInt32, _ loginMs: UInt32, _ startMs: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in
+        try o.setTimeouts(connectMilliseconds: Int(connectMs), loginMilliseconds: Int(loginMs), startMilliseconds: Int(startMs))
+    }
+}
+
+@c @implementation
 public func spc_options_set_keepalive(_ options: OpaquePointer?, _ intervalMs: UInt32, _ timeoutMs: UInt32) -> spc_status {
     update(options) { (o) throws(SpeechClientError) in
         try o.setKeepalive(intervalMilliseconds: Int(intervalMs), timeoutMilliseconds: Int(timeoutMs))

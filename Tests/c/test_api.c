@@ -300,6 +300,7 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_activation(NULL, SPC_ACTIVATION_VOICE), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_wakeword(NULL, "hey"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_wakeword_url(NULL, "wyoming://127.0.0.1:10400", "hey_jarvis"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_timeouts(NULL, 5000, 10000, 10000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_vad(NULL, SPC_VAD_SNR_DB, 9), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_endpointing(NULL, 300, 1000, 500, 15000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_listen_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
@@ -469,6 +470,14 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_push_wait_ms(o, 3600001), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_push_wait_ms(o, 0), SPC_OK);
     CHECK_STATUS(spc_options_set_push_wait_ms(o, 5000), SPC_OK);
+    /* 0.8: connect, login and start timeouts, each 100-600000 ms, named when out of range. */
+    CHECK_STATUS(spc_options_set_timeouts(o, 99, 10000, 10000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "spc_options_set_timeouts: connect timeout 99 ms") != NULL);
+    CHECK_STATUS(spc_options_set_timeouts(o, 5000, 600001, 10000), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "login timeout") != NULL);
+    CHECK_STATUS(spc_options_set_timeouts(o, 5000, 10000, 0), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "start timeout") != NULL);
+    CHECK_STATUS(spc_options_set_timeouts(o, 100, 600000, 10000), SPC_OK);
     /* 0.5: a setter's failure says why; success clears it. */
     CHECK(strcmp(spc_options_last_error(NULL), "") == 0);
     CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 99), SPC_ERROR_INVALID_ARGUMENT);

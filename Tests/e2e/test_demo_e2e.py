@@ -40,3 +40,17 @@ def test_demo_resamples_44k_stereo(server, speech, tmp_path):
     assert out.returncode == 0, out.stderr
     finals = [json.loads(l) for l in out.stdout.splitlines() if '"final":true' in l and '"segment"' in l]
     assert finals and finals[-1]["transcript"] == "turn off the bedroom lights"
+
+
+def test_a_wav_cut_short_is_transcribed_with_a_warning_naming_what_is_missing(server, speech, tmp_path):
+    """Issue 19 item 7: a copy cut short (its data chunk declares more than the file holds) was
+    streamed silently; now a warning says how much is missing, then what there is is streamed."""
+    wav = speech("turn on the kitchen lights and then play some jazz music")
+    data = wav.read_bytes()
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(data[:len(data) * 6 // 10])  # the header still declares the whole take
+    out = run_demo(server, cut, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "the data chunk declares" in out.stderr and "s are missing" in out.stderr, out.stderr
+    finals = [json.loads(l) for l in out.stdout.splitlines() if '"final":true' in l and '"segment"' in l]
+    assert finals and finals[0]["transcript"].startswith("turn on the kitchen lights"), out.stdout

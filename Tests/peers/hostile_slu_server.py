@@ -11,6 +11,7 @@ Usage: hostile_slu_server.py --scenario NAME  (prints "listening on 127.0.0.1:PO
                 transcripts of the same 16,383 words: counts under every count bound.
   ManySegments  tentative transcripts of 60 words of 1,000 bytes for segments 0, 1, 2, ...
                 (never ended): 60 KB each, 400 of them.
+  NoStarted     accepts the stream and never answers, not even `started` (issue 19 item 1).
 """
 import argparse
 import sys
@@ -33,6 +34,10 @@ def word(text, index):
 class HostileSLU(slu_pb2_grpc.SLUServicer):
     def Stream(self, request_iterator, context):
         context_id = "hostile-1"
+        if ARGS.scenario == "NoStarted":
+            while context.is_active():
+                time.sleep(0.1)
+            return
         for request in request_iterator:
             kind = request.WhichOneof("streaming_request")
             if kind == "start" or (kind == "event" and request.event.event == slu_pb2.SLUEvent.START):
@@ -65,7 +70,7 @@ class HostileSLU(slu_pb2_grpc.SLUServicer):
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("--scenario", required=True, choices=["HugeWords", "ManySmallWords", "ManySegments"])
+    p.add_argument("--scenario", required=True, choices=["HugeWords", "ManySmallWords", "ManySegments", "NoStarted"])
     ARGS = p.parse_args()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                          options=[("grpc.max_send_message_length", 4 << 20)])

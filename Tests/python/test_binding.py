@@ -189,6 +189,8 @@ def test_exceptions_fit_pythons_own_hierarchy():
     (dict(keepalive=(500, 10000)), "keepalive=(500, 10000)"),
     (dict(keepalive=5000), "keepalive=5000"),
     (dict(push_wait_ms=3600001), "push_wait_ms=3600001"),
+    (dict(timeouts=(99, 10000, 10000)), "timeouts=(99, 10000, 10000)"),
+    (dict(timeouts=(5000, 10000)), "timeouts=(5000, 10000)"),
 ])
 def test_a_rejected_option_raises_invalid_argument_naming_it_and_its_value(kwargs, text):
     args = dict(url=UNREACHABLE, app_id="a")
@@ -264,6 +266,10 @@ def test_every_option_is_accepted(tmp_path, cache_dir):
     with sc.Client(url=UNREACHABLE, app_id="a", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir,
                    reconnect=(None, 200, 5000), stream_budget=65536, drain_timeout_ms=100,
                    keepalive=(0, 100), push_wait_ms=1000) as c:
+        assert c.state == sc.State.IDLE
+    # 0.8: connect, login and start timeouts.
+    with sc.Client(url=UNREACHABLE, app_id="a", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir,
+                   timeouts=(100, 600000, 2500)) as c:
         assert c.state == sc.State.IDLE
 
 
@@ -995,11 +1001,11 @@ def test_hands_free_enums_are_the_headers():
 
 
 def test_binding_version_is_the_headers():
-    assert _native.SPC_VERSION_STRING == "0.7.0" == sc.__version__
+    assert _native.SPC_VERSION_STRING == "0.8.0" == sc.__version__
     text = (ROOT / "include" / "speechclient.h").read_text()
     assert f'#define SPC_VERSION_STRING "{_native.SPC_VERSION_STRING}"' in text
     assert f"#define SPC_VERSION_NUMBER {_native.SPC_VERSION_NUMBER}" in text
-    assert 'version = "0.7.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
+    assert 'version = "0.8.0"' in (ROOT / "bindings" / "python" / "pyproject.toml").read_text()
 
 
 @needs_hands_free

@@ -41,7 +41,8 @@
 ** results did not arrive within --timeout-ms); 2 for a usage error (unknown option, missing or
 ** malformed value, no source or two sources, an option value the library rejects).
 **
-** --verbose passes the library's log lines (debug level) to stderr.
+** The library's warnings and errors go to stderr (a WAV file cut short, segment words the server
+** never confirmed, ...); --verbose passes every log line (debug level).
 **
 ** Hands-free (--hands-free, or --wakeword PHRASE): the library's voice activity detector opens a
 ** context when speech begins and stops it after a pause, as often as the user speaks, until the
@@ -287,8 +288,10 @@ static void usage(FILE *to) {
         "                     100-600000 (default 10000)\n"
         "  --keepalive-ms INTERVAL[,TIMEOUT]  HTTP/2 PING after INTERVAL ms without traffic (0: off),\n"
         "                     dead after TIMEOUT ms without an answer (default 30000,10000)\n"
+        "  --timeouts-ms CONNECT[,LOGIN[,START]]  the server must answer a connection, a login and\n"
+        "                     a context's start within these, 100-600000 each (default 5000,10000,10000)\n"
         "  --json             one JSON object per line (stable format, see the source)\n"
-        "  --verbose          library log lines on stderr\n"
+        "  --verbose          every library log line on stderr (warnings are always there)\n"
         "  --version, --help\n");
 }
 
@@ -328,6 +331,7 @@ struct settings {
     long reconnect_attempts, reconnect_initial_ms, reconnect_max_ms;
     long replay_buffer_ms, context_limit_ms, stream_budget, drain_timeout_ms;
     long keepalive_ms, keepalive_timeout_ms;
+    long timeouts_ms[3];
 };
 
 /* Parses "A" or "A,B" or "A,B,C" (whole numbers; the first in [min, max], or 'unlimited', read
@@ -378,9 +382,10 @@ static int configure(spc_options *o, const struct settings *a, struct demo *d) {
     }
     spc_status s = SPC_OK;
     if (a->insecure && (s = spc_options_set_insecure_tls(o, 1)) != SPC_OK) return failed("spc_options_set_insecure_tls", s);
+    /* Warnings always: a newcomer must not need --verbose to learn that words were lost. */
+    if ((s = spc_options_set_log_cb(o, on_log, d)) != SPC_OK) return failed("spc_options_set_log_cb", s);
     if (a->verbose) {
         if ((s = spc_options_set_log_level(o, SPC_LOG_DEBUG)) != SPC_OK) return failed("spc_options_set_log_level", s);
-        if ((s = spc_options_set_log_cb(o, on_log, d)) != SPC_OK) return failed("spc_options_set_log_cb", s);
     }
     if ((s = spc_options_set_segment_cb(o, on_segment, d)) != SPC_OK) return failed("spc_options_set_segment_cb", s);
     if ((s = spc_options_set_error_cb(o, on_error, d)) != SPC_OK) return failed("spc_options_set_error_cb", s);
@@ -412,6 +417,9 @@ static int configure(spc_options *o, const struct settings *a, struct demo *d) {
         return usage_error("bad --drain-timeout-ms (100-600000)", NULL);
     if (a->keepalive_ms >= 0 && spc_options_set_keepalive(o, (uint32_t)a->keepalive_ms, (uint32_t)a->keepalive_timeout_ms) != SPC_OK)
         return usage_error("bad --keepalive-ms (interval 0 or 1000-3600000, timeout 100-600000)", NULL);
+    if (a->timeouts_ms[0] >= 0 && spc_options_set_timeouts(o, (uint32_t)a->timeouts_ms[0], (uint32_t)a->timeouts_ms[1],
+                                                           (uint32_t)a->timeouts_ms[2]) != SPC_OK)
+        return usage_error("bad --timeouts-ms (100-600000 each)", spc_options_last_error(o));
     if ((s = spc_options_set_listen_cb(o, on_listen, d)) != SPC_OK) return failed("spc_options_set_listen_cb", s);
     if (a->levels && (s = spc_options_set_level_cb(o, on_level, d)) != SPC_OK) return failed("spc_options_set_level_cb", s);
     return 0;
@@ -456,6 +464,7 @@ int main(int argc, char **argv) {
     a.app_id = "speechclient-demo";
     a.reconnect_attempts = a.replay_buffer_ms = a.context_limit_ms = a.stream_budget = -1;
     a.drain_timeout_ms = a.keepalive_ms = -1;
+    a.timeouts_ms[0] = -1;
     long timeout_ms = 120000;
     struct demo d;
     memset(&d, 0, sizeof d);
@@ -530,6 +539,11 @@ int main(int argc, char **argv) {
             if (parse_list(next, 0, INT32_MAX, 0, v, 2) == 0) return usage_error("--keepalive-ms needs INTERVAL or INTERVAL,TIMEOUT in milliseconds, not", next);
             a.keepalive_ms = v[0];
             a.keepalive_timeout_ms = v[1];
+        }
+        else if (!strcmp(arg, "--timeouts-ms")) {
+            VALUE();
+            a.timeouts_ms[0] = 5000, a.timeouts_ms[1] = 10000, a.timeouts_ms[2] = 10000;
+            if (parse_list(next, 0, INT32_MAX, 0, a.timeouts_ms, 3) == 0) return usage_error("--timeouts-ms needs CONNECT[,LOGIN[,START]] in milliseconds, not", next);
         }
         else if (!strcmp(arg, "--json")) d.json = 1;
         else if (!strcmp(arg, "--verbose")) a.verbose = 1;

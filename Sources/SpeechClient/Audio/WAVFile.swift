@@ -9,8 +9,9 @@ import Glibc
 ///
 /// Size fields that lie are common: recorders that stream write 0 or 0xFFFFFFFF (or a huge
 /// placeholder) and never come back; a copy may be cut short. The data chunk is therefore read
-/// up to the end of the file, in whole frames, whatever it declares. A file whose data chunk
-/// holds not even one of its declared frames is rejected as truncated.
+/// up to the end of the file, in whole frames, whatever it declares (`missingBytes` says how
+/// much a cut-short file lacks: the client warns about it). A file whose data chunk holds not
+/// even one of its declared frames is rejected as truncated.
 public final class WAVFileSource: AudioSource {
     public enum SampleKind: Equatable, Sendable { case int16, int24, int32, float32 }
 
@@ -21,6 +22,9 @@ public final class WAVFileSource: AudioSource {
         public var dataOffset: Int
         /// Bytes of audio that will be read: whole frames, the declared size cut to the file.
         public var dataBytes: Int
+        /// Bytes the data chunk declares beyond the end of the file (a copy cut short), 0 when
+        /// it holds all of them or declares a streaming placeholder (0, 0xFFFFFFFF).
+        public var missingBytes: Int = 0
         public var frames: Int { dataBytes / max(1, blockAlign) }
     }
 
@@ -182,7 +186,8 @@ public final class WAVFileSource: AudioSource {
                     throw fail(path, "truncated: the data chunk declares \(declared) bytes but the file holds \(usable)")
                 }
                 return Header(format: fmt.format, kind: fmt.kind, blockAlign: fmt.blockAlign, dataOffset: offset,
-                              dataBytes: usable - usable % fmt.blockAlign)
+                              dataBytes: usable - usable % fmt.blockAlign,
+                              missingBytes: declared == Int.max || (size >= 0x7FFF_0000 && ds64DataSize == nil) ? 0 : declared - usable)
             default:
                 // Chunks are padded to even sizes; the pad byte is not counted in the size.
                 let padded = size + (size & 1)

@@ -197,7 +197,8 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         let cache = TokenCache(directory: options.cacheDir ?? DeviceIdentity.defaultCacheDirectory())
         let identity = IdentityClient(channel: identityChannel, cache: cache, deviceId: deviceId,
                                       appId: options.appId, projectId: options.projectId,
-                                      server: identityServer.description, headers: options.headers)
+                                      server: identityServer.description, timeoutMilliseconds: options.loginTimeoutMilliseconds,
+                                      headers: options.headers)
         return SpeechlyService(channel: channel, identity: identity, headers: options.headers) { level, message in
             log.client?.log(level, message)
         }

@@ -36,8 +36,14 @@ public struct ClientOptions: Sendable {
     public var delivery = Delivery.thread
     /// Who reads the connection: the network thread, or the application in `ApplicationIO.process()`.
     public var io = NetworkIO.library
-    /// How long to wait for a TCP connection (and, later, TLS) before a timeout error.
+    /// How long to wait for a connection to answer: TCP, TLS and the server's first HTTP/2
+    /// SETTINGS (or a Wyoming service's `info`), before a timeout error.
     public var connectTimeoutMilliseconds = 5_000
+    /// The deadline of a login (the Speechly Identity call).
+    public var loginTimeoutMilliseconds = 10_000
+    /// How long a server may take to acknowledge a context's start on each stream (its
+    /// `started`) before the stream counts as lost (and is retried as a lost connection is).
+    public var startTimeoutMilliseconds = 10_000
     /// An SLU stream with no context is closed after this long and reopened by the next start.
     public var idleStreamMilliseconds = 30_000
     /// Reconnection after a lost connection in a context: attempts, and the backoff between
@@ -226,6 +232,17 @@ public struct ClientOptions: Sendable {
             throw SpeechClientError(.invalidArgument, "stream budget \(bytes) bytes is outside 65536-1073741824 bytes")
         }
         streamBudgetBytes = bytes
+    }
+
+    public mutating func setTimeouts(connectMilliseconds: Int, loginMilliseconds: Int, startMilliseconds: Int) throws(SpeechClientError) {
+        for (name, value) in [("connect", connectMilliseconds), ("login", loginMilliseconds), ("start", startMilliseconds)] {
+            guard (100...600_000).contains(value) else {
+                throw SpeechClientError(.invalidArgument, "\(name) timeout \(value) ms is outside 100-600000 ms")
+            }
+        }
+        connectTimeoutMilliseconds = connectMilliseconds
+        loginTimeoutMilliseconds = loginMilliseconds
+        startTimeoutMilliseconds = startMilliseconds
     }
 
     public mutating func setDrainTimeout(milliseconds: Int) throws(SpeechClientError) {

@@ -131,7 +131,7 @@ final class ClientWorker: @unchecked Sendable {
             // prepared stream with no context is closed after `idleStreamMilliseconds`
             // (protocol.md: the official clients did the same) and reopened by the next start.
             let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
-            let deadline = [reconnect?.at, idleDeadline, moveDeadline].compactMap { $0 }.min()
+            let deadline = [reconnect?.at, idleDeadline, moveDeadline, startDeadline].compactMap { $0 }.min()
             let busy = pumpWanted || replaying
             guard let next = client.nextCommand(wait: !busy, deadline: deadline) else {
                 audioLock.withLock { idleStep(idleDeadline: idleDeadline) }
@@ -153,12 +153,28 @@ final class ClientWorker: @unchecked Sendable {
     /// The earliest time a lane on a going-away connection must move.
     private var moveDeadline: UInt64? { lanes.values.compactMap(\.moveBy).min() }
 
+    /// The earliest start acknowledgement due (lanes the server has not acknowledged yet).
+    private var startDeadline: UInt64? { lanes.values.map(\.startDue).filter { $0 != .max }.min() }
+
+    /// A stream whose start the server did not acknowledge in time is lost (issue 19 item 1: a
+    /// hung server once left a context STARTING for 40 s): it is retried like a lost connection,
+    /// its audio replayed, until the reconnect attempts run out.
+    private func expireUnacknowledgedStarts(now: UInt64) {
+        for (gen, lane) in lanes.sorted(by: { $0.key < $1.key }) where now >= lane.startDue {
+            lane.stream.cancel()
+            handleStream(.closed(SpeechClientError(.timeout, "the server did not acknowledge the start of the context within \(options.startTimeoutMilliseconds) ms",
+                                                   grpcStatus: GRPCStatus.unavailable)), generation: gen)
+        }
+    }
+
     /// What the worker does between commands: reconnect, replay, pump the source, move a lane
     /// off a closing connection, close an idle stream.
     private func idleStep(idleDeadline: UInt64?) {
         guard let client else { return }
         let now = Clock.monotonicNanos()
-        if let r = reconnect, now >= r.at {
+        if let due = startDeadline, now >= due {
+            expireUnacknowledgedStarts(now: now)
+        } else if let r = reconnect, now >= r.at {
             attemptReconnect()
         } else if replaying || pumping {
             let replayed = replaying && pumpReplay()
@@ -309,6 +325,7 @@ final class ClientWorker: @unchecked Sendable {
         prepared = nil
         let replayFrom = from < (end ?? contextSamples) ? from : nil
         var lane = Lane(stream: stream, start: from, end: end, replayFrom: replayFrom)
+        lane.startDue = Clock.monotonicNanos() + UInt64(options.startTimeoutMilliseconds) * 1_000_000
         let start = SLURequest.start(appId: options.appId ?? "", options: options.contextOptions)
         stream.send(start)
         lane.bytes = start.encoded().count + 5  // the gRPC prefix
@@ -406,6 +423,11 @@ final class ClientWorker: @unchecked Sendable {
             try file.open()
             source = file
             converter = AudioConverter(input: file.format)
+            if let wav = file as? WAVFileSource, let h = wav.header, h.missingBytes > 0 {
+                // Issue 19 item 7: a cut-short copy is streamed, and the loss said.
+                let rate = Double(max(1, h.format.sampleRate * h.blockAlign))
+                client?.log(.warning, "\(wav.path): the data chunk declares \(h.dataBytes + h.missingBytes) bytes but the file holds \(h.dataBytes): its last \(Self.seconds(Double(h.missingBytes) / rate)) s are missing; transcribing the \(Self.seconds(Double(h.dataBytes) / rate)) s there are")
+            }
         case .microphone:
             if source == nil { try prepare(client: client) }
             if let source { converter = AudioConverter(input: source.format) }
@@ -638,6 +660,7 @@ final class ClientWorker: @unchecked Sendable {
         if isHeld(gen) {
             switch event {
             case .response(let response):
+                if case .started = response.payload { lanes[gen]?.startDue = .max }  // acknowledged, applied later
                 if case .rttRequest(let id) = response.payload {
                     lane.stream.send(.rttResponse(id: id))
                 } else if let error = hold(response, lane: gen) {
@@ -768,6 +791,7 @@ final class ClientWorker: @unchecked Sendable {
             authRetried = false
             lane.serverContext = response.audioContext
             lane.startedAt = Clock.monotonicNanos()
+            lane.startDue = .max
             lanes[gen] = lane
             timeOffsets[response.audioContext] = Int32(clamping: lane.start / 16)
             if let loss = pendingLoss {

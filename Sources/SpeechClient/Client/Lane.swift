@@ -22,6 +22,9 @@ struct Lane {
     var bytes = 0
     /// When the server acknowledged it (`started`), monotonic ns.
     var startedAt: UInt64?
+    /// Until when the server may take to acknowledge it (the start timeout), monotonic ns;
+    /// `.max` once it did (its `started` may still be held behind an earlier lane).
+    var startDue: UInt64 = .max
     var stopSent = false
     /// The connection is going away (GOAWAY): move to a new lane at the next pause, by this time.
     var moveBy: UInt64?

@@ -75,12 +75,14 @@ final class ConnectionPool: @unchecked Sendable {
         case .use(let c): return c
         case .connect(let a): myAttempt = a
         }
+        var opened: HTTP2Connection?
         do throws(SpeechClientError) {
             let io = try Connector.open(host: key.host, port: key.port, useTLS: key.useTLS, tls: key.tls,
                                         timeoutMilliseconds: timeoutMilliseconds, cancellation: cancellation)
             var settings = key.settings
             settings.keepaliveIntervalMilliseconds = lock.withLock { keepaliveIntervalMilliseconds }
             let connection = HTTP2Connection(io: io, loop: loop, peer: "\(key.host):\(key.port)", settings: settings)
+            opened = connection
             connection.onEnhanceYourCalm = { [weak self] in
                 guard let self else { return }
                 self.lock.withLock {
@@ -89,10 +91,22 @@ final class ConnectionPool: @unchecked Sendable {
                     }
                 }
             }
+            // Ready only once the server answered with its SETTINGS (a server that accepts the
+            // connection and never answers, or speaks another protocol, is found here, within
+            // what is left of the connect timeout: issue 19 item 1).
+            let answer = OneShot<SpeechClientError?>()
             let startError = loop.executeAndWait { () -> SpeechClientError? in
+                connection.onAnswer = { answer.set($0) }
                 do throws(SpeechClientError) { try connection.start(); return nil } catch { return error }
             }
             if let startError { throw startError }
+            if let error = try Self.awaitAnswer(answer, deadline: deadline, cancellation: cancellation,
+                                                peer: "\(key.host):\(key.port)", timeoutMilliseconds: timeoutMilliseconds) {
+                throw error
+            }
+            if !connection.isUsable {
+                throw SpeechClientError(.network, "the connection to \(key.host):\(key.port) closed as it opened", grpcStatus: GRPCStatus.unavailable)
+            }
             lock.withLock {
                 current = connection
                 connecting = false
@@ -100,6 +114,9 @@ final class ConnectionPool: @unchecked Sendable {
             lock.broadcast()
             return connection
         } catch {
+            if let connection = opened {
+                loop.execute { connection.fail(error) }
+            }
             let cancelled = cancellation?.isCancelled == true
             lock.withLock {
                 if !cancelled { lastFailure = (myAttempt, error) }
@@ -107,6 +124,21 @@ final class ConnectionPool: @unchecked Sendable {
             }
             lock.broadcast()
             throw error
+        }
+    }
+
+    /// Waits for the server's answer until the connect deadline, in slices so that a
+    /// cancellation is seen within 50 ms. nil: the server answered.
+    private static func awaitAnswer(_ answer: OneShot<SpeechClientError?>, deadline: UInt64, cancellation: Cancellation?,
+                                    peer: String, timeoutMilliseconds: Int) throws(SpeechClientError) -> SpeechClientError? {
+        while true {
+            try cancellation?.check()
+            let now = Clock.monotonicNanos()
+            if let result = answer.wait(untilMonotonicNanos: min(deadline, now + 50_000_000)) { return result }
+            if Clock.monotonicNanos() >= deadline {
+                return SpeechClientError(.timeout, "\(peer): no answer within \(timeoutMilliseconds) ms: the server accepted the connection but sent no HTTP/2 settings (a hung server, or not an HTTP/2 server)",
+                                         grpcStatus: GRPCStatus.unavailable)
+            }
         }
     }
 }

@@ -40,6 +40,14 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     /// lengthens the keepalive interval of the next connections.
     var onEnhanceYourCalm: (() -> Void)?
 
+    /// Called once (on the loop): nil when the server's first SETTINGS frame arrived (it speaks
+    /// HTTP/2), or the error that ended the connection before that, naming what answered
+    /// instead (issue 19 item 1: a connection is not "ready" until the server answered).
+    var onAnswer: ((SpeechClientError?) -> Void)?
+    private var answered = false
+    /// The first bytes received before the answer: what a wrong protocol is recognised by.
+    private var firstBytes: [UInt8] = []
+
     // Keepalive.
     private var lastReceiveNanos: UInt64 = 0
     private var pingSentNanos: UInt64?
@@ -166,6 +174,9 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
             case .bytes(let n):
                 lastReceiveNanos = Clock.monotonicNanos()
                 guard let base = readBuffer.baseAddress else { return }
+                if !answered && firstBytes.count < 64 {
+                    firstBytes += UnsafeRawBufferPointer(rebasing: readBuffer[..<min(n, 64 - firstBytes.count)])
+                }
                 let rc = nghttp2_session_mem_recv(session, base.assumingMemoryBound(to: UInt8.self), n)
                 if rc < 0 {
                     fail(SpeechClientError(.network, "HTTP/2 protocol error from \(peer): \(String(cStringOrEmpty: nghttp2_strerror(Int32(truncatingIfNeeded: rc))))",
@@ -249,8 +260,16 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     }
 
     /// Ends the connection: every open stream fails with `error`, the socket and session go.
-    func fail(_ error: SpeechClientError) {
+    /// Before the server answered, the error names what answered instead (`unanswered`).
+    func fail(_ failure: SpeechClientError) {
         if closed { return }
+        var error = failure
+        if !answered {
+            error = unanswered(failure)
+            answered = true
+            onAnswer?(error)
+            onAnswer = nil
+        }
         closed = true
         usable.store(false, ordering: .releasing)
         if let t = keepaliveTimer { loop.cancelTimer(t) }
@@ -264,6 +283,31 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         for (_, delegate) in open.sorted(by: { $0.key < $1.key }) {
             delegate.http2Closed(errorCode: 0, connectionFailure: error)
         }
+    }
+
+    /// Names why a connection ended before the server's SETTINGS: an HTTP/1 answer, a TLS
+    /// record (a TLS server dialled without TLS), other bytes, or nothing at all. A write that
+    /// failed first (the server answered and closed) still gets what the server had sent.
+    private func unanswered(_ error: SpeechClientError) -> SpeechClientError {
+        if firstBytes.isEmpty, case .bytes(let n) = io.read(into: readBuffer) {
+            firstBytes = Array(UnsafeRawBufferPointer(rebasing: readBuffer[..<min(n, 64)]))
+        }
+        let b = firstBytes
+        let reason: String
+        if b.starts(with: Array("HTTP/".utf8)) {
+            let line = b.prefix { $0 != 13 && $0 != 10 }.map { $0 >= 0x20 && $0 < 0x7f ? Character(UnicodeScalar($0)) : "?" }
+            reason = "not an HTTP/2 server: it answered HTTP/1 ('\(String(line))')"
+        } else if b.count >= 2 && (b[0] == 0x15 || b[0] == 0x16) && b[1] == 0x03 {
+            reason = "it answered with TLS: a TLS server dialled without TLS (use the scheme with TLS, such as grpc+tls:// or rivas://)"
+        } else if !b.isEmpty {
+            let hex = b.prefix(8).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: " ")
+            reason = "not an HTTP/2 server: it answered with unexpected bytes (\(hex) ...)"
+        } else {
+            reason = "the server closed the connection without an HTTP/2 answer (\(error.message)); a TLS server dialled without TLS does that"
+        }
+        var named = SpeechClientError(.network, "\(peer): \(reason)", grpcStatus: GRPCStatus.unavailable)
+        if (error.code == .timeout && b.isEmpty) || error.code == .invalidState { named = error }
+        return named
     }
 
     // MARK: keepalive (loop thread)
@@ -352,6 +396,13 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
             }
         case NGHTTP2_PING.rawValue:
             if hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 { pingSentNanos = nil }
+        case NGHTTP2_SETTINGS.rawValue:
+            if !answered && hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 {
+                answered = true
+                firstBytes = []
+                onAnswer?(nil)
+                onAnswer = nil
+            }
         default:
             break
         }

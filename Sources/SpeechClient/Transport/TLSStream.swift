@@ -133,6 +133,10 @@ final class TLSStream: ByteStream {
             return SpeechClientError(.tls, "TLS handshake with \(peer) failed: the server closed the connection"
                                      + (reason.isEmpty ? "" : " (\(reason))"))
         }
+        // What OpenSSL says when the answer is not a TLS record at all (issue 19 item 1).
+        if reason.contains("wrong version number") || reason.contains("packet length too long") || reason.contains("http request") {
+            return SpeechClientError(.tls, "TLS handshake with \(peer) failed: the server does not speak TLS (\(reason)); dial it without TLS (grpc://, riva://)")
+        }
         return SpeechClientError(.tls, "TLS handshake with \(peer) failed" + (reason.isEmpty ? "" : ": \(reason)"))
     }
 

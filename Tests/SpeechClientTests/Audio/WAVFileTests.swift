@@ -57,10 +57,13 @@ import Glibc
             let t = WAVFileSource(path: p)
             try t.open()
             #expect(try F.readAll(t) == [0.5, 0.5])
+            #expect(t.header?.missingBytes == 0)  // a placeholder: nothing is said missing
         }
-        // Declared 100 bytes, 5 present: the two whole frames are read, the odd byte dropped.
+        // Declared 100 bytes, 5 present: the two whole frames are read, the odd byte dropped,
+        // and the 95 bytes the copy lacks are counted (the client warns with them).
         let cut = F.writeTemp(F.wav(data: [0, 0x40, 0, 0x40, 7], declaredDataSize: 100), name: "cut.wav")
         #expect(try WAVFileSource.validate(path: cut).dataBytes == 4)
+        #expect(try WAVFileSource.validate(path: cut).missingBytes == 95)
         // A chunk after the data is not audio.
         let tail = F.writeTemp(F.wav(data: [0, 0x40, 0, 0xC0], trailingChunk: true), name: "tail.wav")
         let u = WAVFileSource(path: tail)

@@ -43,7 +43,7 @@ from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError,
 from .types import (AudioSource, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
                     StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 
 def version() -> str:

@@ -141,8 +141,9 @@ def _number(low: int, high: int):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m speechclient",
                                 description="Transcribe a WAV file or a microphone with libspeechclient.")
-    p.add_argument("command", nargs="?", choices=["transcribe"], help=argparse.SUPPRESS)
-    p.add_argument("wav", nargs="?", help=argparse.SUPPRESS)  # `transcribe FILE`, kept for older scripts
+    p.add_argument("command", nargs="?", choices=["transcribe"],
+                   help="'transcribe WAV' is the same as --file WAV (the older form, kept for scripts)")
+    p.add_argument("wav", nargs="?", help="the WAV file of 'transcribe WAV'")
     p.add_argument("--url", default=os.environ.get("SPEECHCLIENT_URL") or "grpc://127.0.0.1:50051",
                    help="server: grpc://host:port or grpc+tls://host:port (Speechly), wyoming://host:port or "
                         "wyoming+unix:///path (Wyoming), riva://host:port or rivas://host:port (NVIDIA Riva) "
@@ -164,6 +165,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="audio message duration, 20-1000 ms (default 100)")
     p.add_argument("--timeout-ms", type=_number(-1, 2**31 - 1), default=120000,
                    help="give up when the results take longer (-1: no limit; default %(default)s)")
+    p.add_argument("--timeouts-ms", metavar="CONNECT[,LOGIN[,START]]",
+                   help="the server must answer a connection, a login and a context's start within these, "
+                        "100-600000 ms each (default 5000,10000,10000)")
     p.add_argument("--hands-free", action="store_true",
                    help="listen: speech opens a context, a pause closes it (until the end or Ctrl-C)")
     p.add_argument("--wakeword", metavar="PHRASE",
@@ -173,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="a Wyoming wake-word service opens the contexts (wyoming://HOST:PORT)")
     p.add_argument("--levels", action="store_true", help="with --json: the level of each chunk in dBFS")
     p.add_argument("--json", action="store_true", help="one JSON object per line (the C demo's stable format)")
-    p.add_argument("--verbose", action="store_true", help="the library's debug log on stderr")
+    p.add_argument("--verbose", action="store_true", help="every library log line on stderr (warnings are always there)")
     p.add_argument("--version", action="version", version=f"speechclient (Python) with libspeechclient {version()}")
     return p
 
@@ -195,6 +199,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     def on_log(level: LogLevel, message: str) -> None:
         print(f"speechclient [{level.name.lower()}] {message}", file=sys.stderr, flush=True)
 
+    timeouts = None
+    if args.timeouts_ms is not None:
+        try:
+            given = [int(v) for v in args.timeouts_ms.split(",")]
+        except ValueError:
+            given = []
+        if not 1 <= len(given) <= 3:
+            p.error(f"--timeouts-ms needs CONNECT[,LOGIN[,START]] in milliseconds, not {args.timeouts_ms}")
+        timeouts = tuple(given + [5000, 10000, 10000][len(given):])
     # As the demo: a wakeword means wakeword listening, with or without --hands-free.
     activation = ("wakeword" if args.wakeword is not None or args.wakeword_url is not None
                   else "voice" if args.hands_free else "manual")
@@ -203,10 +216,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         model=args.model, headers=[(h.partition("=")[0], h.partition("=")[2]) for h in args.header] or None,
                         cache_dir=args.cache_dir, ca_file=args.ca_file, insecure_tls=args.insecure,
                         audio=WavFile(path) if path is not None else Microphone(device=args.mic),
-                        chunk_ms=args.chunk_ms,
+                        chunk_ms=args.chunk_ms, timeouts=timeouts,
                         activation=activation, wakeword=args.wakeword, wakeword_url=args.wakeword_url, levels=args.levels,
                         log_level=LogLevel.DEBUG if args.verbose else LogLevel.WARNING,
-                        on_log=on_log if args.verbose else None)
+                        on_log=on_log)  # warnings always, as the C demo; --verbose: every line
     except SpeechClientError as e:
         if e.option is not None:  # a value the library rejects: a usage error, as in the C demo
             p.print_usage(sys.stderr)

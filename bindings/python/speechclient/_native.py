@@ -21,10 +21,10 @@ from typing import List
 
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h).
 SPC_VERSION_MAJOR = 0
-SPC_VERSION_MINOR = 7
+SPC_VERSION_MINOR = 8
 SPC_VERSION_PATCH = 0
-SPC_VERSION_STRING = "0.7.0"
-SPC_VERSION_NUMBER = 7000
+SPC_VERSION_STRING = "0.8.0"
+SPC_VERSION_NUMBER = 8000
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
@@ -331,6 +331,9 @@ spc_options_set_activation = _optional_fn("spc_options_set_activation", c_status
 spc_options_set_wakeword = _optional_fn("spc_options_set_wakeword", c_status, options_p, c_char_p)
 # spc_status spc_options_set_wakeword_url(spc_options *options, const char *url, const char *name); (0.7)
 spc_options_set_wakeword_url = _optional_fn("spc_options_set_wakeword_url", c_status, options_p, c_char_p, c_char_p)
+# spc_status spc_options_set_timeouts(spc_options *options, uint32_t connect_ms, uint32_t login_ms,
+#                                     uint32_t start_ms); (0.8)
+spc_options_set_timeouts = _optional_fn("spc_options_set_timeouts", c_status, options_p, c_uint32, c_uint32, c_uint32)
 # spc_status spc_options_set_vad(spc_options *options, spc_vad_param param, double value);
 spc_options_set_vad = _optional_fn("spc_options_set_vad", c_status, options_p, c_vad_param, c_double)
 # spc_status spc_options_set_endpointing(spc_options *options, uint32_t pre_roll_ms, uint32_t trailing_silence_ms,

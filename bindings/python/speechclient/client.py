@@ -374,7 +374,7 @@ class Client:
                  reconnect: Optional[Tuple[int, int, int]] = None, replay_buffer_ms: Optional[int] = None,
                  context_limit_ms: Optional[int] = None, stream_budget: Optional[int] = None,
                  drain_timeout_ms: Optional[int] = None, keepalive: Optional[Tuple[int, int]] = None,
-                 push_wait_ms: Optional[int] = None,
+                 push_wait_ms: Optional[int] = None, timeouts: Optional[Tuple[int, int, int]] = None,
                  delivery: Union[str, n.Delivery] = "thread",
                  io: Union[str, n.NetworkIO] = "library",
                  activation: Optional[Union[str, n.Activation]] = None, wakeword: Optional[str] = None,
@@ -438,6 +438,9 @@ class Client:
                     raise _option_error(name, f"{name}: {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
                                               f"without stream budgets, drain timeouts, keepalive settings and "
                                               f"unlimited reconnection (0.5)")
+        if timeouts is not None and n.spc_options_set_timeouts is None:
+            raise _option_error("timeouts", f"timeouts: {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
+                                            f"without connect, login and start timeouts (0.8)")
         self.activation: n.Activation = _activation(activation, wakeword, wakeword_url)
         if wakeword_url is not None and n.spc_options_set_wakeword_url is None:
             # Named before the hands-free options it implies: it is what the library lacks last.
@@ -560,6 +563,14 @@ class Client:
                     raise _option_error("keepalive", f"keepalive={keepalive!r}: must be (interval_ms, timeout_ms)") from None
                 _check_option(n.spc_options_set_keepalive(opts, _u32("keepalive", interval), _u32("keepalive", timeout)),
                               "keepalive", (interval, timeout), "interval_ms 0 (off) or 1000-3600000, timeout_ms 100-600000")
+            if timeouts is not None:
+                try:
+                    connect, login, start = timeouts
+                except (TypeError, ValueError):
+                    raise _option_error("timeouts", f"timeouts={timeouts!r}: must be (connect_ms, login_ms, start_ms)") from None
+                _check_option(n.spc_options_set_timeouts(opts, _u32("timeouts", connect), _u32("timeouts", login),
+                                                         _u32("timeouts", start)),
+                              "timeouts", (connect, login, start), "100-600000 ms each")
             if n.spc_options_set_delivery is not None:
                 _check_option(n.spc_options_set_delivery(opts, int(self.delivery)), "delivery",
                               self.delivery.name.lower())
