@@ -384,6 +384,7 @@ typedef enum spc_vad_param {
 typedef struct spc_options spc_options;
 typedef struct spc_client spc_client;
 typedef struct spc_segment spc_segment;
+typedef struct spc_devices spc_devices; /* the capture devices (spc_audio_devices(), since 0.8) */
 
 /* ---------------------------------------------------------------------------------------------
 ** CALLBACKS
@@ -530,8 +531,22 @@ SPC_API spc_status spc_options_set_ca_file(spc_options *options, const char *pat
 SPC_API spc_status spc_options_set_insecure_tls(spc_options *options, int insecure);
 
 /* Audio from an ALSA capture device, by name; NULL means "default". This is the default
-** source. The device's own rate and channel count are negotiated and converted. */
+** source. The device's own rate and channel count are negotiated and converted. The names to
+** give are listed by spc_audio_devices(). */
 SPC_API spc_status spc_options_set_audio_microphone(spc_options *options, const char *device);
+
+/* The ALSA capture devices, as `arecord -L` lists them: each name can be given to
+** spc_options_set_audio_microphone(), each description is ALSA's (lines separated by '\n': the
+** card, then what the device does). Devices that only play are left out; at most 1024. Stores
+** a list the caller frees with spc_devices_free() in *out_devices (NULL on failure).
+** SPC_ERROR_INVALID_ARGUMENT for NULL; SPC_ERROR_AUDIO when ALSA cannot list them. The count is
+** 0 for NULL; a name or description is NULL for an index out of range; freeing NULL does
+** nothing. Since 0.8. */
+SPC_API spc_status spc_audio_devices(spc_devices **out_devices);
+SPC_API size_t spc_devices_count(const spc_devices *devices);
+SPC_API const char *spc_devices_name(const spc_devices *devices, size_t i);
+SPC_API const char *spc_devices_description(const spc_devices *devices, size_t i);
+SPC_API void spc_devices_free(spc_devices *devices);
 
 /* Audio from a WAV file: PCM 16, 24 or 32 bit, or 32-bit float; any rate, any channel count
 ** (channels are averaged). Each spc_client_start() streams the whole file from its beginning,
@@ -720,6 +735,14 @@ SPC_API spc_status spc_options_set_listen_cb(spc_options *options, spc_listen_cb
 SPC_API spc_status spc_options_set_level_cb(spc_options *options, spc_level_cb cb,
                                             void *user_data);
 
+/* Inside a listen callback for SPC_LISTEN_ACTIVATE: what was heard. With a wake-word service,
+** the name of the wake word it detected, as the service reports it (for example
+** "hey_jarvis_v0.1"); with the transcript wakeword, the phrase. NULL for other events, other
+** activations (SPC_ACTIVATION_VOICE), a NULL client, and outside a listen callback. Owned by
+** the library and valid until the callback returns; call it only from inside the callback.
+** Since 0.8. */
+SPC_API const char *spc_listen_name(spc_client *client);
+
 /* ---------------------------------------------------------------------------------------------
 ** CLIENT
 */
@@ -763,12 +786,16 @@ SPC_API spc_status spc_client_stop(spc_client *client);
 /* Closes the microphone and the connections, keeping the login. An open context is stopped
 ** first (its results still arrive). A context the server has not opened yet (a connect or login
 ** still in progress) is abandoned at once: its stop callback fires, with no start and no error
-** callback, and the audio pushed into it is dropped. SUSPENDED already:
-** SPC_ERROR_INVALID_STATE. */
+** callback, and the audio pushed into it is dropped. The client state is SUSPENDED at once; the
+** state callback's SUSPENDED comes once the connection is let go: after the last results and
+** the stop callback of a context that was open (since 0.8; before, ahead of them). SUSPENDED
+** already: SPC_ERROR_INVALID_STATE. */
 SPC_API spc_status spc_client_suspend(spc_client *client);
 
-/* Leaves SUSPENDED; the microphone and connection are reopened (failures arrive through the
-** error callback). Not SUSPENDED: SPC_ERROR_INVALID_STATE. */
+/* Leaves SUSPENDED: the client is IDLE. With prepare-on-init the microphone and the connection
+** are reopened at once, as spc_client_new() opens them (CONNECTING then READY through the state
+** callback; a failure through the error callback); without it they are opened by the next
+** spc_client_start(), as after spc_client_new(). Not SUSPENDED: SPC_ERROR_INVALID_STATE. */
 SPC_API spc_status spc_client_resume(spc_client *client);
 
 /* The client's state (see CLIENT STATES). SPC_ERROR_INVALID_ARGUMENT for NULL arguments. */
@@ -879,6 +906,13 @@ SPC_API int32_t spc_segment_word_start_ms(const spc_segment *segment, size_t i);
 SPC_API int32_t spc_segment_word_end_ms(const spc_segment *segment, size_t i);   /* -1 if out of range or unknown */
 SPC_API int spc_segment_word_is_final(const spc_segment *segment, size_t i);
 
+/* Confidences, 0.0 to 1.0, where the server gives them: NVIDIA Riva gives one per word and one
+** for each final transcript. -1.0 where it gives none: Speechly-protocol and Wyoming servers, a
+** Riva server that computes none (protobuf leaves a 0 off the wire, so a 0 reads as none too),
+** tentative updates for the transcript's, a NULL segment or an index out of range. Since 0.8. */
+SPC_API float spc_segment_word_confidence(const spc_segment *segment, size_t i);
+SPC_API float spc_segment_confidence(const spc_segment *segment);
+
 /* The intent, or "" when none is known yet; and whether it is final. */
 SPC_API const char *spc_segment_intent(const spc_segment *segment);
 SPC_API int spc_segment_intent_is_final(const spc_segment *segment);
@@ -897,7 +931,9 @@ SPC_API int spc_segment_entity_is_final(const spc_segment *segment, size_t i);
 **  "words":[{"text":"...","index":0,"start_ms":0,"end_ms":0,"final":true}],
 **  "intent":{"intent":"...","final":true},
 **  "entities":[{"type":"...","value":"...","start":0,"end":1,"final":true}]}
-** "intent" is null when no intent is known. Owned by the segment; "" for NULL. */
+** "intent" is null when no intent is known. From 0.8 on, a "confidence" (0 to 1, three decimals)
+** follows "transcript" and a word's "final" where the server gave one; absent otherwise, so the
+** lines of servers without confidences are unchanged. Owned by the segment; "" for NULL. */
 SPC_API const char *spc_segment_json(const spc_segment *segment);
 
 /* A copy the caller owns, to keep a segment past its callback; free it with spc_segment_free().

@@ -5,6 +5,9 @@
 #include <string.h>
 #include <time.h>
 #include <openssl/ssl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <alsa/asoundlib.h>
 #include "cshims.h"
 
 void speechclient_shim_set_thread_name(const char *name) {
@@ -100,4 +103,37 @@ int speechclient_shim_ssl_shutdown(struct ssl_st *ssl) { WITHOUT_SIGPIPE(SSL_shu
 
 int speechclient_shim_ssl_set_sni(struct ssl_st *ssl, const char *name) {
     return (int)SSL_set_tlsext_host_name(ssl, name);
+}
+
+/* ALSA's messages go to whoever on this thread is calling ALSA (an ALSACapture), not to stderr. */
+static __thread void *alsa_context;
+static speechclient_alsa_message_fn alsa_message_fn;
+
+static void alsa_error(const char *file, int line, const char *function, int err, const char *fmt, ...) {
+    void *context = alsa_context;
+    speechclient_alsa_message_fn fn = __atomic_load_n(&alsa_message_fn, __ATOMIC_ACQUIRE);
+    if (!context || !fn) return;
+    char text[512], message[768];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (err)
+        snprintf(message, sizeof message, "%s: %s (%s:%d, %s)", text, snd_strerror(err), file ? file : "?", line,
+                 function ? function : "?");
+    else
+        snprintf(message, sizeof message, "%s (%s:%d, %s)", text, file ? file : "?", line, function ? function : "?");
+    fn(context, message);
+}
+
+void speechclient_shim_alsa_route_errors(speechclient_alsa_message_fn fn) {
+    __atomic_store_n(&alsa_message_fn, fn, __ATOMIC_RELEASE);
+    snd_lib_error_set_handler(alsa_error);
+}
+
+void *speechclient_shim_alsa_set_context(void *context) {
+    void *previous = alsa_context;
+    alsa_context = context;
+    return previous;
 }

@@ -31,14 +31,21 @@ extension CCallbacks {
                 stateCallback(handle, spc_connection_state(rawValue: UInt32(state.rawValue)), attempt, delay,
                               box.map { OpaquePointer(Unmanaged.passUnretained($0).toOpaque()) }, stateData)
             }
-        case .listen(let event, let position):
+        case .listen(let event, let position, let name):
             guard let listenCallback = self.listen else { return }
+            client.deliveringListenName.withLock { $0 = name.map { OwnedCString($0) } }
             listenCallback(handle, spc_listen_event(rawValue: UInt32(event.rawValue)), position, listenData)
+            client.deliveringListenName.withLock { $0 = nil }
         case .level(let level, let position):
             guard let levelCallback = self.level else { return }
             levelCallback(handle, level, position, levelData)
         }
     }
+}
+
+@c @implementation
+public func spc_listen_name(_ client: OpaquePointer?) -> UnsafePointer<CChar>? {
+    clientFrom(client)?.deliveringListenName.withLock { $0?.constPointer }
 }
 
 func clientFrom(_ p: OpaquePointer?) -> Client? {

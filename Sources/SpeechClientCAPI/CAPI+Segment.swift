@@ -59,6 +59,16 @@ public func spc_segment_word_is_final(_ segment: OpaquePointer?, _ i: Int) -> In
 }
 
 @c @implementation
+public func spc_segment_word_confidence(_ segment: OpaquePointer?, _ i: Int) -> Float {
+    word(segment, i)?.1.confidence ?? -1
+}
+
+@c @implementation
+public func spc_segment_confidence(_ segment: OpaquePointer?) -> Float {
+    segmentFrom(segment)?.confidence ?? -1
+}
+
+@c @implementation
 public func spc_segment_intent(_ segment: OpaquePointer?) -> UnsafePointer<CChar>? {
     segmentFrom(segment)?.intentC.constPointer ?? StaticText.empty.constPointer
 }

@@ -49,6 +49,10 @@ def test_sentences_through_riva(riva, speech):
         times = [(w["start_ms"], w["end_ms"]) for e in finals for w in e["words"]]
         # Word offsets from Riva's final results: known, ordered, within the audio.
         assert all(0 <= s <= e for s, e in times), times
+        # Confidences (0.8): the service sends Whisper's word probabilities and their mean for
+        # the transcript; each reaches the JSON, within 0..1.
+        assert all(0 < e["confidence"] <= 1 for e in finals), finals
+        assert all(0 < w["confidence"] <= 1 for e in finals for w in e["words"]), finals
         assert [s for s, _ in times] == sorted(s for s, _ in times)
         ref = wt.normalize_words(text)
         errors += wt.word_errors(ref, wt.normalize_words(" ".join(e["transcript"] for e in finals)))
@@ -79,6 +83,10 @@ def test_interim_results_are_tentative_updates(riva, tmp_path, speech):
     assert final, "no final segment"
     assert tentative, "no interim result became a tentative update"
     assert all(w.start_ms == -1 for u in tentative for w in u.words)
+    # Confidences (0.8) in Python: on final words and transcripts; none on interim results.
+    assert all(u.confidence is not None and 0 < u.confidence <= 1 for u in final), final
+    assert all(w.confidence is not None for u in final for w in u.words), final
+    assert all(u.confidence is None for u in tentative), tentative
 
 
 def test_a_grpc_server_that_is_not_riva_fails_before_ready(speech):

@@ -35,6 +35,8 @@ def test_the_wake_word_opens_one_context_with_the_command_after_it(asr, wake, sp
           f"(read in {took:.1f} s); transcript {[e['transcript'] for e in finals]}")
     # One burst of detections, one context: activate, start, the command, deactivate, stop.
     assert [e["event"] for e in listens] == ["activate", "deactivate"], events
+    # The activation names the wake word the service heard (0.8: spc_listen_name).
+    assert listens[0]["name"].startswith("hey_jarvis") and "name" not in listens[1], listens
     assert kinds.count("start") == 1 and kinds.count("stop") == 1, kinds
     assert kinds.index("start") > kinds.index("listen")
     words = wt.normalize_words(" ".join(e["transcript"] for e in finals))

@@ -301,6 +301,28 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_wakeword(NULL, "hey"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_wakeword_url(NULL, "wyoming://127.0.0.1:10400", "hey_jarvis"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_timeouts(NULL, 5000, 10000, 10000), SPC_ERROR_INVALID_ARGUMENT);
+    /* 0.8: the capture devices; ALSA's null device is always among them. */
+    {
+        CHECK_STATUS(spc_audio_devices(NULL), SPC_ERROR_INVALID_ARGUMENT);
+        spc_devices *devices = NULL;
+        CHECK_STATUS(spc_audio_devices(&devices), SPC_OK);
+        CHECK(devices != NULL);
+        int null_seen = 0;
+        for (size_t i = 0; i < spc_devices_count(devices); i++) {
+            CHECK(spc_devices_name(devices, i) != NULL && spc_devices_description(devices, i) != NULL);
+            if (strcmp(spc_devices_name(devices, i), "null") == 0) null_seen = 1;
+        }
+        CHECK(null_seen);
+        CHECK(spc_devices_name(devices, spc_devices_count(devices)) == NULL);
+        CHECK(spc_devices_description(devices, (size_t)-1) == NULL);
+        spc_devices_free(devices);
+        CHECK(spc_devices_count(NULL) == 0 && spc_devices_name(NULL, 0) == NULL);
+        spc_devices_free(NULL);
+    }
+    /* 0.8 accessors: NULL gives "none". */
+    CHECK(spc_segment_word_confidence(NULL, 0) == -1.0f);
+    CHECK(spc_segment_confidence(NULL) == -1.0f);
+    CHECK(spc_listen_name(NULL) == NULL);
     CHECK_STATUS(spc_options_set_vad(NULL, SPC_VAD_SNR_DB, 9), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_endpointing(NULL, 300, 1000, 500, 15000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_listen_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);

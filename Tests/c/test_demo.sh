@@ -47,6 +47,18 @@ err=$("$demo" --url grpc://127.0.0.1:1 --file /nonexistent/x.wav 2>&1 >/dev/null
 check "[ $rc = 1 ]" "a missing WAV file exits 1"
 check "echo \"\$err\" | grep -q /nonexistent/x.wav" "the message names the missing file"
 
+# --list-devices (0.8): ALSA's capture devices, "null" always among them; as JSON lines too.
+out=$("$demo" --list-devices 2>&1); rc=$?
+check "[ $rc = 0 ]" "--list-devices exits 0 (got $rc: $out)"
+check "echo \"\$out\" | grep -qx null" "--list-devices lists ALSA's null device (got: $out)"
+out=$("$demo" --list-devices --json 2>&1)
+echo "$out" | python3 -c '
+import json, sys
+devices = [json.loads(l) for l in sys.stdin if l.strip()]
+assert all(d["type"] == "device" for d in devices), devices
+assert any(d["name"] == "null" and d["description"] for d in devices), devices
+'; check "[ $? = 0 ]" "--list-devices --json gives one device object per line (got: $out)"
+
 # With --json, a failed spc_client_new() is an error line too.
 out=$("$demo" --url grpc://127.0.0.1:1 --file /nonexistent/x.wav --json 2>/dev/null); rc=$?
 check "[ $rc = 1 ]" "--json with a missing WAV file exits 1"

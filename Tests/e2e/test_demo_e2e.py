@@ -2,6 +2,8 @@
 import json
 import subprocess
 
+import pytest
+
 from speechtools import DEMO
 
 
@@ -54,3 +56,15 @@ def test_a_wav_cut_short_is_transcribed_with_a_warning_naming_what_is_missing(se
     assert "the data chunk declares" in out.stderr and "s are missing" in out.stderr, out.stderr
     finals = [json.loads(l) for l in out.stdout.splitlines() if '"final":true' in l and '"segment"' in l]
     assert finals and finals[0]["transcript"].startswith("turn on the kitchen lights"), out.stdout
+
+
+@pytest.mark.parametrize("suffix, named", [("flac", "a FLAC file, not WAV"), ("ogg", "an Ogg file")])
+def test_a_compressed_file_is_refused_naming_its_format(server, speech, tmp_path, suffix, named):
+    """Issue 19 item 7: FLAC and Ogg files (made by sox from speech) were 'not a RIFF file'."""
+    wav = speech("stop the music")
+    other = tmp_path / f"speech.{suffix}"
+    subprocess.run(["sox", str(wav), str(other)], check=True)
+    out = run_demo(server, other, tmp_path)
+    assert out.returncode == 1
+    error = [json.loads(l) for l in out.stdout.splitlines() if '"type":"error"' in l][0]
+    assert error["code"] == "audio error" and named in error["message"] and "sox" in error["message"], error

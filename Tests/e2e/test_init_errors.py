@@ -34,6 +34,19 @@ def test_missing_microphone_is_an_audio_error(server, tmp_path):
     assert "no-such-capture-device" in str(e.value)
 
 
+def test_a_missing_microphone_is_said_by_the_library_alone(server, tmp_path):
+    """Issue 19 item 7: ALSA printed its own 'ALSA lib pcm.c:...: Unknown PCM' line on stderr,
+    past the log callback. Now ALSA's words are in the error (and the log), and nothing else
+    reaches stderr."""
+    import subprocess
+    from speechtools import DEMO
+    out = subprocess.run([str(DEMO), "--url", server.url, "--mic", "no-such-capture-device",
+                          "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1, out.stderr
+    assert "ALSA lib" not in out.stderr, out.stderr
+    assert "ALSA says: Unknown PCM no-such-capture-device" in out.stderr, out.stderr
+
+
 def test_all_good_is_ready_before_the_first_start(server, tmp_path):
     states = []
     with client(server.url, tmp_path, on_state=states.append) as c:

@@ -78,6 +78,21 @@ def test_pushed_pcm_at_real_time_pace_two_contexts_on_one_client(server, synthes
         assert results == [[texts[0]], [texts[1]]]
 
 
+def test_pushed_bytes_in_pieces_of_any_size_are_transcribed_whole(server, synthesize, cache_dir):
+    """Pieces of 333 bytes (an odd count, as a pipe or a socket hands them out): every frame
+    reaches the library in order, the split ones put together again (issue 19 item 7)."""
+    with wave.open(str(synthesize("turn on the kitchen lights"))) as w:
+        pcm = w.readframes(w.getnframes())
+    with sc.Client(url=server.url, app_id="py", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir,
+                   push_wait_ms=10000) as c:
+        c.start()
+        for off in range(0, len(pcm), 333):
+            c.push(pcm[off:off + 333])
+        c.push_end()
+        updates = without_states(c.updates(timeout=30))
+    assert [u.transcript for u in updates if isinstance(u, sc.Segment) and u.final] == ["turn on the kitchen lights"]
+
+
 def test_cli_json_is_the_c_demos(server, synthesize, cache_dir):
     if not DEMO.exists():
         pytest.skip("build/speechclient-demo is not built")

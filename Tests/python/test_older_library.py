@@ -45,6 +45,7 @@ def test_the_older_library_is_loaded_and_says_so():
     ("endpointing", {"endpointing": (300, 1000, 500, 15000)}, "0.2"),
     ("io", {"io": "application"}, "0.3"),
     ("wakeword_url", {"wakeword_url": "wyoming://127.0.0.1:1"}, "0.7"),
+    ("timeouts", {"timeouts": (5000, 10000, 10000)}, "0.8"),
 ])
 def test_a_newer_option_is_an_error_naming_the_release(option, kwargs, release):
     with pytest.raises(sc.InvalidArgumentError) as info:
@@ -54,7 +55,7 @@ def test_a_newer_option_is_an_error_naming_the_release(option, kwargs, release):
 
 
 def test_newer_process_wide_functions_are_errors_naming_the_release():
-    for call, release in ((sc.io_fd, "0.3"), (sc.io_process, "0.3"), (sc.io_dispatch, "0.4")):
+    for call, release in ((sc.io_fd, "0.3"), (sc.io_process, "0.3"), (sc.io_dispatch, "0.4"), (sc.audio_devices, "0.8")):
         with pytest.raises(sc.InvalidStateError) as info:
             call()
         assert info.value.code == sc.Status.INVALID_STATE
@@ -74,6 +75,8 @@ def test_a_file_is_transcribed_through_the_older_library(server, synthesize, cac
     assert final.transcript == "turn on the kitchen lights"
     assert final.intent == sc.Intent("turn_on", True)
     assert final.entities == (sc.Entity("room", "kitchen", 3, 4, True),)
+    # 0.8's confidences are absent, not an error.
+    assert final.confidence is None and all(w.confidence is None for w in final.words)
 
 
 @pytest.mark.e2e

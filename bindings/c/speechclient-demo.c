@@ -25,7 +25,9 @@
 **   {"type":"stop","context_id":"..."}    the context is closed ("" if it never opened)
 **   {"type":"error","code":"<spc_status_str>","status":N,"grpc_status":N,"message":"..."}
 **   {"type":"listen","event":"speech"|"silence"|"activate"|"deactivate"|"timeout","position_ms":N}
-**       hands-free events (--hands-free, --wakeword): position_ms counts audio since the start
+**       hands-free events (--hands-free, --wakeword): position_ms counts audio since the start;
+**       an activate event has "name": the wake word heard (--wakeword-url) or the phrase
+**   (a segment and its words have "confidence" where the server gives one: Riva)
 **   {"type":"level","dbfs":-23.5,"position_ms":N}    the level of each chunk (--levels)
 **   {"type":"state","state":"connecting"|"ready"|"reconnecting"|"unavailable"|"suspended"}
 **       a connection state change; "attempt" and "delay_ms" with reconnecting, "message" with
@@ -217,10 +219,15 @@ static void on_listen(spc_client *client, spc_listen_event event, int64_t positi
     struct demo *d = user_data;
     static const char *names[] = {"speech", "silence", "activate", "deactivate", "timeout"};
     const char *name = (unsigned)event < 5 ? names[event] : "unknown";
-    (void)client;
+    const char *heard = spc_listen_name(client);  /* what an activation heard (0.8), or NULL */
     pthread_mutex_lock(&d->out);
     if (d->json) {
-        printf("{\"type\":\"listen\",\"event\":\"%s\",\"position_ms\":%lld}\n", name, (long long)position_ms);
+        printf("{\"type\":\"listen\",\"event\":\"%s\",\"position_ms\":%lld", name, (long long)position_ms);
+        if (heard) {
+            printf(",\"name\":");
+            print_json_string(heard);
+        }
+        printf("}\n");
         fflush(stdout);
     } else if (event == SPC_LISTEN_TIMEOUT) {
         clear_live_line(d);
@@ -255,7 +262,7 @@ static void on_log(spc_client *client, spc_log_level level, const char *message,
 
 static void usage(FILE *to) {
     fprintf(to,
-        "usage: speechclient-demo [options] (--file WAV | --mic [DEVICE])\n"
+        "usage: speechclient-demo [options] (--file WAV | --mic [DEVICE] | --list-devices)\n"
         "  --url URL          server: grpc://host:port or grpc+tls://host:port (Speechly),\n"
         "                     wyoming://host:port or wyoming+unix:///path (Wyoming),\n"
         "                     riva://host:port or rivas://host:port (NVIDIA Riva)\n"
@@ -292,6 +299,7 @@ static void usage(FILE *to) {
         "                     a context's start within these, 100-600000 each (default 5000,10000,10000)\n"
         "  --json             one JSON object per line (stable format, see the source)\n"
         "  --verbose          every library log line on stderr (warnings are always there)\n"
+        "  --list-devices     list the ALSA capture devices (names for --mic), then exit\n"
         "  --version, --help\n");
 }
 
@@ -309,6 +317,36 @@ static int parse_number(const char *text, long min, long max, long *out) {
     if (errno != 0 || end == text || *end != '\0' || v < min || v > max) return 0;
     *out = v;
     return 1;
+}
+
+/* --list-devices: what spc_audio_devices() lists, as `arecord -L` shows it (the name, then
+** the description indented), or one JSON object per device. */
+static int print_devices(int json) {
+    spc_devices *devices = NULL;
+    spc_status s = spc_audio_devices(&devices);
+    if (s != SPC_OK) {
+        fprintf(stderr, "speechclient-demo: cannot list the capture devices: %s\n", spc_status_str(s));
+        return 1;
+    }
+    for (size_t i = 0; i < spc_devices_count(devices); i++) {
+        const char *name = spc_devices_name(devices, i), *desc = spc_devices_description(devices, i);
+        if (json) {
+            printf("{\"type\":\"device\",\"name\":");
+            print_json_string(name);
+            printf(",\"description\":");
+            print_json_string(desc);
+            printf("}\n");
+        } else {
+            printf("%s\n    ", name);
+            for (const char *p = desc; *p; p++) {
+                putchar(*p);
+                if (*p == '\n') fputs("    ", stdout);
+            }
+            putchar('\n');
+        }
+    }
+    spc_devices_free(devices);
+    return 0;
 }
 
 static int usage_error(const char *message, const char *value) {
@@ -466,6 +504,7 @@ int main(int argc, char **argv) {
     a.drain_timeout_ms = a.keepalive_ms = -1;
     a.timeouts_ms[0] = -1;
     long timeout_ms = 120000;
+    int list_devices = 0;
     struct demo d;
     memset(&d, 0, sizeof d);
 
@@ -478,6 +517,7 @@ int main(int argc, char **argv) {
             printf("speechclient-demo %s (library %s)\n", SPC_VERSION_STRING, spc_version());
             return 0;
         }
+        else if (!strcmp(arg, "--list-devices")) list_devices = 1;
         else if (!strcmp(arg, "--url")) { VALUE(); a.url = next; }
         else if (!strcmp(arg, "--app-id")) { VALUE(); a.app_id = next; }
         else if (!strcmp(arg, "--project-id")) { VALUE(); a.project_id = next; }
@@ -550,6 +590,7 @@ int main(int argc, char **argv) {
         else return usage_error("unknown option", arg);
 #undef VALUE
     }
+    if (list_devices) return print_devices(d.json);
     if ((a.file == NULL) == (a.mic == NULL)) return usage_error("give exactly one of --file WAV or --mic [DEVICE]", NULL);
     d.tty = !d.json && isatty(STDOUT_FILENO);
     if (pthread_mutex_init(&d.out, NULL) != 0) return failed("pthread_mutex_init", SPC_ERROR_NO_MEMORY);

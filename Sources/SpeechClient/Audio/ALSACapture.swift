@@ -59,6 +59,41 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     static let bufferMicroseconds: UInt32 = 400_000
     static let pollMilliseconds: Int32 = 100
 
+    /// ALSA's own messages while this capture calls it (issue 19 item 7: they went to stderr,
+    /// past the log callback): the last one is added to an error, each goes to this.
+    private let alsaMessages = Locked<(last: String?, sink: (@Sendable (String) -> Void)?)>((nil, nil))
+
+    /// Where ALSA's messages about this device go (the client's log); set before `open`.
+    public func onALSAMessage(_ sink: (@Sendable (String) -> Void)?) {
+        alsaMessages.withLock { $0.sink = sink }
+    }
+
+    /// ALSA's handler, installed once: it reaches the capture that set itself as the calling
+    /// thread's context (`withALSAMessages`), and nobody otherwise: never stderr.
+    static let routed: Bool = {
+        speechclient_shim_alsa_route_errors { context, message in
+            guard let context, let message else { return }
+            Unmanaged<ALSACapture>.fromOpaque(context).takeUnretainedValue().alsaSaid(String(cString: message))
+        }
+        return true
+    }()
+
+    private func alsaSaid(_ message: String) {
+        let sink = alsaMessages.withLock { m -> (@Sendable (String) -> Void)? in
+            m.last = message
+            return m.sink
+        }
+        sink?("ALSA device '\(device)': ALSA says: \(message)")
+    }
+
+    /// Runs ALSA calls with this capture receiving ALSA's messages on this thread.
+    private func withALSAMessages<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        _ = Self.routed
+        let previous = speechclient_shim_alsa_set_context(Unmanaged.passUnretained(self).toOpaque())
+        defer { _ = speechclient_shim_alsa_set_context(previous) }
+        return try body()
+    }
+
     public init(device: String = "default") { self.device = device }
 
     deinit { close() }
@@ -67,11 +102,20 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
 
     private func fail(_ function: String, _ code: Int32) -> SpeechClientError {
         let reason = snd_strerror(code).map { String(cString: $0) } ?? "error \(code)"
-        return SpeechClientError(.audio, "ALSA device '\(device)': \(function) failed: \(reason)")
+        let said = alsaMessages.withLock { m -> String? in
+            defer { m.last = nil }
+            return m.last
+        }
+        return SpeechClientError(.audio, "ALSA device '\(device)': \(function) failed: \(reason)" + (said.map { " (ALSA says: \($0))" } ?? ""))
     }
 
     public func open() throws(SpeechClientError) {
+        try withALSAMessages { () throws(SpeechClientError) in try openDevice() }
+    }
+
+    private func openDevice() throws(SpeechClientError) {
         close()
+        alsaMessages.withLock { $0.last = nil }
         var opened: OpaquePointer?
         let rc = snd_pcm_open(&opened, device, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK)
         guard rc >= 0, let handle = opened else { throw fail("snd_pcm_open", rc) }
@@ -144,6 +188,10 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     /// an empty array after 100 ms without audio; nil after `close()` or at the end of a file
     /// plugin's input.
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+        try withALSAMessages { () throws(SpeechClientError) in try readFrames(maxFrames: maxFrames) }
+    }
+
+    private func readFrames(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
         let begun: (pcm: OpaquePointer, fds: [pollfd], format: AudioFormat, clockless: Bool, limit: Int, bufferFrames: Int)? = lock.withLock {
             guard let pcm = self.pcm, !closing, !reading else { return nil }
             reading = true

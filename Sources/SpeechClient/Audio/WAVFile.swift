@@ -125,6 +125,23 @@ public final class WAVFileSource: AudioSource {
 
     typealias Format = (format: AudioFormat, kind: SampleKind, blockAlign: Int)
 
+    /// What a file that is not RIFF is, from its first 12 bytes, for the error message.
+    static func compressedFormat(_ b: [UInt8]) -> String? {
+        guard b.count >= 12 else { return nil }
+        let head = fourCC(b, 0)
+        if head == "fLaC" { return "a FLAC file" }
+        if head == "OggS" { return "an Ogg file (Vorbis, Opus or FLAC)" }
+        if b[0] == 0x49 && b[1] == 0x44 && b[2] == 0x33 { return "an MP3 file (with an ID3 tag)" }
+        if b[0] == 0xFF && (b[1] & 0xE0) == 0xE0 && (b[1] & 0x06) != 0 { return "an MP3 (MPEG audio) file" }
+        if b[0] == 0xFF && (b[1] & 0xF6) == 0xF0 { return "an AAC (ADTS) file" }
+        if fourCC(b, 4) == "ftyp" { return "an MP4/M4A file" }
+        if head == "FORM" && (fourCC(b, 8) == "AIFF" || fourCC(b, 8) == "AIFC") { return "an AIFF file" }
+        if head == "caff" { return "a CAF file" }
+        if head == ".snd" { return "a Sun/NeXT .au file" }
+        if b[0] == 0x1A && b[1] == 0x45 && b[2] == 0xDF && b[3] == 0xA3 { return "a Matroska/WebM file" }
+        return nil
+    }
+
     /// Reads the chunks up to `data` and checks the format. Leaves the file position anywhere.
     /// `memorySize`: the size of an fmemopen'ed buffer (which has no descriptor to fstat).
     static func parseHeader(file: UnsafeMutablePointer<FILE>, path: String, memorySize: Int? = nil) throws(SpeechClientError) -> Header {
@@ -141,7 +158,13 @@ public final class WAVFileSource: AudioSource {
         var riff = [UInt8](repeating: 0, count: 12)
         guard fread(&riff, 1, 12, file) == 12 else { throw fail(path, "too short to be a WAV file (\(fileSize) bytes)") }
         let magic = fourCC(riff, 0)
-        guard magic == "RIFF" || magic == "RF64" else { throw fail(path, "not a RIFF file") }
+        guard magic == "RIFF" || magic == "RF64" else {
+            // Issue 19 item 7: a compressed file was "not a RIFF file"; name what it is.
+            if let format = compressedFormat(riff) {
+                throw fail(path, "\(format), not WAV: only WAV (PCM or float) is read; convert it first, for example with `sox IN -r 16000 -c 1 -b 16 OUT.wav` or `ffmpeg -i IN -ar 16000 -ac 1 OUT.wav`")
+            }
+            throw fail(path, "not a RIFF file")
+        }
         guard fourCC(riff, 8) == "WAVE" else { throw fail(path, "a RIFF file but not WAVE") }
         var offset = 12
         var fmt: Format?

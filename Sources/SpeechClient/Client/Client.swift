@@ -28,6 +28,9 @@ public final class Client: @unchecked Sendable, InlineDelivery {
 
     public let options: ClientOptions
     public let deviceId: String
+    /// The name that came with the listen event being delivered (a wake word the wake-word
+    /// service heard), for spc_listen_name() inside the listen callback; nil otherwise.
+    public let deliveringListenName = Locked<OwnedCString?>(nil)
     private let service: any RecognitionService
     /// The worker's: suspend and free cancel a connect or login it is blocked in.
     private let cancellation: Cancellation

@@ -6,8 +6,9 @@ public enum ClientEvent: Sendable {
     case stop(contextId: String)
     case log(LogLevel, String)
     case connection(ConnectionState, attempt: Int32, delayMilliseconds: Int32, reason: SpeechClientError?)
-    /// The hands-free pipeline: VAD state, activation, timeout; position in ms of audio since the start.
-    case listen(ListenEvent, positionMilliseconds: Int64)
+    /// The hands-free pipeline: VAD state, activation, timeout; position in ms of audio since the
+    /// start; for an activation, what was heard (the wake word's name, or the wakeword phrase).
+    case listen(ListenEvent, positionMilliseconds: Int64, name: String? = nil)
     /// The level of one chunk of audio in dBFS (with a level callback only).
     case level(Float, positionMilliseconds: Int64)
 }

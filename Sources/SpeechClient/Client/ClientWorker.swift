@@ -46,6 +46,8 @@ final class ClientWorker: @unchecked Sendable {
     private var deferredStart = false
     private var suspended = false
     private var lastActivity = Clock.monotonicNanos()
+    /// A suspend came while a context was open: SUSPENDED is reported when that context ends.
+    private var suspendReportPending = false
     /// The current context was already retried once after the server rejected the token.
     private var authRetried = false
 
@@ -286,6 +288,9 @@ final class ClientWorker: @unchecked Sendable {
     func prepare(client: Client?) throws(SpeechClientError) {
         if case .microphone(let name) = options.audio, source == nil {
             guard let mic = makeSource(options.audio) else { return }
+            if let alsa = mic as? ALSACapture {
+                alsa.onALSAMessage { [weak client] message in client?.log(.warning, message) }
+            }
             try mic.open()
             source = mic
             converter = AudioConverter(input: mic.format)
@@ -622,6 +627,10 @@ final class ClientWorker: @unchecked Sendable {
         if suspended {
             prepared?.stream.finish()
             prepared = nil
+            if suspendReportPending {
+                suspendReportPending = false
+                report(.suspended)
+            }
         } else if restart || deferred {
             handleStart()
         }
@@ -897,7 +906,7 @@ final class ClientWorker: @unchecked Sendable {
             // segments are delivered.
             guard Self.contains(segment.words.map(\.text), phrase: options.wakeword) else { return nil }
             woken = true
-            client?.emit(.listen(.activate, positionMilliseconds: Int64(audioSamples / 16)))
+            client?.emit(.listen(.activate, positionMilliseconds: Int64(audioSamples / 16), name: options.wakeword.joined(separator: " ")))
         }
         client?.emit(.segment(segment))
         return nil
@@ -927,12 +936,12 @@ final class ClientWorker: @unchecked Sendable {
         // Negative times are unknown ones (Wyoming gives none) and stay so.
         func move(_ w: SLUWord) -> SLUWord {
             SLUWord(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds < 0 ? w.startMilliseconds : w.startMilliseconds &+ ms,
-                    endMilliseconds: w.endMilliseconds < 0 ? w.endMilliseconds : w.endMilliseconds &+ ms)
+                    endMilliseconds: w.endMilliseconds < 0 ? w.endMilliseconds : w.endMilliseconds &+ ms, confidence: w.confidence)
         }
         switch payload {
         case .transcript(let w): return .transcript(move(w))
         case .tentativeTranscript(let text, let words): return .tentativeTranscript(text: text, words: words.map(move))
-        case .finalTranscript(let words): return .finalTranscript(words.map(move))
+        case .finalTranscript(let words, let confidence): return .finalTranscript(words.map(move), confidence: confidence)
         default: return payload
         }
     }
@@ -1311,7 +1320,7 @@ final class ClientWorker: @unchecked Sendable {
             let at = min(sample ?? audioSamples, audioSamples)
             guard !ep.isActive, !contextOpen, !backlogWaiting, at > lastActivationEnd else { return }
             client?.log(.info, "wake word '\(name)' heard at \(Self.seconds(Double(at) / 16_000)) s")
-            client?.emit(.listen(.activate, positionMilliseconds: Int64(at / 16)))
+            client?.emit(.listen(.activate, positionMilliseconds: Int64(at / 16), name: name))
             let actions = ep.activate(from: at)
             endpointer = ep
             perform(actions)
@@ -1343,7 +1352,9 @@ final class ClientWorker: @unchecked Sendable {
         // Whatever the suspend interrupted has given up by now; later work may block again.
         cancellation.reset()
         suspended = true
-        report(.suspended)
+        // SUSPENDED once the connection is really let go: after the stop of a context still
+        // open (its last results come first), at once otherwise (issue 19 item 5).
+        if contextOpen { suspendReportPending = true } else { report(.suspended) }
         deferredStart = false
         if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
         endpointer = nil
@@ -1361,8 +1372,16 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
+    /// Resumed: IDLE. With prepare-on-init the microphone and a stream are opened at once (as
+    /// in the constructor); otherwise the next start opens them (issue 19 item 5: the header
+    /// promised a reopening that only prepare-on-init does).
     private func handleResume() {
         suspended = false
+        if suspendReportPending {
+            // Resumed while the suspended context still drained: SUSPENDED was never reported.
+            suspendReportPending = false
+            report(.suspended)
+        }
         guard options.prepareOnInit else { return }
         do throws(SpeechClientError) {
             try prepare(client: client)

@@ -10,6 +10,8 @@ public final class Segment: Sendable {
         public var startMilliseconds: Int32
         public var endMilliseconds: Int32
         public var isFinal: Bool
+        /// 0...1 where the server gives one (Riva), else -1.
+        public var confidence: Float = -1
     }
 
     public struct Entity: Sendable, Equatable {
@@ -28,6 +30,9 @@ public final class Segment: Sendable {
     public let intentIsFinal: Bool
     public let entities: [Entity]
     public let transcript: String
+    /// The server's confidence in the whole final transcript, 0...1, where it gives one (Riva's
+    /// final results); -1 otherwise, and for tentative updates.
+    public let confidence: Float
     /// About what the snapshot holds in memory (the words, the transcript and their C copies):
     /// what the client's queue of undelivered events counts against its byte bound.
     public let heldBytes: Int
@@ -42,7 +47,8 @@ public final class Segment: Sendable {
     private let jsonCache = Locked<OwnedCString?>(nil)
 
     public init(contextId: String, segmentId: Int32, isFinal: Bool, words: [Word], intent: String?,
-                intentIsFinal: Bool, entities: [Entity]) {
+                intentIsFinal: Bool, entities: [Entity], confidence: Float = -1) {
+        self.confidence = confidence
         self.contextId = contextId
         self.segmentId = segmentId
         self.isFinal = isFinal
@@ -73,11 +79,18 @@ public final class Segment: Sendable {
         }
     }
 
+    /// A confidence with three decimals, as JSON ("0.93", "1.0").
+    static func rounded(_ c: Float) -> String { "\(Double((Double(c) * 1000).rounded()) / 1000)" }
+
     private func renderJSON() -> String {
         var s = "{\"type\":\"segment\",\"context_id\":\(JSON.quote(contextId)),\"segment_id\":\(segmentId)"
-        s += ",\"final\":\(isFinal),\"transcript\":\(JSON.quote(transcript)),\"words\":["
+        s += ",\"final\":\(isFinal),\"transcript\":\(JSON.quote(transcript))"
+        // Only where the server gave one (0.8): the lines of servers without stay as they were.
+        if confidence >= 0 { s += ",\"confidence\":\(Self.rounded(confidence))" }
+        s += ",\"words\":["
         s += words.map {
-            "{\"text\":\(JSON.quote($0.text)),\"index\":\($0.index),\"start_ms\":\($0.startMilliseconds),\"end_ms\":\($0.endMilliseconds),\"final\":\($0.isFinal)}"
+            "{\"text\":\(JSON.quote($0.text)),\"index\":\($0.index),\"start_ms\":\($0.startMilliseconds),\"end_ms\":\($0.endMilliseconds),\"final\":\($0.isFinal)"
+                + ($0.confidence >= 0 ? ",\"confidence\":\(Self.rounded($0.confidence))}" : "}")
         }.joined(separator: ",")
         s += "],\"intent\":"
         if let intent {

@@ -97,6 +97,12 @@ extension ProtobufReader.WireValue {
         return String(decoding: b, as: UTF8.self)
     }
 
+    /// A `float` (fixed32); NaN and infinities pass through (callers range-check).
+    func float(_ field: String) throws(SpeechClientError) -> Float {
+        guard case .fixed32(let v) = self else { throw ProtobufReader.malformed("\(field) is not a fixed32") }
+        return Float(bitPattern: v)
+    }
+
     func message(_ field: String) throws(SpeechClientError) -> ProtobufReader {
         guard case .bytes(let b) = self else { throw ProtobufReader.malformed("\(field) is not a message") }
         return ProtobufReader(b)

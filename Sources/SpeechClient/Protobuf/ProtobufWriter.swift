@@ -27,6 +27,14 @@ public struct ProtobufWriter {
         varint(UInt64(bitPattern: Int64(value)))
     }
 
+    /// float fields (fixed32, little-endian); 0 is left off the wire, as proto3 does.
+    public mutating func float(_ field: UInt32, _ value: Float) {
+        guard value != 0 else { return }
+        tag(field, 5)
+        let v = value.bitPattern
+        for shift: UInt32 in [0, 8, 16, 24] { bytes.append(UInt8(truncatingIfNeeded: v >> shift)) }
+    }
+
     public mutating func uint32(_ field: UInt32, _ value: UInt32) {
         guard value != 0 else { return }
         tag(field, 0)

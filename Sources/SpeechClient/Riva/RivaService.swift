@@ -10,8 +10,8 @@ import Synchronization
 /// An interim result is a tentative update of the current segment, a final one ends it (words
 /// with their offsets, as Riva gives them from the start of the stream); the next result starts
 /// the next segment. Before the first stream, `GetRivaSpeechRecognitionConfig` is asked once: a
-/// server that does not answer it as Riva fails before READY. Riva has no intents or entities;
-/// its confidences are not carried (the segment API has no place for them yet).
+/// server that does not answer it as Riva fails before READY. Riva has no intents or entities.
+/// Its confidences are carried: each word's, and the whole transcript's on a final result.
 public final class RivaService: RecognitionService, @unchecked Sendable {
     public static let streamPath = "/nvidia.riva.asr.RivaSpeechRecognition/StreamingRecognize"
     public static let configPath = "/nvidia.riva.asr.RivaSpeechRecognition/GetRivaSpeechRecognitionConfig"
@@ -113,7 +113,7 @@ final class RivaRelay: @unchecked Sendable {
                     return id
                 }
                 let payload: SLUResponse.Payload = result.isFinal
-                    ? .finalTranscript(result.words)
+                    ? .finalTranscript(result.words, confidence: result.confidence)
                     : .tentativeTranscript(text: result.transcript, words: result.words)
                 guard !result.words.isEmpty else { continue }
                 handler(.response(SLUResponse(audioContext: contextId, segmentId: segment, payload: payload)))
@@ -135,6 +135,8 @@ public struct RivaResult: Equatable {
     public var isFinal = false
     public var transcript = ""
     public var words: [SLUWord] = []
+    /// The alternative's confidence, 0...1; -1 when absent or out of range.
+    public var confidence: Float = -1
 
     /// The results of one `StreamingRecognizeResponse` (public for the fuzz target).
     public static func decodeResponse(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> [RivaResult] {
@@ -156,17 +158,21 @@ public struct RivaResult: Equatable {
             case 1 where first:
                 first = false
                 var alt = try value.message("alternatives")
-                var timed: [(String, Int32, Int32)] = []
+                var timed: [(String, Int32, Int32, Float)] = []
+                // proto3 leaves a 0 off the wire: a confidence not there is reported as none (-1),
+                // a true 0 included (Riva servers that compute none send nothing).
                 while let (f, v) = try alt.next() {
                     if f == 1 { result.transcript = try v.string("transcript") }
+                    if f == 2 { result.confidence = SLUWord.confidence(try v.float("confidence")) }
                     if f == 3 {
                         var w = try v.message("words")
-                        var word = ("", Int32(0), Int32(0))  // proto3: 0 is not on the wire
+                        var word = ("", Int32(0), Int32(0), Float(-1))  // proto3: 0 is not on the wire
                         while let (wf, wv) = try w.next() {
                             switch wf {
                             case 1: word.1 = try wv.int32("start_time")
                             case 2: word.2 = try wv.int32("end_time")
                             case 3: word.0 = try wv.string("word")
+                            case 4: word.3 = SLUWord.confidence(try wv.float("confidence"))
                             default: break
                             }
                         }
@@ -175,11 +181,12 @@ public struct RivaResult: Equatable {
                 }
                 // Words with their offsets when the server gives them (final results); else
                 // the transcript's words, times unknown (interim results carry none).
-                let texts: [(String, Int32, Int32)] = timed.isEmpty
-                    ? SLUWord.words(result.transcript).map { ($0.text, -1, -1) }
-                    : timed.flatMap { t in SLUWord.words(t.0).map { ($0.text, t.1, t.2) } }
+                let texts: [(String, Int32, Int32, Float)] = timed.isEmpty
+                    ? SLUWord.words(result.transcript).map { ($0.text, -1, -1, -1) }
+                    : timed.flatMap { t in SLUWord.words(t.0).map { ($0.text, t.1, t.2, t.3) } }
                 result.words = texts.enumerated().map {
-                    SLUWord(text: $0.element.0, index: Int32(clamping: $0.offset), startMilliseconds: $0.element.1, endMilliseconds: $0.element.2)
+                    SLUWord(text: $0.element.0, index: Int32(clamping: $0.offset), startMilliseconds: $0.element.1,
+                            endMilliseconds: $0.element.2, confidence: $0.element.3)
                 }
             case 2:
                 result.isFinal = try value.uint64("is_final") != 0

@@ -28,11 +28,20 @@ public struct SLUWord: Sendable, Equatable {
     public var index: Int32
     public var startMilliseconds: Int32
     public var endMilliseconds: Int32
-    public init(text: String, index: Int32, startMilliseconds: Int32, endMilliseconds: Int32) {
+    /// 0...1 where the protocol gives one (Riva), else -1 (Speechly and Wyoming have none).
+    public var confidence: Float
+    public init(text: String, index: Int32, startMilliseconds: Int32, endMilliseconds: Int32, confidence: Float = -1) {
         self.text = text
         self.index = index
         self.startMilliseconds = startMilliseconds
         self.endMilliseconds = endMilliseconds
+        self.confidence = confidence
+    }
+
+    /// A server's confidence as the API gives it: 0...1, or -1 for none (absent, NaN, out of range).
+    static func confidence(_ value: Float?) -> Float {
+        guard let value, value >= 0, value <= 1 else { return -1 }
+        return value
     }
 }
 
@@ -56,8 +65,9 @@ public struct SLUResponse: Sendable, Equatable {
         case intent(String)
         case segmentEnd
         /// A whole segment at once, final: its words, then its end (what a backend whose protocol
-        /// gives whole transcripts, such as Wyoming, turns into one final update).
-        case finalTranscript([SLUWord])
+        /// gives whole transcripts, such as Wyoming, turns into one final update), with the
+        /// server's confidence in the whole transcript (0...1; -1: none).
+        case finalTranscript([SLUWord], confidence: Float)
         case tentativeTranscript(text: String, words: [SLUWord])
         case tentativeEntities([SLUEntity])
         case tentativeIntent(String)
@@ -86,7 +96,7 @@ extension SLUResponse {
         switch payload {
         case .transcript(let w): return base + 32 + w.text.utf8.count
         case .tentativeTranscript(let text, let words): return base + text.utf8.count + words.reduce(0) { $0 + 32 + $1.text.utf8.count }
-        case .finalTranscript(let words): return base + words.reduce(0) { $0 + 32 + $1.text.utf8.count }
+        case .finalTranscript(let words, _): return base + words.reduce(0) { $0 + 32 + $1.text.utf8.count }
         case .entity(let e): return base + 32 + e.type.utf8.count + e.value.utf8.count
         case .tentativeEntities(let es): return base + es.reduce(0) { $0 + 32 + $1.type.utf8.count + $1.value.utf8.count }
         case .intent(let i), .tentativeIntent(let i): return base + i.utf8.count

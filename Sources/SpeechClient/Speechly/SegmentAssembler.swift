@@ -14,6 +14,8 @@ public struct SegmentAssembler: Sendable {
         var tentativeIntent: String?
         var finalEntities: [SLUEntity] = []
         var tentativeEntities: [SLUEntity] = []
+        /// The server's confidence in the whole transcript (a final result's), -1: none.
+        var confidence: Float = -1
 
         // What it holds, in bytes of text plus `itemBytes` per word and entity (so that empty
         // words count too), kept up to date by `apply`: what `maxSegmentBytes` bounds.
@@ -38,7 +40,7 @@ public struct SegmentAssembler: Sendable {
                 return bytes + Self.size(w) - (finalWords[w.index].map(Self.size) ?? 0)
             case .tentativeTranscript(_, let words):
                 return bytes - tentativeWordBytes + Self.size(words)
-            case .finalTranscript(let words):
+            case .finalTranscript(let words, _):
                 return bytes - tentativeWordBytes + words.reduce(0) { $0 + Self.size($1) - (finalWords[$1.index].map(Self.size) ?? 0) }
             case .entity(let e):
                 return bytes + Self.size(e)
@@ -86,7 +88,7 @@ public struct SegmentAssembler: Sendable {
             guard !snapshot.words.isEmpty else { continue }
             out.append(Segment(contextId: snapshot.contextId, segmentId: snapshot.segmentId, isFinal: true,
                                words: snapshot.words, intent: snapshot.intent, intentIsFinal: snapshot.intentIsFinal,
-                               entities: snapshot.entities))
+                               entities: snapshot.entities, confidence: snapshot.confidence))
         }
         return out
     }
@@ -123,7 +125,7 @@ public struct SegmentAssembler: Sendable {
             if word.index < 0 || word.index >= Int32(Self.maxWordsPerSegment) {
                 throw violation("sent a word index \(word.index) outside 0..<\(Self.maxWordsPerSegment)")
             }
-        case .tentativeTranscript(_, let words), .finalTranscript(let words):
+        case .tentativeTranscript(_, let words), .finalTranscript(let words, _):
             if words.count > Self.maxWordsPerSegment || words.contains(where: { $0.index < 0 || $0.index >= Int32(Self.maxWordsPerSegment) }) {
                 throw violation("sent a tentative transcript beyond \(Self.maxWordsPerSegment) words")
             }
@@ -155,7 +157,7 @@ public struct SegmentAssembler: Sendable {
         let longest: Int
         switch response.payload {
         case .transcript(let word): longest = word.text.utf8.count
-        case .tentativeTranscript(_, let words), .finalTranscript(let words): longest = words.map(\.text.utf8.count).max() ?? 0
+        case .tentativeTranscript(_, let words), .finalTranscript(let words, _): longest = words.map(\.text.utf8.count).max() ?? 0
         case .entity(let e): longest = max(e.type.utf8.count, e.value.utf8.count)
         case .tentativeEntities(let es): longest = es.map { max($0.type.utf8.count, $0.value.utf8.count) }.max() ?? 0
         case .intent(let i), .tentativeIntent(let i): longest = i.utf8.count
@@ -211,7 +213,8 @@ public struct SegmentAssembler: Sendable {
             state.tentativeIntent = intent
         case .segmentEnd:
             isFinal = true
-        case .finalTranscript(let words):
+        case .finalTranscript(let words, let confidence):
+            state.confidence = confidence
             state.tentativeWords = []
             state.tentativeWordBytes = 0
             for word in words {
@@ -235,13 +238,13 @@ public struct SegmentAssembler: Sendable {
     private static func snapshot(key: Key, state: State, isFinal: Bool) -> Segment {
         var words: [Segment.Word] = state.finalWords.values.map {
             Segment.Word(text: $0.text, index: $0.index, startMilliseconds: $0.startMilliseconds,
-                         endMilliseconds: $0.endMilliseconds, isFinal: true)
+                         endMilliseconds: $0.endMilliseconds, isFinal: true, confidence: $0.confidence)
         }
         // On segment_end tentative data is dropped; before it, it fills the indices not yet final.
         if !isFinal {
             for w in state.tentativeWords where state.finalWords[w.index] == nil {
                 words.append(Segment.Word(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds,
-                                          endMilliseconds: w.endMilliseconds, isFinal: false))
+                                          endMilliseconds: w.endMilliseconds, isFinal: false, confidence: w.confidence))
             }
         }
         words.sort { $0.index < $1.index }
@@ -258,6 +261,7 @@ public struct SegmentAssembler: Sendable {
         entities.sort { ($0.start, $0.end) < ($1.start, $1.end) }
         let intent = state.finalIntent ?? (isFinal ? nil : state.tentativeIntent)
         return Segment(contextId: key.context, segmentId: key.segment, isFinal: isFinal, words: words,
-                       intent: intent, intentIsFinal: state.finalIntent != nil, entities: entities)
+                       intent: intent, intentIsFinal: state.finalIntent != nil, entities: entities,
+                       confidence: isFinal ? state.confidence : -1)
     }
 }

@@ -287,7 +287,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         case "transcript":
             let words = SLUWord.words(event.data["text"]?.stringValue ?? "")
             if !words.isEmpty {
-                deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finalTranscript(words))))
+                deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finalTranscript(words, confidence: -1))))
             }
             deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
             close()

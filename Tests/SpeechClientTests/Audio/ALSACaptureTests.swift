@@ -23,7 +23,8 @@ import Glibc
         guard run("espeak-ng -v en-us -s 160 -w \(dir)/speech.wav 'turn on the kitchen lights' && sox \(dir)/speech.wav -r 16000 -c 1 -b 16 -e signed-integer -t raw \(raw)") else { return nil }
         let conf = """
         </usr/share/alsa/alsa.conf>
-        pcm.testmic { type file; slave.pcm "null"; file "/dev/null"; infile "\(raw)"; format "raw" }
+        pcm.testmic { type file; slave.pcm "null"; file "/dev/null"; infile "\(raw)"; format "raw"; hint { show on; description "Test microphone\nsynthesized speech" } }
+        pcm.testspeaker { type null; hint { show on; description "Test speaker|IOIDOutput" } }
         pcm.testmic8k { type plug; slave { pcm "testmic"; rate 8000; channels 1; format S16_LE } }
 
         """
@@ -87,6 +88,19 @@ import Glibc
         #expect(seconds > Double(frames) / 8_000 - 1.0)
     }
 
+    /// Issue 19 item 9: the capture devices as `arecord -L` lists them, usable as the microphone.
+    @Test func captureDevicesAreListedWithTheirDescriptions() throws {
+        _ = try Self.requireFixture()
+        let devices = try AudioDevice.capture()
+        print("figure: ALSA lists \(devices.count) capture device(s): \(devices.map(\.name))")
+        #expect(devices.contains(AudioDevice(name: "testmic", description: "Test microphone\nsynthesized speech")))
+        #expect(devices.contains { $0.name == "null" })
+        #expect(!devices.contains { $0.name == "testspeaker" })  // an output only
+        let mic = ALSACapture(device: "testmic")
+        try mic.open()
+        mic.close()
+    }
+
     /// alsa-lib 1.2.8 never reports the end of the file plugin's input (it repeats stale buffer
     /// content); newer versions return 0 frames, which `read` turns into nil. Either is fine.
     @Test func pastTheEndOfTheInputEitherEndsOrKeepsDelivering() throws {
@@ -148,5 +162,18 @@ import Glibc
             guard let e = $0 as? SpeechClientError else { return false }
             return e.code == .audio && e.message.contains("'no-such-device-xyz'") && e.message.contains("snd_pcm_open failed")
         }
+    }
+
+    /// Issue 19 item 7: ALSA's own message ("Unknown PCM ...") printed itself on stderr, past
+    /// the log callback; now it is in the error and goes to the capture's sink, nowhere else.
+    @Test func alsasOwnMessagesGoToTheErrorAndTheLog() throws {
+        _ = Self.fixture
+        let said = Locked<[String]>([])
+        let mic = ALSACapture(device: "no-such-device-xyz")
+        mic.onALSAMessage { m in said.withLock { $0.append(m) } }
+        #expect { try mic.open() } throws: {
+            ($0 as? SpeechClientError)?.message.contains("(ALSA says: Unknown PCM no-such-device-xyz") == true
+        }
+        #expect(said.withLock { $0 }.contains { $0.contains("ALSA says: Unknown PCM no-such-device-xyz") })
     }
 }

@@ -146,6 +146,30 @@ import Glibc
         #expect { try WAVFileSource(bytes: [], name: "empty").open() } throws: { F.isAudioError($0, naming: "empty") }
     }
 
+    /// Issue 19 item 7: compressed files are named, not "not a RIFF file".
+    static let compressed: [(bytes: [UInt8], named: String)] = {
+        let flac: [UInt8] = Array("fLaC".utf8) + [0, 0, 0, 34, 16, 0, 16, 0]
+        let ogg: [UInt8] = Array("OggS".utf8) + [0, 2, 0, 0, 0, 0, 0, 0]
+        let id3: [UInt8] = Array("ID3".utf8) + [4, 0, 0, 0, 0, 0, 0, 0, 0]
+        let mpeg: [UInt8] = [0xFF, 0xFB, 0x90, 0x64, 0, 0, 0, 0, 0, 0, 0, 0]
+        let m4a: [UInt8] = [0, 0, 0, 32] + Array("ftypM4A ".utf8)
+        let aiff: [UInt8] = Array("FORM".utf8) + [0, 0, 0, 0] + Array("AIFF".utf8)
+        return [(flac, "a FLAC file"), (ogg, "an Ogg file"), (id3, "an MP3 file"),
+                (mpeg, "an MP3 (MPEG audio) file"), (m4a, "an MP4/M4A file"), (aiff, "an AIFF file")]
+    }()
+
+    @Test func compressedFilesAreNamed() {
+        for (bytes, named) in Self.compressed {
+            let padded: [UInt8] = bytes + [UInt8](repeating: 0, count: 64)
+            #expect(throws: SpeechClientError.self) { try WAVFileSource(bytes: padded, name: "x").open() }
+            do {
+                try WAVFileSource(bytes: padded, name: "x").open()
+            } catch {
+                #expect(error.message.contains(named), "\(named): \(error.message)")
+            }
+        }
+    }
+
     @Test func missingFileAndDirectoryNameThePath() {
         #expect { try WAVFileSource(path: "/nonexistent/x.wav").open() } throws: { F.isAudioError($0, naming: "/nonexistent/x.wav") }
         let dir = F.directory()

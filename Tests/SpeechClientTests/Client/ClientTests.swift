@@ -21,7 +21,7 @@ final class EventLog: @unchecked Sendable {
         case .error(let e): line = "error \(e.code)"
         case .segment(let s): line = "segment \(s.isFinal ? "final" : "tentative") \(s.transcript)"
         case .log, .level: return
-        case .listen(let e, _): line = "listen \(e)"
+        case .listen(let e, _, _): line = "listen \(e)"
         case .connection(let state, let attempt, _, _):
             guard recordStates else { return }
             line = "state \(state)" + (attempt > 0 ? " \(attempt)" : "")
@@ -232,6 +232,39 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))
         let states = log.lines.filter { $0.hasPrefix("state") || $0.hasPrefix("start") || $0.hasPrefix("stop") }
         #expect(states == ["state connecting", "state ready", "start ctx-1", "state reconnecting 1", "state ready", "stop ctx-1", "state suspended"])
+    }
+
+    /// Issue 19 item 5: a suspend during a context reports SUSPENDED after that context's last
+    /// results and its stop; resume is IDLE and opens nothing without prepare-on-init (the next
+    /// start connects), and reconnects at once with it.
+    @Test(arguments: [false, true]) func suspendAndResumeReportInOrder(prepareOnInit: Bool) throws {
+        let log = EventLog(recordStates: true)
+        let service = FakeRecognitionService()
+        var o = try pushOptions()
+        o.prepareOnInit = prepareOnInit
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let samples = [Int16](repeating: 1000, count: 16_000 * 3 / 10)
+        samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        usleepMs(100)
+        try client.suspend()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(client.currentState == .suspended)
+        let suspended = log.lines
+        let stop = try #require(suspended.firstIndex(of: "stop ctx-1"))
+        #expect(suspended.last == "state suspended", "\(suspended)")
+        #expect(suspended.firstIndex(of: "state suspended") ?? -1 > stop, "\(suspended)")
+        #expect(suspended.contains { $0.hasPrefix("segment final") }, "\(suspended)")
+        try client.resume()
+        #expect(client.currentState == .idle)
+        usleepMs(200)
+        let afterResume = Array(log.lines.dropFirst(suspended.count))
+        #expect(afterResume == (prepareOnInit ? ["state connecting", "state ready"] : []), "\(afterResume)")
+        // And the next context runs as the first did.
+        try client.start()
+        try pushThreeChunksAndEnd(client)
+        #expect(log.lines.last == "stop ctx-2", "\(log.lines)")
     }
 
     @Test func applicationDeliveryRunsCallbacksInsideDispatch() throws {

@@ -43,6 +43,49 @@ import Testing
         #expect(results[1].words.map(\.index) == [0, 1, 2, 3])
     }
 
+    /// Confidences (0.8): each word's and the alternative's, carried as 0...1; absent (proto3's
+    /// 0), NaN or out of range as none (-1); interim results have none.
+    @Test func confidencesOfWordsAndTheTranscript() throws {
+        let bytes = response { r in
+            r.message(1) { result in
+                result.message(1) { alt in alt.string(1, "play some") }
+            }
+            r.message(1) { result in
+                result.message(1) { alt in
+                    alt.string(1, "play some jazz now")
+                    alt.float(2, 0.75)                                      // confidence
+                    for (word, c) in [("play", Float(0.5)), ("some", 0), ("jazz", Float.nan), ("now", 1.5)] {
+                        alt.message(3) { w in
+                            w.int32(2, 100)
+                            w.string(3, word)
+                            w.float(4, c)                                    // word confidence
+                        }
+                    }
+                }
+                result.int32(2, 1)
+            }
+        }
+        let results = try RivaResult.decodeResponse(bytes[...])
+        #expect(results[0].confidence == -1 && results[0].words.allSatisfy { $0.confidence == -1 })
+        #expect(results[1].confidence == 0.75)
+        #expect(results[1].words.map(\.confidence) == [0.5, -1, -1, -1])
+        // Through the assembler to the snapshot and its JSON line.
+        var assembler = SegmentAssembler()
+        let applied = assembler.apply(SLUResponse(audioContext: "c", segmentId: 0,
+                                                  payload: .finalTranscript(results[1].words, confidence: results[1].confidence)))
+        let segment = try #require(applied)
+        #expect(segment.isFinal && segment.confidence == 0.75)
+        #expect(segment.words.map(\.confidence) == [0.5, -1, -1, -1])
+        #expect(segment.json.contains("\"transcript\":\"play some jazz now\",\"confidence\":0.75,\"words\""))
+        #expect(segment.json.contains("\"text\":\"play\",\"index\":0,\"start_ms\":0,\"end_ms\":100,\"final\":true,\"confidence\":0.5}"))
+        #expect(segment.json.contains("\"text\":\"some\",\"index\":1,\"start_ms\":0,\"end_ms\":100,\"final\":true}"))
+        // A server without confidences: the JSON line is as before 0.8.
+        let appliedPlain = assembler.apply(SLUResponse(audioContext: "c", segmentId: 1,
+                                                       payload: .finalTranscript([SLUWord(text: "a", index: 0, startMilliseconds: 0, endMilliseconds: 5)], confidence: -1)))
+        let plain = try #require(appliedPlain)
+        #expect(plain.confidence == -1 && !plain.json.contains("confidence"))
+    }
+
     @Test func malformedResponsesAreParseErrors() {
         for bad: [UInt8] in [[0x0A, 0x05, 0x01], [0x0A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]] {
             #expect(throws: SpeechClientError.self) { _ = try RivaResult.decodeResponse(bad[...]) }

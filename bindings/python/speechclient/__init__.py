@@ -40,7 +40,7 @@ from .client import Client, Stream, copy_segment
 from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError, InvalidArgumentError,
                      InvalidStateError, NetworkError, NoMemoryError, ParseError, SpeechClientError,
                      SpeechTimeoutError, TLSError, error_for)
-from .types import (AudioSource, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
+from .types import (AudioDevice, AudioSource, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
                     StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
 
 __version__ = "0.8.0"
@@ -101,6 +101,23 @@ def io_dispatch() -> tuple[int, int]:
     return int(ready.value), int(ran.value)
 
 
+def audio_devices() -> list[AudioDevice]:
+    """The ALSA capture devices, as `arecord -L` lists them (spc_audio_devices, 0.8): each
+    name can be given as Microphone(device=name); the description is ALSA's (lines joined
+    with newlines: the card, then what the device does). AudioError when ALSA cannot list them."""
+    _require(_native.spc_audio_devices is not None, "capture device listing (0.8)")
+    devices = _native.devices_p()
+    status = int(_native.spc_audio_devices(ctypes.byref(devices)))
+    if status != 0:
+        raise error_for(status, "spc_audio_devices: ALSA could not list the capture devices")
+    try:
+        return [AudioDevice(_native.spc_devices_name(devices, i).decode("utf-8", "replace"),
+                            _native.spc_devices_description(devices, i).decode("utf-8", "replace"))
+                for i in range(int(_native.spc_devices_count(devices)))]
+    finally:
+        _native.spc_devices_free(devices)
+
+
 def status_text(status: int) -> str:
     """The library's English text for a status ("ok", "invalid argument", ...)."""
     return _native.spc_status_str(int(status)).decode()
@@ -114,5 +131,5 @@ __all__ = [
     "Microphone", "WavFile", "PushAudio", "AudioSource",
     "SpeechClientError", "InvalidArgumentError", "InvalidStateError", "NoMemoryError", "NetworkError", "TLSError",
     "SpeechTimeoutError", "AuthError", "APIError", "ParseError", "AudioError", "InternalError", "EXCEPTIONS",
-    "error_for", "version", "version_number", "status_text",
+    "error_for", "version", "version_number", "status_text", "audio_devices", "AudioDevice",
 ]

@@ -32,6 +32,7 @@ the library rejects).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -176,6 +177,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wakeword-url", metavar="URL",
                    help="a Wyoming wake-word service opens the contexts (wyoming://HOST:PORT)")
     p.add_argument("--levels", action="store_true", help="with --json: the level of each chunk in dBFS")
+    p.add_argument("--list-devices", action="store_true",
+                   help="list the ALSA capture devices (the names --mic takes), then exit")
     p.add_argument("--json", action="store_true", help="one JSON object per line (the C demo's stable format)")
     p.add_argument("--verbose", action="store_true", help="every library log line on stderr (warnings are always there)")
     p.add_argument("--version", action="version", version=f"speechclient (Python) with libspeechclient {version()}")
@@ -185,6 +188,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
+    if args.list_devices:
+        from . import audio_devices
+        for device in audio_devices():
+            if args.json:
+                print(json.dumps({"type": "device", "name": device.name, "description": device.description}))
+            else:
+                print(device.name + "\n    " + device.description.replace("\n", "\n    "))
+        return 0
     path = args.file or args.wav
     if args.wav and args.file:
         p.error("give the WAV file once")

@@ -129,7 +129,12 @@ class spc_error(ctypes.Structure):
     pass
 
 
+class spc_devices(ctypes.Structure):
+    pass
+
+
 options_p = POINTER(spc_options)
+devices_p = POINTER(spc_devices)
 client_p = POINTER(spc_client)
 segment_p = POINTER(spc_segment)
 error_p = POINTER(spc_error)
@@ -412,6 +417,18 @@ spc_segment_entity_start = _fn("spc_segment_entity_start", c_int32, segment_p, c
 spc_segment_entity_end = _fn("spc_segment_entity_end", c_int32, segment_p, c_size_t)
 # int spc_segment_entity_is_final(const spc_segment *segment, size_t i);
 spc_segment_entity_is_final = _fn("spc_segment_entity_is_final", c_int, segment_p, c_size_t)
+# float spc_segment_word_confidence(const spc_segment *segment, size_t i); (0.8)
+spc_segment_word_confidence = _optional_fn("spc_segment_word_confidence", c_float, segment_p, c_size_t)
+# float spc_segment_confidence(const spc_segment *segment); (0.8)
+spc_segment_confidence = _optional_fn("spc_segment_confidence", c_float, segment_p)
+# spc_status spc_audio_devices(spc_devices **out_devices); and the list's accessors (0.8)
+spc_audio_devices = _optional_fn("spc_audio_devices", c_status, POINTER(devices_p))
+spc_devices_count = _optional_fn("spc_devices_count", c_size_t, devices_p)
+spc_devices_name = _optional_fn("spc_devices_name", c_char_p, devices_p, c_size_t)
+spc_devices_description = _optional_fn("spc_devices_description", c_char_p, devices_p, c_size_t)
+spc_devices_free = _optional_fn("spc_devices_free", None, devices_p)
+# const char *spc_listen_name(spc_client *client); (0.8)
+spc_listen_name = _optional_fn("spc_listen_name", c_char_p, client_p)
 # const char *spc_segment_json(const spc_segment *segment);
 spc_segment_json = _fn("spc_segment_json", c_char_p, segment_p)
 # spc_segment *spc_segment_copy(const spc_segment *segment);

@@ -135,10 +135,15 @@ def _error_event(error: Any) -> ErrorEvent:
 def copy_segment(s: Any) -> Segment:
     """A Segment holding copies of everything in the spc_segment *s (valid only during its
     callback)."""
+    def confidence(value: Optional[float]) -> Optional[float]:
+        return round(value, 4) if value is not None and value >= 0 else None
+
+    has_confidence = n.spc_segment_word_confidence is not None
     words = tuple(
         Word(_text(n.spc_segment_word_text(s, i)), n.spc_segment_word_index(s, i),
              n.spc_segment_word_start_ms(s, i), n.spc_segment_word_end_ms(s, i),
-             bool(n.spc_segment_word_is_final(s, i)))
+             bool(n.spc_segment_word_is_final(s, i)),
+             confidence(n.spc_segment_word_confidence(s, i) if has_confidence else None))
         for i in range(n.spc_segment_word_count(s)))
     entities = tuple(
         Entity(_text(n.spc_segment_entity_type(s, i)), _text(n.spc_segment_entity_value(s, i)),
@@ -148,7 +153,8 @@ def copy_segment(s: Any) -> Segment:
     intent_text = _text(n.spc_segment_intent(s))
     intent = Intent(intent_text, bool(n.spc_segment_intent_is_final(s))) if intent_text else None
     return Segment(_text(n.spc_segment_context_id(s)), n.spc_segment_id(s), bool(n.spc_segment_is_final(s)),
-                   _text(n.spc_segment_transcript(s)), words, intent, entities, _text(n.spc_segment_json(s)))
+                   _text(n.spc_segment_transcript(s)), words, intent, entities, _text(n.spc_segment_json(s)),
+                   confidence(n.spc_segment_confidence(s) if has_confidence else None))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,13 +224,17 @@ def _t_state(_client, state, attempt, delay_ms, reason, key):
     _run_callback(key, body)
 
 
-def _t_listen(_client, event, position_ms, key):
+def _t_listen(client, event, position_ms, key):
+    # What an activation heard (0.8): valid only during this callback, so read it here.
+    heard = n.spc_listen_name(client) if n.spc_listen_name is not None else None
+    name = heard.decode("utf-8", "replace") if heard is not None else None
+
     def body(c: "Client") -> None:
         try:
             kind = n.Listen(event)
         except ValueError:  # an event newer than this binding
             kind = event
-        c._emit(ListenEvent(kind, int(position_ms)), "listen")
+        c._emit(ListenEvent(kind, int(position_ms), name), "listen")
     _run_callback(key, body)
 
 
@@ -468,6 +478,8 @@ class Client:
             raise _option_error("audio", f"audio={audio!r}: must be Microphone(), WavFile(path) or PushAudio(rate, channels)")
         self.audio: AudioSource = audio
         self._channels = 1
+        self._push_lock = threading.Lock()
+        self._push_rest = b""  # the part of a frame the last push() left over
         self.url = url
 
         opts = n.spc_options_new()
@@ -834,15 +846,35 @@ class Client:
                                        f"push(): samples must be signed 16-bit (buffer format 'h') or raw bytes, "
                                        f"not format {fmt!r}")
         nbytes = mv.nbytes
-        if nbytes % 2:
-            raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
-                                       f"push(): {nbytes} bytes is not a whole number of 16-bit samples")
-        count = nbytes // 2
-        if count % self._channels:
-            raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
-                                       f"push(): {count} samples is not a whole number of "
-                                       f"{self._channels}-channel frames")
-        frames = count // self._channels
+        frame_bytes = 2 * self._channels
+        with self._push_lock:
+            if self._push_rest or nbytes % frame_bytes:
+                # Part of a frame (an odd byte, a sample of a stereo pair, as a pipe or a socket
+                # hands them out) waits for the next push, instead of failing this one.
+                data = self._push_rest + mv.tobytes()
+                mv.release()
+                whole = len(data) - len(data) % frame_bytes
+                before, self._push_rest = self._push_rest, data[whole:]
+                try:
+                    self._push_bytes(data[:whole], whole // frame_bytes)
+                except BaseException:
+                    self._push_rest = before  # nothing of this call was taken
+                    raise
+                return
+        self._push_view(samples, mv, nbytes // 2, nbytes // frame_bytes)
+
+    def _push_bytes(self, data: bytes, frames: int) -> None:
+        status = self._push_status(ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_int16)) if frames else None,
+                                   frames)
+        self._raise_push(status)
+
+    def _raise_push(self, status: int) -> None:
+        if status != n.Status.OK:
+            raise error_for(status, f"push(): {_status_text(status)}" + (
+                f" (the client's audio is {type(self.audio).__name__}, not PushAudio)"
+                if status == n.Status.INVALID_STATE and not isinstance(self.audio, PushAudio) else ""))
+
+    def _push_view(self, samples: Any, mv: memoryview, count: int, frames: int) -> None:
         if count == 0:
             status = self._push_status(None, 0)
         elif isinstance(samples, bytes) or not mv.c_contiguous:
@@ -854,10 +886,7 @@ class Client:
         else:
             status = self._push_status((ctypes.c_int16 * count).from_buffer(mv), frames)  # no copy
         mv.release()  # fails if the library's view were still exported; it is not
-        if status != n.Status.OK:
-            raise error_for(status, f"push(): {_status_text(status)}" + (
-                f" (the client's audio is {type(self.audio).__name__}, not PushAudio)"
-                if status == n.Status.INVALID_STATE and not isinstance(self.audio, PushAudio) else ""))
+        self._raise_push(status)
 
     def _push_status(self, data: Any, frames: int) -> int:
         handle = self._enter()
@@ -867,7 +896,10 @@ class Client:
             self._leave()
 
     def push_end(self) -> None:
-        """Marks the end of the pushed audio: the context stops by itself, as a WAV file's does."""
+        """Marks the end of the pushed audio: the context stops by itself, as a WAV file's does.
+        A partial frame kept from the last push() is dropped."""
+        with self._push_lock:
+            self._push_rest = b""
         self._call("push_end()", n.spc_client_push_end)
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:

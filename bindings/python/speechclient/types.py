@@ -12,12 +12,14 @@ from ._native import ConnectionState, Listen, Status
 @dataclasses.dataclass(frozen=True)
 class Word:
     """One word: its text, position in the segment, times in ms from the start of the context's
-    audio, and whether it is final."""
+    audio (-1: unknown), whether it is final, and the server's confidence in it (0..1; None
+    where the server gives none: only Riva does, with libspeechclient 0.8)."""
     text: str
     index: int
     start_ms: int
     end_ms: int
     final: bool
+    confidence: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +41,9 @@ class Entity:
 @dataclasses.dataclass(frozen=True)
 class Segment:
     """A snapshot of one segment of speech, as known at one update. `intent` is None while no
-    intent is known. `json` is the library's rendering (spc_segment_json), the demo's stable
-    JSON line; it is not part of equality."""
+    intent is known. `confidence` is the server's confidence in a final transcript (0..1; None
+    where it gives none). `json` is the library's rendering (spc_segment_json), the demo's
+    stable JSON line; it is not part of equality."""
     context_id: str
     segment_id: int
     final: bool
@@ -49,6 +52,7 @@ class Segment:
     intent: Optional[Intent]
     entities: Tuple[Entity, ...]
     json: str = dataclasses.field(default="", compare=False, repr=False)
+    confidence: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +95,12 @@ class StateEvent:
 class ListenEvent:
     """The hands-free pipeline reported an event (activation "voice" or "wakeword"): speech or
     silence heard, an activation begun or ended, or an activation cut at the maximum length.
-    position_ms counts the audio since start()."""
+    position_ms counts the audio since start(). `name`, for an activation: the wake word the
+    wake-word service heard (its model name, "hey_jarvis_v0.1"), or the wakeword phrase; None
+    otherwise (and with libspeechclient before 0.8)."""
     event: Listen
     position_ms: int
+    name: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +109,14 @@ class LevelEvent:
     silence), at position_ms of audio since start(). Only with Client(levels=True)."""
     dbfs: float
     position_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioDevice:
+    """An ALSA capture device (audio_devices()): `name` for Microphone(device=...), and ALSA's
+    description."""
+    name: str
+    description: str
 
 
 @dataclasses.dataclass(frozen=True)
