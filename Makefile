@@ -145,7 +145,7 @@ clean:
 FUZZ_SECONDS ?= 60
 # FUZZ_RUNS=N stops each target after N executions instead (whichever limit comes first).
 FUZZ_RUNS ?=
-FUZZ_TARGETS := FuzzProtobuf FuzzJSON FuzzURL FuzzWAV FuzzFraming FuzzPipeline FuzzWyoming
+FUZZ_TARGETS := FuzzProtobuf FuzzJSON FuzzURL FuzzWAV FuzzFraming FuzzPipeline FuzzWyoming FuzzAssembler
 FUZZ_FLAGS   := -c release --scratch-path ../.build-fuzz -Xswiftc -sanitize=fuzzer,address \
 	-Xswiftc -parse-as-library -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld
 .PHONY: fuzz
@@ -155,7 +155,7 @@ fuzz:
 		mkdir -p .build-fuzz/corpus/$$t fuzz/corpus/$$t; \
 		if [ $$t = FuzzWAV ]; then python3 fuzz/wav_seeds.py .build-fuzz/corpus/$$t; fi; \
 		if [ $$t = FuzzPipeline ]; then python3 fuzz/pipeline_seeds.py .build-fuzz/corpus/$$t; fi; \
-		if ! .build-fuzz/release/$$t -max_total_time=$(FUZZ_SECONDS) $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS)) -print_final_stats=1 \
+		if ! .build-fuzz/release/$$t -max_total_time=$(FUZZ_SECONDS) $$([ $$t = FuzzAssembler ] && echo -malloc_limit_mb=64) $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS)) -print_final_stats=1 \
 			.build-fuzz/corpus/$$t fuzz/corpus/$$t > .build-fuzz/$$t.log 2>&1; then \
 			tail -40 .build-fuzz/$$t.log; echo "fuzz: $$t FAILED"; exit 1; fi; \
 		echo "fuzz: $$t $$(grep -E 'stat::number_of_executed_units' .build-fuzz/$$t.log) $$(grep -oE 'cov: [0-9]+' .build-fuzz/$$t.log | tail -1)"; \

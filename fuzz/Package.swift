@@ -15,5 +15,6 @@ let package = Package(
         .executableTarget(name: "FuzzFraming", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
         .executableTarget(name: "FuzzPipeline", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
         .executableTarget(name: "FuzzWyoming", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
+        .executableTarget(name: "FuzzAssembler", dependencies: ["FuzzSupport", .product(name: "SpeechClientCore", package: "speechclient")]),
     ]
 )

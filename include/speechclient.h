@@ -237,7 +237,10 @@ typedef enum spc_connection_state {
     SPC_CONNECTION_READY = 1,
     SPC_CONNECTION_RECONNECTING = 2,
     SPC_CONNECTION_UNAVAILABLE = 3,
-    SPC_CONNECTION_SUSPENDED = 4
+    SPC_CONNECTION_SUSPENDED = 4,
+    /* No connection opened yet (the first start opens it without prepare-on-init). Only
+    ** spc_client_get_connection_state() gives it, never the state callback. Since 0.8. */
+    SPC_CONNECTION_IDLE = 5
 } spc_connection_state;
 
 /* ---------------------------------------------------------------------------------------------
@@ -801,6 +804,12 @@ SPC_API spc_status spc_client_resume(spc_client *client);
 /* The client's state (see CLIENT STATES). SPC_ERROR_INVALID_ARGUMENT for NULL arguments. */
 SPC_API spc_status spc_client_get_state(const spc_client *client, spc_state *out_state);
 
+/* The connection state now (see CONNECTION STATES), on demand: the last one the library
+** reported, which the state callback may not have delivered yet; SPC_CONNECTION_IDLE before
+** the first connection attempt. SPC_ERROR_INVALID_ARGUMENT for NULL arguments. Since 0.8. */
+SPC_API spc_status spc_client_get_connection_state(const spc_client *client,
+                                                   spc_connection_state *out_state);
+
 /* Pushes frame_count interleaved 16-bit frames (frame_count * channels samples) for a client
 ** whose source is SPC push audio. Samples pushed outside a context are dropped (while listening
 ** in VOICE or WAKEWORD activation, between spc_client_start() and spc_client_stop(), all are
@@ -889,7 +898,10 @@ SPC_API spc_status spc_io_dispatch(uint32_t *out_ready, uint32_t *out_callbacks)
 ** text, plus 16 bytes per word and entity); the unfinished segments of a context together at
 ** most 1 MiB; at most 256 unfinished segments and 16384 words per segment. Speech is far below
 ** these (a segment ends at a pause; an hour of speech is about 40 KB of text). A server that
-** goes past one ends the context with SPC_ERROR_PARSE naming the limit.
+** goes past one ends the context with SPC_ERROR_PARSE naming the limit. From 0.8 on, a NUL byte
+** in a server's text (a word, an entity, an intent, a context id) is replaced by U+FFFD, so
+** that a C string holds all of it; and a result for an audio context other than the one its
+** stream carries ends the context with SPC_ERROR_PARSE naming both.
 */
 
 SPC_API const char *spc_segment_context_id(const spc_segment *segment); /* "" for NULL */

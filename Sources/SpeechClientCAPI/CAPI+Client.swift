@@ -126,6 +126,13 @@ public func spc_client_get_state(_ client: OpaquePointer?, _ outState: UnsafeMut
 }
 
 @c @implementation
+public func spc_client_get_connection_state(_ client: OpaquePointer?, _ outState: UnsafeMutablePointer<spc_connection_state>?) -> spc_status {
+    guard let c = clientFrom(client), let outState else { return SPC_ERROR_INVALID_ARGUMENT }
+    outState.pointee = spc_connection_state(rawValue: UInt32(c.currentConnectionState.rawValue))
+    return SPC_OK
+}
+
+@c @implementation
 public func spc_client_push_audio(_ client: OpaquePointer?, _ frames: UnsafePointer<Int16>?, _ frameCount: Int) -> spc_status {
     guard let c = clientFrom(client) else { return SPC_ERROR_INVALID_ARGUMENT }
     if frameCount == 0 { return status { () throws(SpeechClientError) in try c.pushAudio(UnsafeBufferPointer(start: nil, count: 0)) } }

@@ -690,6 +690,12 @@ static void test_wrong_states(void) {
     CHECK_STATUS(spc_client_get_state(c, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
     CHECK(state == SPC_STATE_IDLE);
+    /* 0.8: the connection state on demand; nothing opened yet. */
+    spc_connection_state connection = SPC_CONNECTION_READY;
+    CHECK_STATUS(spc_client_get_connection_state(NULL, &connection), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_client_get_connection_state(c, NULL), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_client_get_connection_state(c, &connection), SPC_OK);
+    CHECK(connection == SPC_CONNECTION_IDLE);
     CHECK_STATUS(spc_client_stop(c), SPC_ERROR_INVALID_STATE);
     CHECK_STATUS(spc_client_resume(c), SPC_ERROR_INVALID_STATE);
     CHECK_STATUS(spc_client_push_end(c), SPC_ERROR_INVALID_STATE);

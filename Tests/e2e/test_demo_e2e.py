@@ -54,7 +54,8 @@ def test_a_wav_cut_short_is_transcribed_with_a_warning_naming_what_is_missing(se
     out = run_demo(server, cut, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "the data chunk declares" in out.stderr and "s are missing" in out.stderr, out.stderr
-    finals = [json.loads(l) for l in out.stdout.splitlines() if '"final":true' in l and '"segment"' in l]
+    events = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
+    finals = [e for e in events if e["type"] == "segment" and e["final"]]
     assert finals and finals[0]["transcript"].startswith("turn on the kitchen lights"), out.stdout
 
 

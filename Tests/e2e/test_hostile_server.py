@@ -66,3 +66,43 @@ def watch_peak_kb(pid):
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     return peak
+
+
+def run_scenario(scenario, wav, tmp_path):
+    server = subprocess.Popen([sys.executable, str(SERVER), "--scenario", scenario], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("listening on "), line
+        return subprocess.run([str(DEMO), "--url", "grpc://" + line.split()[-1], "--app-id", "e2e", "--file", str(wav),
+                               "--json", "--cache-dir", str(tmp_path / "cache")],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        server.stdin.close()
+        server.kill()
+        server.wait()
+
+
+def test_nul_bytes_in_words_are_replaced_not_cut(speech, tmp_path):
+    """Issue 23 item 3: a NUL inside a word reached C callers, where the char * text ends there
+    ("kit"). It is replaced by U+FFFD, so the whole word and transcript arrive."""
+    import json
+    out = run_scenario("NulWord", speech("turn on the kitchen lights"), tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    events = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
+    finals = [e for e in events if e["type"] == "segment" and e["final"]]
+    assert [w["text"] for w in finals[0]["words"]] == ["turn", "on", "the", "kit\ufffdchen", "lights\ufffd"], finals
+    assert finals[0]["transcript"] == "turn on the kit\ufffdchen lights\ufffd", finals
+
+
+def test_a_result_for_another_context_is_a_protocol_error(speech, tmp_path):
+    """Issue 23 item 3: a result for an audio_context the stream does not carry was filed under
+    the current context; now it ends the stream with an error naming it."""
+    import json
+    out = run_scenario("OtherContext", speech("stop the music"), tmp_path)
+    assert out.returncode == 1
+    errors = [json.loads(l) for l in out.stdout.splitlines() if '"type":"error"' in l]
+    assert errors and errors[0]["code"] == "malformed response", out.stdout
+    assert "audio context 'someone-else' on the stream of context 'hostile-1'" in errors[0]["message"], errors
+    assert not [l for l in out.stdout.splitlines() if '"hello"' in l], out.stdout

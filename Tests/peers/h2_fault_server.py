@@ -169,6 +169,12 @@ class Connection:
         self.conn.send_data(sid, frame(b"ok"))
         self.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
 
+    def huge_trailers(self, sid, headers):
+        self.conn.send_headers(sid, ok_headers())
+        self.conn.send_data(sid, frame(b"ok"))
+        self.conn.send_headers(sid, [("grpc-status", "0")] + [(f"x-filler-{i}", "v" * 1000) for i in range(100)],
+                               end_stream=True)
+
     def two_messages(self, sid, headers):
         self.conn.send_headers(sid, ok_headers())
         self.conn.send_data(sid, frame(b"one") + frame(b"two"))
@@ -203,6 +209,7 @@ SCENARIOS = {
     "GoAwayCalm": Connection.goaway_calm,
     "WrongContentType": Connection.wrong_content_type,
     "HugeHeaders": Connection.huge_headers,
+    "HugeTrailers": Connection.huge_trailers,
     "TwoMessages": Connection.two_messages,
     "Silent": Connection.silent,
     "StopReading": Connection.stop_reading_scenario,

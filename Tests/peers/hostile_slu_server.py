@@ -12,6 +12,8 @@ Usage: hostile_slu_server.py --scenario NAME  (prints "listening on 127.0.0.1:PO
   ManySegments  tentative transcripts of 60 words of 1,000 bytes for segments 0, 1, 2, ...
                 (never ended): 60 KB each, 400 of them.
   NoStarted     accepts the stream and never answers, not even `started` (issue 19 item 1).
+  NulWord       a final segment whose words hold NUL bytes ("kit\\0chen"), then finished.
+  OtherContext  after `started` for its context, a final word for another audio_context.
 """
 import argparse
 import sys
@@ -56,6 +58,18 @@ class HostileSLU(slu_pb2_grpc.SLUServicer):
                 yield slu_pb2.SLUResponse(audio_context=context_id, segment_id=0,
                                           tentative_transcript=slu_pb2.SLUTentativeTranscript(
                                               tentative_transcript="b", tentative_words=words))
+        elif s == "NulWord":
+            for i, text in enumerate(["turn", "on", "the", "kit\0chen", "lights\0"]):
+                yield slu_pb2.SLUResponse(audio_context=context_id, segment_id=0, transcript=word(text, i))
+            yield slu_pb2.SLUResponse(audio_context=context_id, segment_id=0, segment_end=slu_pb2.SLUSegmentEnd())
+            for request in request_iterator:  # until the client's stop
+                if request.WhichOneof("streaming_request") == "stop" or (
+                        request.WhichOneof("streaming_request") == "event" and request.event.event == slu_pb2.SLUEvent.STOP):
+                    break
+            yield slu_pb2.SLUResponse(audio_context=context_id, finished=slu_pb2.SLUFinished())
+            return
+        elif s == "OtherContext":
+            yield slu_pb2.SLUResponse(audio_context="someone-else", segment_id=0, transcript=word("hello", 0))
         elif s == "ManySegments":
             words = [word("c" * 1000, i) for i in range(60)]
             for seg in range(400):
@@ -70,7 +84,8 @@ class HostileSLU(slu_pb2_grpc.SLUServicer):
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("--scenario", required=True, choices=["HugeWords", "ManySmallWords", "ManySegments", "NoStarted"])
+    p.add_argument("--scenario", required=True, choices=["HugeWords", "ManySmallWords", "ManySegments", "NoStarted",
+                                                           "NulWord", "OtherContext"])
     ARGS = p.parse_args()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                          options=[("grpc.max_send_message_length", 4 << 20)])

@@ -61,6 +61,15 @@ def test_capture_devices_are_listed_with_names_for_the_microphone():
         assert c.state == sc.State.IDLE
 
 
+def test_the_connection_state_on_demand(cache_dir):
+    """0.8: IDLE before any connection; UNAVAILABLE once a start found nothing listening."""
+    with sc.Client(url=UNREACHABLE, app_id="a", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir) as c:
+        assert c.connection_state == sc.ConnectionState.IDLE
+        c.start()
+        assert c.wait_idle(10)
+        assert c.connection_state == sc.ConnectionState.UNAVAILABLE
+
+
 def test_version_of_the_loaded_library():
     number = sc.version_number()
     assert number == _native.spc_version_number()

@@ -63,6 +63,12 @@ def test_newer_process_wide_functions_are_errors_naming_the_release():
         assert str(info.value).endswith(f"({release})")
 
 
+def test_the_connection_state_on_demand_is_an_error_naming_the_release():
+    with sc.Client(url=UNREACHABLE, app_id="a", audio=sc.PushAudio(16000, 1)) as c:
+        with pytest.raises(sc.InvalidStateError, match=r"\(0\.8\)"):
+            c.connection_state
+
+
 @pytest.mark.e2e
 def test_a_file_is_transcribed_through_the_older_library(server, synthesize, cache_dir):
     wav = synthesize("turn on the kitchen lights")

@@ -224,6 +224,13 @@ public final class Client: @unchecked Sendable, InlineDelivery {
 
     public var currentState: ClientState { lock.withLock { state } }
 
+    /// The connection state last reported (issue 19 item 9: on demand, not only by callback);
+    /// `.idle` before the first connection attempt.
+    public var currentConnectionState: ConnectionState {
+        ConnectionState(rawValue: connectionNow.load(ordering: .acquiring)) ?? .idle
+    }
+    private let connectionNow = Atomic<Int32>(ConnectionState.idle.rawValue)
+
     /// True when called from this client's callback thread (where blocking calls would deadlock).
     public var isOnCallbackThread: Bool {
         lock.withLock { (callbackThread?.isCurrent ?? false) || dispatchingThread == UInt(pthread_self()) }
@@ -569,6 +576,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     /// with `whileClosing` (the worker's shutdown inside free: the last words of an unfinished
     /// context), which is queued until the callbacks are drained.
     func emit(_ event: ClientEvent, whileClosing: Bool = false) {
+        if case .connection(let state, _, _, _) = event { connectionNow.store(state.rawValue, ordering: .releasing) }
         let queued: Bool = lock.withLock {
             guard whileClosing ? !callbacksClosing : !closing else { return false }
             pushEventLocked(event)

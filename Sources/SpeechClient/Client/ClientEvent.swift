@@ -32,6 +32,8 @@ public enum ActivationMode: Int32, Sendable {
 /// Raw values are the C `spc_connection_state` values.
 public enum ConnectionState: Int32, Sendable {
     case connecting = 0, ready = 1, reconnecting = 2, unavailable = 3, suspended = 4
+    /// No connection opened yet (only the on-demand query gives it, never an event).
+    case idle = 5
 }
 
 /// Raw values are the C `spc_io` values: who reads the client's connection.

@@ -877,6 +877,15 @@ final class ClientWorker: @unchecked Sendable {
     /// Folds a segment update into the user's context (its id, continuous segment ids and word
     /// times) and emits the segment. Returns the error when the assembler refuses it.
     private func applySegmentUpdate(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
+        // A result for another context than the one this stream carries was filed under the
+        // current one (issue 23 item 3): it is a protocol error that ends the stream.
+        if let expected = lanes[gen]?.serverContext, response.audioContext != expected {
+            let named = String(response.audioContext.unicodeScalars.prefix(64).map {
+                $0.properties.generalCategory == .control ? "?" : Character($0)
+            })
+            return SpeechClientError(.parse, "the server sent a result for audio context '\(named)' on the stream of context '\(expected)'; the stream was ended",
+                                     grpcStatus: GRPCStatus.internal)
+        }
         var mapped = response
         mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
         mapped.segmentId = userSegment(context: response.audioContext, segment: response.segmentId)

@@ -20,6 +20,9 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     private var streams: [Int32: any HTTP2StreamDelegate] = [:]
     private var pendingHeaders: [Int32: [(name: String, value: String)]] = [:]
     private var pendingHeaderBytes: [Int32: Int] = [:]
+    /// Streams reset for a header block over the limit: their close names it (issue 23 item 3:
+    /// it read "content-type '': not a gRPC server").
+    private var oversizedHeaders: Set<Int32> = []
     /// A response header block larger than this resets its stream (a hostile server cannot make
     /// the client buffer without bound).
     private static let maxHeaderBlockBytes = 64 * 1024
@@ -151,6 +154,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     /// first, so it hears nothing more.
     func reset(stream id: Int32, errorCode: UInt32) {
         guard let session, streams.removeValue(forKey: id) != nil else { return }
+        oversizedHeaders.remove(id)
         pendingHeaders[id] = nil
         pendingHeaderBytes[id] = nil
         _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, errorCode)
@@ -280,6 +284,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         streams.removeAll()
         pendingHeaders.removeAll()
         pendingHeaderBytes.removeAll()
+        oversizedHeaders.removeAll()
         for (_, delegate) in open.sorted(by: { $0.key < $1.key }) {
             delegate.http2Closed(errorCode: 0, connectionFailure: error)
         }
@@ -366,6 +371,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         if total > HTTP2Connection.maxHeaderBlockBytes {
             pendingHeaders[id] = nil
             pendingHeaderBytes[id] = nil
+            oversizedHeaders.insert(id)
             return false
         }
         pendingHeaders[id]?.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
@@ -415,8 +421,15 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     fileprivate func streamClosed(stream id: Int32, errorCode: UInt32) {
         pendingHeaders[id] = nil
         pendingHeaderBytes[id] = nil
+        let oversized = oversizedHeaders.remove(id) != nil
         guard let delegate = streams.removeValue(forKey: id) else { return }
-        delegate.http2Closed(errorCode: errorCode, connectionFailure: nil)
+        if oversized {
+            delegate.http2Closed(errorCode: errorCode, connectionFailure: SpeechClientError(
+                .parse, "\(peer) sent a header block over the \(HTTP2Connection.maxHeaderBlockBytes / 1024) KiB limit: the stream was reset",
+                grpcStatus: GRPCStatus.internal))
+        } else {
+            delegate.http2Closed(errorCode: errorCode, connectionFailure: nil)
+        }
     }
 
     fileprivate func readBody(stream id: Int32, into buffer: UnsafeMutableRawBufferPointer,

@@ -42,7 +42,7 @@ extension SLUResponse {
         var response = SLUResponse(audioContext: "", segmentId: 0, payload: .none)
         while let (field, value) = try r.next() {
             switch field {
-            case 1: response.audioContext = try value.string("audio_context")
+            case 1: response.audioContext = try value.text("audio_context")
             case 2: response.segmentId = try value.int32("segment_id")
             case 3: response.payload = .transcript(try decodeWord(try value.message("transcript")))
             case 4: response.payload = .entity(try decodeEntity(try value.message("entity")))
@@ -75,8 +75,8 @@ extension SLUResponse {
                     guard f == 2 else { continue }
                     var e = try v.message("finished.error")
                     while let (ef, ev) = try e.next() {
-                        if ef == 1 { code = try ev.string("error.code") }
-                        if ef == 2 { message = try ev.string("error.message") }
+                        if ef == 1 { code = try ev.text("error.code") }
+                        if ef == 2 { message = try ev.text("error.message") }
                     }
                 }
                 response.payload = .finished(errorCode: code, errorMessage: message)
@@ -96,7 +96,7 @@ extension SLUResponse {
         var w = SLUWord(text: "", index: 0, startMilliseconds: 0, endMilliseconds: 0)
         while let (f, v) = try r.next() {
             switch f {
-            case 1: w.text = try v.string("word")
+            case 1: w.text = try v.text("word")
             case 2: w.index = try v.int32("index")
             case 3: w.startMilliseconds = try v.int32("start_time")
             case 4: w.endMilliseconds = try v.int32("end_time")
@@ -111,8 +111,8 @@ extension SLUResponse {
         var e = SLUEntity(type: "", value: "", startPosition: 0, endPosition: 0)
         while let (f, v) = try r.next() {
             switch f {
-            case 1: e.type = try v.string("entity")
-            case 2: e.value = try v.string("value")
+            case 1: e.type = try v.text("entity")
+            case 2: e.value = try v.text("value")
             case 3: e.startPosition = try v.int32("start_position")
             case 4: e.endPosition = try v.int32("end_position")
             default: break
@@ -124,7 +124,7 @@ extension SLUResponse {
     static func decodeIntent(_ reader: ProtobufReader) throws(SpeechClientError) -> String {
         var r = reader
         var intent = ""
-        while let (f, v) = try r.next() { if f == 1 { intent = try v.string("intent") } }
+        while let (f, v) = try r.next() { if f == 1 { intent = try v.text("intent") } }
         return intent
     }
 }

@@ -97,6 +97,14 @@ extension ProtobufReader.WireValue {
         return String(decoding: b, as: UTF8.self)
     }
 
+    /// A string for text the client hands to C (words, entities, intents, context ids): a NUL
+    /// would cut a C string short, so it is replaced by U+FFFD (issue 23 item 3).
+    func text(_ field: String) throws(SpeechClientError) -> String {
+        let s = try string(field)
+        guard s.utf8.contains(0) else { return s }
+        return String(String.UnicodeScalarView(s.unicodeScalars.map { $0 == "\0" ? "\u{FFFD}" : $0 }))
+    }
+
     /// A `float` (fixed32); NaN and infinities pass through (callers range-check).
     func float(_ field: String) throws(SpeechClientError) -> Float {
         guard case .fixed32(let v) = self else { throw ProtobufReader.malformed("\(field) is not a fixed32") }

@@ -244,13 +244,17 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         o.prepareOnInit = prepareOnInit
         let client = try Client(options: o, service: service, handler: log.handler)
         defer { try? client.close() }
+        // The connection state on demand (0.8): nothing opened yet without prepare-on-init.
+        #expect(client.currentConnectionState == (prepareOnInit ? .ready : .idle))
         try client.start()
         let samples = [Int16](repeating: 1000, count: 16_000 * 3 / 10)
         samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
         usleepMs(100)
+        #expect(client.currentConnectionState == .ready)
         try client.suspend()
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))
         #expect(client.currentState == .suspended)
+        #expect(client.currentConnectionState == .suspended)
         let suspended = log.lines
         let stop = try #require(suspended.firstIndex(of: "stop ctx-1"))
         #expect(suspended.last == "state suspended", "\(suspended)")

@@ -142,9 +142,11 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(e?.message.contains("text/html") == true)
     }
 
-    @Test func oversizedHeaderBlockResetsTheStream() throws {
-        let e = try unaryError("HugeHeaders")
+    /// Issue 23 item 3: the reset is named for what it was (it read "content-type ''").
+    @Test(arguments: ["HugeHeaders", "HugeTrailers"]) func oversizedHeaderBlockResetsTheStream(scenario: String) throws {
+        let e = try unaryError(scenario)
         #expect(e?.grpcStatus == 13, "\(String(describing: e))")
+        #expect(e?.message.contains("sent a header block over the 64 KiB limit") == true, "\(String(describing: e))")
     }
 
     @Test func unaryWithTwoResponsesIsInternal() throws {

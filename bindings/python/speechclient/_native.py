@@ -71,6 +71,7 @@ class ConnectionState(enum.IntEnum):
     RECONNECTING = 2
     UNAVAILABLE = 3
     SUSPENDED = 4
+    IDLE = 5  # only from Client.connection_state (0.8): no connection opened yet
 
 
 class Delivery(enum.IntEnum):
@@ -427,6 +428,8 @@ spc_devices_count = _optional_fn("spc_devices_count", c_size_t, devices_p)
 spc_devices_name = _optional_fn("spc_devices_name", c_char_p, devices_p, c_size_t)
 spc_devices_description = _optional_fn("spc_devices_description", c_char_p, devices_p, c_size_t)
 spc_devices_free = _optional_fn("spc_devices_free", None, devices_p)
+# spc_status spc_client_get_connection_state(const spc_client *client, spc_connection_state *out_state); (0.8)
+spc_client_get_connection_state = _optional_fn("spc_client_get_connection_state", c_status, client_p, POINTER(c_int))
 # const char *spc_listen_name(spc_client *client); (0.8)
 spc_listen_name = _optional_fn("spc_listen_name", c_char_p, client_p)
 # const char *spc_segment_json(const spc_segment *segment);

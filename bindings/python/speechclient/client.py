@@ -817,6 +817,21 @@ class Client:
         self._call("resume()", n.spc_client_resume)
 
     @property
+    def connection_state(self) -> n.ConnectionState:
+        """The connection state now (spc_client_get_connection_state, libspeechclient 0.8): the
+        last one the library reported, perhaps not delivered to on_state yet; IDLE before the
+        first connection attempt. InvalidStateError on an older library."""
+        if n.spc_client_get_connection_state is None:
+            raise InvalidStateError(n.Status.INVALID_STATE, f"{n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
+                                                          f"without the connection state on demand (0.8)")
+        out = ctypes.c_int(0)
+        self._call("connection_state", n.spc_client_get_connection_state, ctypes.byref(out))
+        try:
+            return n.ConnectionState(out.value)
+        except ValueError:  # pragma: no cover - a state newer than this binding
+            return out.value  # type: ignore[return-value]
+
+    @property
     def state(self) -> n.State:
         """The client's State (IDLE, STARTING, LISTENING, STOPPING, SUSPENDED)."""
         out = n.c_state()
