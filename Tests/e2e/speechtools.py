@@ -1,5 +1,6 @@
 """Shared by the end-to-end suites: the real reference server on loopback, synthesized speech,
 and the demo's JSON lines."""
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -34,6 +35,25 @@ class Server:
 
     def stop(self) -> None:
         stop_process(self.proc)
+
+
+@contextlib.contextmanager
+def hostile_server(scenario: str):
+    """Tests/peers/hostile_slu_server.py playing `scenario`; yields its grpc:// URL, and stops it
+    (closing its stdin, then killing it) when the block ends."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "Tests" / "peers" / "hostile_slu_server.py"),
+                             "--scenario", scenario], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True,
+                            env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("listening on "), line
+        yield "grpc://" + line.split()[-1]
+    finally:
+        if proc.stdin:
+            proc.stdin.close()
+        proc.kill()
+        proc.wait()
 
 
 def stop_process(proc: subprocess.Popen) -> None:

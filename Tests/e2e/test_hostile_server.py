@@ -4,15 +4,13 @@ only in counts. Tests/peers/hostile_slu_server.py sends, for one segment it neve
 the limit, quickly, with its peak memory small (0.4.1 reached 665 MB after 30 s on the first and
 kept growing)."""
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from speechtools import DEMO, ROOT
+from speechtools import DEMO, hostile_server
 
-SERVER = ROOT / "Tests" / "peers" / "hostile_slu_server.py"
 
 
 @pytest.mark.parametrize("scenario, named", [
@@ -21,13 +19,7 @@ SERVER = ROOT / "Tests" / "peers" / "hostile_slu_server.py"
     ("ManySegments", "over the 1 MiB limit"),
 ])
 def test_a_hostile_server_is_a_named_error_with_bounded_memory(scenario, named, speech, tmp_path):
-    server = subprocess.Popen([sys.executable, str(SERVER), "--scenario", scenario], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
-    try:
-        line = server.stdout.readline()
-        assert line.startswith("listening on "), line
-        url = "grpc://" + line.split()[-1]
+    with hostile_server(scenario) as url:
         wav = speech("stop the music")
         began = time.monotonic()
         demo = subprocess.Popen([str(DEMO), "--url", url, "--app-id", "e2e", "--file", str(wav),
@@ -36,10 +28,6 @@ def test_a_hostile_server_is_a_named_error_with_bounded_memory(scenario, named, 
         peak = watch_peak_kb(demo.pid)
         _, stderr = demo.communicate(timeout=60)
         took = time.monotonic() - began
-    finally:
-        server.stdin.close()
-        server.kill()
-        server.wait()
     peak_mb = peak[0] / 1024
     print(f"\n{scenario}: {took:.2f} s, peak resident {peak_mb:.1f} MB: {stderr.strip()[:160]}")
     assert demo.returncode == 1
@@ -69,19 +57,10 @@ def watch_peak_kb(pid):
 
 
 def run_scenario(scenario, wav, tmp_path):
-    server = subprocess.Popen([sys.executable, str(SERVER), "--scenario", scenario], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
-    try:
-        line = server.stdout.readline()
-        assert line.startswith("listening on "), line
-        return subprocess.run([str(DEMO), "--url", "grpc://" + line.split()[-1], "--app-id", "e2e", "--file", str(wav),
+    with hostile_server(scenario) as url:
+        return subprocess.run([str(DEMO), "--url", url, "--app-id", "e2e", "--file", str(wav),
                                "--json", "--cache-dir", str(tmp_path / "cache")],
                               capture_output=True, text=True, timeout=60)
-    finally:
-        server.stdin.close()
-        server.kill()
-        server.wait()
 
 
 def test_nul_bytes_in_words_are_replaced_not_cut(speech, tmp_path):

@@ -5,15 +5,13 @@ failure -> error code, gRPC status, words of the message, the longest it may tak
 import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from speechtools import DEMO, ROOT, Server
+from speechtools import DEMO, Server, hostile_server
 
-HOSTILE = ROOT / "Tests" / "peers" / "hostile_slu_server.py"
 
 
 class RawServer:
@@ -69,15 +67,8 @@ def tls_server(tls_files):
 
 @pytest.fixture(scope="module")
 def no_started_server():
-    p = subprocess.Popen([sys.executable, str(HOSTILE), "--scenario", "NoStarted"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                         env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
-    line = p.stdout.readline()
-    assert line.startswith("listening on "), line
-    yield "grpc://" + line.split()[-1]
-    p.stdin.close()
-    p.kill()
-    p.wait()
+    with hostile_server("NoStarted") as url:
+        yield url
 
 
 CASES = [
