@@ -102,10 +102,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 8
+#define SPC_VERSION_MINOR 9
 #define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.8.0"
-#define SPC_VERSION_NUMBER 8000
+#define SPC_VERSION_STRING "0.9.0"
+#define SPC_VERSION_NUMBER 9000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -561,6 +561,28 @@ SPC_API spc_status spc_options_set_audio_file(spc_options *options, const char *
 ** frames at sample_rate (8000-192000 Hz) with channels (1-8) channels. */
 SPC_API spc_status spc_options_set_audio_push(spc_options *options, uint32_t sample_rate,
                                               uint32_t channels);
+
+/* Audio read from a file descriptor the application opened: a pipe, standard input (fd 0), a
+** socket or a file. sample_rate 0: the stream starts with a WAV header, read as it arrives (the
+** formats spc_options_set_audio_file() reads; the size 0, 0xFFFFFFFF or over 0x7FFF0000 that
+** writers to a pipe put there means "to the end of the stream"); channels must then be 0.
+** Otherwise raw interleaved signed 16-bit little-endian frames, no header, at sample_rate
+** (8000-192000 Hz) with channels (1-8).
+**
+** The descriptor stays the application's: the library never closes it nor changes its flags,
+** and never touches it once spc_client_free() has returned; keep it open until then. It is read
+** only while a context runs, as fast as the server takes the audio, as a file is (a writer is
+** held back by the pipe, nothing is dropped): each spc_client_start() reads on from where the
+** previous context stopped, so a stop leaves the rest for the next start. At the end of the
+** stream the context stops by itself; a later start fails with SPC_ERROR_AUDIO. While no data
+** arrives the client waits for it (a stop or spc_client_free() takes effect within 100 ms).
+**
+** spc_client_new() checks that the descriptor is open for reading (SPC_ERROR_AUDIO otherwise)
+** without reading it; a bad WAV header or a read error ends the context with SPC_ERROR_AUDIO
+** through the error callback. SPC_ERROR_INVALID_ARGUMENT for a negative fd or a rate or channel
+** count out of range. Since 0.9. */
+SPC_API spc_status spc_options_set_audio_fd(spc_options *options, int fd, uint32_t sample_rate,
+                                            uint32_t channels);
 
 /* The duration of each audio message sent to the server, 20-1000 ms. Default 100. */
 SPC_API spc_status spc_options_set_chunk_ms(spc_options *options, uint32_t chunk_ms);

@@ -118,6 +118,13 @@ public func spc_options_set_audio_push(_ options: OpaquePointer?, _ sampleRate: 
 }
 
 @c @implementation
+public func spc_options_set_audio_fd(_ options: OpaquePointer?, _ fd: Int32, _ sampleRate: UInt32, _ channels: UInt32) -> spc_status {
+    update(options) { (o) throws(SpeechClientError) in
+        try o.setAudio(.descriptor(fd: fd, sampleRate: Int(sampleRate), channels: Int(channels)))
+    }
+}
+
+@c @implementation
 public func spc_options_set_chunk_ms(_ options: OpaquePointer?, _ chunkMs: UInt32) -> spc_status {
     update(options) { (o) throws(SpeechClientError) in try o.setChunkMilliseconds(Int(chunkMs)) }
 }

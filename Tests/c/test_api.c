@@ -278,6 +278,7 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_audio_microphone(NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_audio_file(NULL, "x.wav"), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_audio_push(NULL, 16000, 1), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_audio_fd(NULL, 0, 0, 0), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_chunk_ms(NULL, 100), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_prepare_on_init(NULL, 1), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_add_context_option(NULL, "k", "v"), SPC_ERROR_INVALID_ARGUMENT);
@@ -451,6 +452,16 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_audio_push(o, 192001, 1), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_audio_push(o, 16000, 0), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_audio_push(o, 16000, 9), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_audio_push(o, 48000, 2), SPC_OK);
+    /* 0.9: a descriptor: WAV (rate 0, channels 0) or raw PCM in the push ranges. */
+    CHECK_STATUS(spc_options_set_audio_fd(o, -1, 0, 0), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "spc_options_set_audio_fd: audio descriptor -1 is negative") != NULL);
+    CHECK_STATUS(spc_options_set_audio_fd(o, 0, 0, 1), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "channels must be 0 when the sample rate is 0") != NULL);
+    CHECK_STATUS(spc_options_set_audio_fd(o, 0, 7999, 1), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_audio_fd(o, 0, 16000, 9), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_audio_fd(o, 0, 16000, 1), SPC_OK);
+    CHECK_STATUS(spc_options_set_audio_fd(o, 0, 0, 0), SPC_OK);
     CHECK_STATUS(spc_options_set_audio_push(o, 48000, 2), SPC_OK);
     static const uint32_t bad_chunks[] = {0, 19, 1001, 4000000000u};
     for (size_t i = 0; i < sizeof bad_chunks / sizeof bad_chunks[0]; i++)

@@ -496,3 +496,40 @@ def test_cli_hands_free_text_is_the_c_demos(server, two_phrases, tmp_path):
     assert runs[0].stdout == runs[1].stdout
     assert runs[0].stdout.splitlines()[-1] == "stop the music  [intent: stop_music]"
     assert "turn on the kitchen lights  [intent: turn_on]  [room: kitchen]" in runs[0].stdout.splitlines()
+
+
+def test_an_audio_stream_reads_a_pipe_and_each_start_reads_on(server, synthesize, cache_dir):
+    """AudioStream (0.9): the library reads the pipe itself. Two phrases written one after the
+    other: the first start is stopped after the first phrase's words, the second start reads on
+    and gets the second phrase, the end of the stream stops it."""
+    first = synthesize("turn on the kitchen lights")
+    second = synthesize("what time is it")
+    with wave.open(str(first)) as w:
+        pcm1 = w.readframes(w.getnframes()) + bytes(16000)
+    with wave.open(str(second)) as w:
+        pcm2 = w.readframes(w.getnframes()) + bytes(16000)
+    r, wfd = os.pipe()
+    try:
+        with sc.Client(url=server.url, app_id="py", audio=sc.AudioStream(r, 16000, 1), cache_dir=cache_dir) as c:
+            os.write(wfd, pcm1[:32768])
+            writer = threading.Thread(target=lambda: os.write(wfd, pcm1[32768:]))
+            writer.start()
+            c.start()
+            finals, stopped = [], False
+            for update in c.updates(timeout=30):
+                if isinstance(update, sc.Segment):
+                    if update.final:
+                        finals.append(update.transcript)
+                    if update.transcript == "turn on the kitchen lights" and not stopped:
+                        c.stop()  # the pipe stays open: the rest is the next context's
+                        stopped = True
+            writer.join()
+            assert finals == ["turn on the kitchen lights"]
+            writer = threading.Thread(target=lambda: (os.write(wfd, pcm2), os.close(wfd)))
+            writer.start()
+            c.start()
+            finals = [u.transcript for u in c.updates(timeout=30) if isinstance(u, sc.Segment) and u.final]
+            writer.join()
+            assert finals == ["what time is it"]
+    finally:
+        os.close(r)

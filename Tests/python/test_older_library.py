@@ -46,6 +46,7 @@ def test_the_older_library_is_loaded_and_says_so():
     ("io", {"io": "application"}, "0.3"),
     ("wakeword_url", {"wakeword_url": "wyoming://127.0.0.1:1"}, "0.7"),
     ("timeouts", {"timeouts": (5000, 10000, 10000)}, "0.8"),
+    ("audio", {"audio": sc.AudioStream(0)}, "0.9"),
 ])
 def test_a_newer_option_is_an_error_naming_the_release(option, kwargs, release):
     with pytest.raises(sc.InvalidArgumentError) as info:

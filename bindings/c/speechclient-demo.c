@@ -272,7 +272,10 @@ static void usage(FILE *to) {
         "  --language TAG     BCP-47 language (default en-US)\n"
         "  --model NAME       the model to ask a Wyoming or Riva server for (default: its own)\n"
         "  --header NAME=VALUE  a request header for a Speechly or Riva server (repeatable)\n"
-        "  --file WAV         transcribe a WAV file, then exit\n"
+        "  --file WAV         transcribe a WAV file, then exit; '-': standard input (a WAV stream,\n"
+        "                     or raw PCM with --raw), until its end or Ctrl-C\n"
+        "  --raw RATE[,CHANNELS]  with --file -: raw signed 16-bit little-endian PCM, no header\n"
+        "                     (8000-192000 Hz, 1-8 channels, default 1)\n"
         "  --mic [DEVICE]     transcribe an ALSA capture device until Ctrl-C (default device: default)\n"
         "  --ca-file PEM      trust these CAs for grpc+tls servers\n"
         "  --insecure         skip TLS verification (development only)\n"
@@ -370,6 +373,7 @@ struct settings {
     long replay_buffer_ms, context_limit_ms, stream_budget, drain_timeout_ms;
     long keepalive_ms, keepalive_timeout_ms;
     long timeouts_ms[3];
+    long raw[2];  /* --raw RATE,CHANNELS; 0: a WAV stream */
 };
 
 /* Parses "A" or "A,B" or "A,B,C" (whole numbers; the first in [min, max], or 'unlimited', read
@@ -403,7 +407,9 @@ static int configure(spc_options *o, const struct settings *a, struct demo *d) {
         {a->ca_file ? spc_options_set_ca_file(o, a->ca_file) : SPC_OK, "bad --ca-file", a->ca_file},
         {a->cache_dir ? spc_options_set_cache_dir(o, a->cache_dir) : SPC_OK, "bad --cache-dir", a->cache_dir},
         {a->chunk_ms ? spc_options_set_chunk_ms(o, (uint32_t)a->chunk_ms) : SPC_OK, "bad --chunk-ms (20-1000)", NULL},
-        {a->file ? spc_options_set_audio_file(o, a->file) : spc_options_set_audio_microphone(o, a->mic),
+        {!a->file ? spc_options_set_audio_microphone(o, a->mic)
+         : strcmp(a->file, "-") ? spc_options_set_audio_file(o, a->file)
+         : spc_options_set_audio_fd(o, STDIN_FILENO, (uint32_t)a->raw[0], (uint32_t)a->raw[1]),
          a->file ? "bad --file" : "bad --mic device", a->file ? a->file : a->mic},
     };
     /* Every setter above has run (in no particular order); the first rejected one is reported. */
@@ -529,6 +535,12 @@ int main(int argc, char **argv) {
             a.headers[a.header_count++] = next;
         }
         else if (!strcmp(arg, "--file")) { VALUE(); if (a.file) return usage_error("--file given twice", NULL); a.file = next; }
+        else if (!strcmp(arg, "--raw")) {
+            VALUE();
+            a.raw[1] = 1;
+            if (parse_list(next, 8000, 192000, 0, a.raw, 2) == 0 || a.raw[1] < 1 || a.raw[1] > 8)
+                return usage_error("--raw needs RATE[,CHANNELS] (8000-192000 Hz, 1-8 channels), not", next);
+        }
         else if (!strcmp(arg, "--mic")) {
             if (a.mic) return usage_error("--mic given twice", NULL);
             if (next && next[0] != '-') { a.mic = next; i++; } else a.mic = "default";
@@ -592,6 +604,9 @@ int main(int argc, char **argv) {
     }
     if (list_devices) return print_devices(d.json);
     if ((a.file == NULL) == (a.mic == NULL)) return usage_error("give exactly one of --file WAV or --mic [DEVICE]", NULL);
+    /* Standard input is live audio as far as the demo knows: it runs until its end or Ctrl-C. */
+    int live = a.mic != NULL || !strcmp(a.file, "-");
+    if (a.raw[0] && !(a.file && !strcmp(a.file, "-"))) return usage_error("--raw goes with --file - (standard input)", NULL);
     d.tty = !d.json && isatty(STDOUT_FILENO);
     if (pthread_mutex_init(&d.out, NULL) != 0) return failed("pthread_mutex_init", SPC_ERROR_NO_MEMORY);
 
@@ -601,7 +616,7 @@ int main(int argc, char **argv) {
     sigemptyset(&signals);
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
-    if (a.mic && pthread_sigmask(SIG_BLOCK, &signals, NULL) != 0) return failed("pthread_sigmask", SPC_ERROR_INTERNAL);
+    if (live && pthread_sigmask(SIG_BLOCK, &signals, NULL) != 0) return failed("pthread_sigmask", SPC_ERROR_INTERNAL);
 
     spc_options *o = spc_options_new();
     if (!o) return failed("spc_options_new", SPC_ERROR_NO_MEMORY);
@@ -626,7 +641,7 @@ int main(int argc, char **argv) {
 
     if ((s = spc_client_start(client)) != SPC_OK) {
         status = failed("spc_client_start", s);
-    } else if (a.file) {
+    } else if (!live) {
         /* A wait for progress, not a fixed total a long file could not meet: it gives up only
         ** when no result came for timeout_ms. spc_client_free() then delivers the words of
         ** segments the server never ended, as a final update. */

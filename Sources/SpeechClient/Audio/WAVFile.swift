@@ -233,23 +233,25 @@ public final class WAVFileSource: AudioSource {
     /// The GUID tail shared by every KSDATAFORMAT_SUBTYPE (…-0000-0010-8000-00AA00389B71).
     static let subformatTail: [UInt8] = [0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80, 0x00, 0x00, 0xAA, 0x00, 0x38, 0x9B, 0x71]
 
-    static func parseFormat(_ b: [UInt8], path: String) throws(SpeechClientError) -> Format {
-        guard b.count >= 16 else { throw fail(path, "fmt chunk too short") }
+    /// `describe` words a failure (a stream has no path); by default "WAV file 'path': why".
+    static func parseFormat(_ b: [UInt8], path: String, describe: ((String) -> SpeechClientError)? = nil) throws(SpeechClientError) -> Format {
+        let fail = describe ?? { Self.fail(path, $0) }
+        guard b.count >= 16 else { throw fail("fmt chunk too short") }
         var tag = Int(le16(b, 0))
         let channels = Int(le16(b, 2))
         let rate = Int(le32(b, 4))
         let blockAlign = Int(le16(b, 12))
         let bits = Int(le16(b, 14))
         if tag == 0xFFFE {
-            guard b.count >= 40 else { throw fail(path, "WAVE_FORMAT_EXTENSIBLE without its 22-byte extension") }
+            guard b.count >= 40 else { throw fail("WAVE_FORMAT_EXTENSIBLE without its 22-byte extension") }
             // The sub-format GUID starts with the plain format tag; the rest is fixed.
             guard le16(b, 26) == 0, Array(b[26..<40]) == subformatTail else {
-                throw fail(path, "WAVE_FORMAT_EXTENSIBLE with an unknown sub-format GUID")
+                throw fail("WAVE_FORMAT_EXTENSIBLE with an unknown sub-format GUID")
             }
             tag = Int(le16(b, 24))
         }
-        guard channels >= 1, channels <= 32 else { throw fail(path, "\(channels) channels (1-32 supported)") }
-        guard rate >= 1000, rate <= 384_000 else { throw fail(path, "sample rate \(rate) Hz (1000-384000 supported)") }
+        guard channels >= 1, channels <= 32 else { throw fail("\(channels) channels (1-32 supported)") }
+        guard rate >= 1000, rate <= 384_000 else { throw fail("sample rate \(rate) Hz (1000-384000 supported)") }
         let kind: SampleKind
         switch (tag, bits) {
         case (1, 16): kind = .int16
@@ -257,12 +259,12 @@ public final class WAVFileSource: AudioSource {
         case (1, 32): kind = .int32
         case (3, 32): kind = .float32
         case (1, _), (3, _):
-            throw fail(path, "\(bits)-bit \(tag == 3 ? "float" : "PCM") samples are not supported (16, 24, 32-bit PCM or 32-bit float)")
+            throw fail("\(bits)-bit \(tag == 3 ? "float" : "PCM") samples are not supported (16, 24, 32-bit PCM or 32-bit float)")
         default:
-            throw fail(path, "format tag 0x\(String(tag, radix: 16)) is not PCM or IEEE float (compressed WAV is not supported)")
+            throw fail("format tag 0x\(String(tag, radix: 16)) is not PCM or IEEE float (compressed WAV is not supported)")
         }
         guard blockAlign == channels * bits / 8 else {
-            throw fail(path, "block align \(blockAlign) does not match \(channels) channels of \(bits) bits")
+            throw fail("block align \(blockAlign) does not match \(channels) channels of \(bits) bits")
         }
         return (AudioFormat(sampleRate: rate, channels: channels), kind, blockAlign)
     }

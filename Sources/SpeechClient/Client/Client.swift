@@ -121,6 +121,8 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             try source.open()
             source.close()
         }
+        // A descriptor is checked (open, readable) but not read: a pipe may not have spoken yet.
+        if case .descriptor(let fd, _, _) = options.audio { try DescriptorSource.check(fd: fd) }
         let worker = ClientWorker(options: options, service: self.service, makeSource: self.makeSource,
                                   samplesPerChunk: samplesPerChunk)
         if options.prepareOnInit {
@@ -212,6 +214,8 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         case .microphone(let device): return ALSACapture(device: device)
         case .file(let path): return WAVFileSource(path: path)
         case .push: return nil
+        case .descriptor(let fd, let rate, let channels):
+            return DescriptorSource(fd: fd, raw: rate == 0 ? nil : AudioFormat(sampleRate: rate, channels: channels))
         }
     }
 

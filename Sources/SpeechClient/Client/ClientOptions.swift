@@ -3,6 +3,9 @@ public enum AudioInput: Sendable, Equatable {
     case microphone(device: String)
     case file(path: String)
     case push(sampleRate: Int, channels: Int)
+    /// A descriptor the application owns (a pipe, standard input): WAV when `sampleRate` is 0,
+    /// else raw signed 16-bit little-endian frames.
+    case descriptor(fd: Int32, sampleRate: Int, channels: Int)
 }
 
 /// A key and its values, sent with every audio context (SLUStart.options).
@@ -155,6 +158,20 @@ public struct ClientOptions: Sendable {
             }
             guard Self.pushChannelRange.contains(channels) else {
                 throw SpeechClientError(.invalidArgument, "push channel count \(channels) is outside 1-8")
+            }
+        case .descriptor(let fd, let rate, let channels):
+            guard fd >= 0 else { throw SpeechClientError(.invalidArgument, "audio descriptor \(fd) is negative") }
+            if rate == 0 {
+                guard channels == 0 else {
+                    throw SpeechClientError(.invalidArgument, "audio descriptor: channels must be 0 when the sample rate is 0 (the WAV header gives both), not \(channels)")
+                }
+            } else {
+                guard Self.pushRateRange.contains(rate) else {
+                    throw SpeechClientError(.invalidArgument, "audio descriptor sample rate \(rate) Hz is outside 8000-192000 Hz (0: a WAV header gives it)")
+                }
+                guard Self.pushChannelRange.contains(channels) else {
+                    throw SpeechClientError(.invalidArgument, "audio descriptor channel count \(channels) is outside 1-8")
+                }
             }
         }
         audio = input

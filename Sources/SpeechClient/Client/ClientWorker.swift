@@ -32,6 +32,8 @@ final class ClientWorker: @unchecked Sendable {
 
     private var source: (any AudioSource)?
     private var converter: AudioConverter?
+    /// Why a descriptor source can no longer be read (its end, or an error), for a later start.
+    private var descriptorEnded: String?
     private var chunker: Chunker
     /// Reading the source into the open context (file or microphone).
     private var pumping = false
@@ -150,7 +152,7 @@ final class ClientWorker: @unchecked Sendable {
 
     /// The source is being read and can take audio now (a file waits while a reconnection is
     /// pending: nothing would take its audio but the replay buffer; a microphone is read all the same).
-    private var pumpWanted: Bool { pumping && !(isFile && (reconnect != nil || (contextOpen && !stopSent && current == nil))) }
+    private var pumpWanted: Bool { pumping && !(waitsForServer && (reconnect != nil || (contextOpen && !stopSent && current == nil))) }
 
     /// The earliest time a lane on a going-away connection must move.
     private var moveDeadline: UInt64? { lanes.values.compactMap(\.moveBy).min() }
@@ -232,9 +234,12 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
-    private var isFile: Bool {
-        if case .file = options.audio { return true }
-        return false
+    /// A file or a descriptor is read as fast as the server takes it (a microphone cannot wait).
+    private var waitsForServer: Bool {
+        switch options.audio {
+        case .file, .descriptor: return true
+        case .microphone, .push: return false
+        }
     }
 
     /// Called after the thread was joined: releases the streams and the source. Segments of an
@@ -436,6 +441,19 @@ final class ClientWorker: @unchecked Sendable {
         case .microphone:
             if source == nil { try prepare(client: client) }
             if let source { converter = AudioConverter(input: source.format) }
+        case .descriptor(let fd, _, _):
+            // The descriptor stays open between contexts: each start reads on from where the
+            // last one stopped. Its format may come with the audio (a WAV header): the converter
+            // is made by `pumpOnce` once samples arrive.
+            if source == nil {
+                if let why = descriptorEnded {
+                    throw SpeechClientError(.audio, "audio \(fd == 0 ? "standard input" : "fd \(fd)"): \(why); it cannot be read again")
+                }
+                guard let stream = makeSource(options.audio) else { return }
+                try stream.open()
+                source = stream
+            }
+            converter = nil
         }
     }
 
@@ -455,9 +473,9 @@ final class ClientWorker: @unchecked Sendable {
     /// (checking commands between waits) instead of sending more. The microphone is never held
     /// back: its audio cannot wait.
     private func pumpOnce() {
-        guard pumping, let source, let converter else { pumping = false; return }
+        guard pumping, let source else { pumping = false; return }
         let frames = max(1, source.format.sampleRate * options.chunkMilliseconds / 1000)
-        if isFile {
+        if waitsForServer {
             let backlog = current.flatMap { lanes[$0]?.stream.backlogBytes } ?? 0
             let chunkSamples = 16 * options.chunkMilliseconds
             var full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
@@ -487,7 +505,7 @@ final class ClientWorker: @unchecked Sendable {
             block = try source.read(maxFrames: frames)
         } catch {
             pumping = false
-            closeFileSource()
+            closeFileSource(failed: error.message)
             client?.emit(.error(error))
             if endpointer != nil {
                 stopListening(auto: true)
@@ -498,21 +516,23 @@ final class ClientWorker: @unchecked Sendable {
         }
         guard let block else {
             // End of stream: send what is left and stop the context, as if the user had.
-            for c in chunker.append(converter.flush()) { take(c) }
+            if let converter { for c in chunker.append(converter.flush()) { take(c) } }
             if let partial = chunker.flush() { take(partial) }
             pumping = false
             closeFileSource()
             endpointer != nil ? stopListening(auto: true) : sendStop(auto: true)
             return
         }
-        for c in chunker.append(converter.process(block)) { take(c) }
+        guard !block.isEmpty else { return }
+        if converter?.input != source.format { converter = AudioConverter(input: source.format) }
+        if let converter { for c in chunker.append(converter.process(block)) { take(c) } }
     }
 
     private func sendStop(auto: Bool = false) {
         guard contextOpen, !stopSent else { return }
         // While listening, the audio goes on after a context: only the context ends.
         if endpointer == nil {
-            if pumping, case .file = options.audio { closeFileSource() }
+            if pumping, waitsForServer { closeFileSource() }
             pumping = false
             if let partial = chunker.flush() { sendAudio(partial) }
         }
@@ -546,10 +566,23 @@ final class ClientWorker: @unchecked Sendable {
         lane.stopSent = true
     }
 
-    private func closeFileSource() {
-        if case .file = options.audio {
+    /// The end of a context's reading. A file is closed (the next start reads it again from its
+    /// beginning); a descriptor stays open, its position kept for the next start, until it
+    /// ended or its reading `failed` (then a start says so).
+    private func closeFileSource(failed: String? = nil) {
+        switch options.audio {
+        case .file:
             source?.close()
             source = nil
+        case .descriptor:
+            let ended = (source as? DescriptorSource)?.ended == true
+            if ended || failed != nil {
+                descriptorEnded = failed.map { "its reading failed earlier (\($0))" } ?? "the stream has ended"
+                source?.close()
+                source = nil
+            }
+        case .microphone, .push:
+            break
         }
         pumping = false
     }

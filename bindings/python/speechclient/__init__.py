@@ -40,10 +40,10 @@ from .client import Client, Stream, copy_segment
 from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError, InvalidArgumentError,
                      InvalidStateError, NetworkError, NoMemoryError, ParseError, SpeechClientError,
                      SpeechTimeoutError, TLSError, error_for)
-from .types import (AudioDevice, AudioSource, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
+from .types import (AudioDevice, AudioSource, AudioStream, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
                     StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
 
-__version__ = "0.8.0"
+__version__ = "0.9.0"
 
 
 def version() -> str:
@@ -128,7 +128,7 @@ __all__ = [
     "Activation", "Listen", "VadParam", "NetworkIO", "io_fd", "io_process", "io_dispatch",
     "Segment", "Word", "Intent", "Entity", "StartEvent", "StopEvent", "ErrorEvent", "StateEvent", "ListenEvent",
     "LevelEvent", "Update",
-    "Microphone", "WavFile", "PushAudio", "AudioSource",
+    "Microphone", "WavFile", "PushAudio", "AudioStream", "AudioSource",
     "SpeechClientError", "InvalidArgumentError", "InvalidStateError", "NoMemoryError", "NetworkError", "TLSError",
     "SpeechTimeoutError", "AuthError", "APIError", "ParseError", "AudioError", "InternalError", "EXCEPTIONS",
     "error_for", "version", "version_number", "status_text", "audio_devices", "AudioDevice",

@@ -2,6 +2,8 @@
 
     python -m speechclient --url URL --app-id ID --file F.wav [--json]
     python -m speechclient --url URL --app-id ID --mic [DEVICE] [--json]     (until Ctrl-C)
+    arecord -f S16_LE -r 16000 | python -m speechclient --file -             (standard input)
+    ... --file - --raw 16000[,1]                                              (raw PCM on stdin)
     ... [--hands-free | --wakeword PHRASE] [--levels]
 
 Hands-free (--hands-free, or --wakeword PHRASE): the library's voice activity detector opens a
@@ -35,11 +37,10 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import List, Optional, TextIO
 
-from . import (Client, ErrorEvent, LevelEvent, Listen, ListenEvent, LogLevel, Microphone, Segment, SpeechClientError,
-               SpeechTimeoutError, StartEvent, StateEvent, Status, StopEvent, WavFile, status_text, version)
+from . import (AudioSource, AudioStream, Client, ErrorEvent, LevelEvent, Listen, ListenEvent, LogLevel, Microphone,
+               Segment, SpeechClientError, StartEvent, StateEvent, StopEvent, WavFile, status_text, version)
 
 
 def json_string(s: str) -> str:
@@ -156,16 +157,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="a request header for a Speechly or Riva server (repeatable)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--file", metavar="WAV", help="transcribe a WAV file, then exit")
+    src.add_argument("--file", metavar="WAV", help="transcribe a WAV file, then exit; '-': standard input (a WAV "
+                                                   "stream, or raw PCM with --raw), until its end or Ctrl-C")
     src.add_argument("--mic", metavar="DEVICE", nargs="?", const="default",
                      help="transcribe an ALSA device (default 'default') until Ctrl-C")
+    p.add_argument("--raw", metavar="RATE[,CHANNELS]",
+                   help="with --file -: raw signed 16-bit little-endian PCM, no header (8000-192000 Hz, 1-8 channels, "
+                        "default 1)")
     p.add_argument("--ca-file", help="PEM CA certificates to trust (grpc+tls)")
     p.add_argument("--insecure", action="store_true", help="do not verify the server's certificate (development)")
     p.add_argument("--cache-dir", help="token and device-id cache directory")
     p.add_argument("--chunk-ms", type=_number(20, 1000), default=100,
                    help="audio message duration, 20-1000 ms (default 100)")
     p.add_argument("--timeout-ms", type=_number(-1, 2**31 - 1), default=120000,
-                   help="give up when the results take longer (-1: no limit; default %(default)s)")
+                   help="a file: give up when no new result came for this long; the microphone or standard input: "
+                        "how long to wait for the last results after Ctrl-C (-1: no limit; default %(default)s)")
     p.add_argument("--timeouts-ms", metavar="CONNECT[,LOGIN[,START]]",
                    help="the server must answer a connection, a login and a context's start within these, "
                         "100-600000 ms each (default 5000,10000,10000)")
@@ -201,6 +207,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error("give the WAV file once")
     if (path is None) == (args.mic is None):
         p.error("give exactly one of --file WAV or --mic [DEVICE]")
+    raw = (0, 0)
+    if args.raw is not None:
+        if path != "-":
+            p.error("--raw goes with --file - (standard input)")
+        try:
+            given = [int(v) for v in args.raw.split(",")]
+        except ValueError:
+            given = []
+        if not 1 <= len(given) <= 2 or not 8000 <= given[0] <= 192000 or not 1 <= (given + [1])[1] <= 8:
+            p.error(f"--raw needs RATE[,CHANNELS] (8000-192000 Hz, 1-8 channels), not {args.raw}")
+        raw = (given[0], (given + [1])[1])
+    # Standard input is live audio as far as the CLI knows: it runs until its end or Ctrl-C, as
+    # the microphone does; --timeout-ms then bounds only the wait for the last results.
+    live = path is None or path == "-"
+    if path == "-":
+        audio: AudioSource = AudioStream(fd=sys.stdin.fileno(), sample_rate=raw[0], channels=raw[1])
+    elif path is not None:
+        audio = WavFile(path)
+    else:
+        audio = Microphone(device=args.mic)
     prog = "python -m speechclient"
     out = sys.stdout
     text = _TextOutput(out)
@@ -226,7 +252,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         client = Client(url=args.url, app_id=args.app_id, project_id=args.project_id, language=args.language,
                         model=args.model, headers=[(h.partition("=")[0], h.partition("=")[2]) for h in args.header] or None,
                         cache_dir=args.cache_dir, ca_file=args.ca_file, insecure_tls=args.insecure,
-                        audio=WavFile(path) if path is not None else Microphone(device=args.mic),
+                        audio=audio,
                         chunk_ms=args.chunk_ms, timeouts=timeouts,
                         activation=activation, wakeword=args.wakeword, wakeword_url=args.wakeword_url, levels=args.levels,
                         log_level=LogLevel.DEBUG if args.verbose else LogLevel.WARNING,
@@ -244,8 +270,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         with client:
             client.start()
-            started = time.monotonic()
-            updates = client.updates(timeout=timeout)
+            # A file: no new result within the timeout is a failure (not a total: a long file
+            # takes long). Live audio waits for its end or Ctrl-C.
+            updates = client.updates(timeout=None if live else timeout)
             interrupted = False
             while True:
                 try:
@@ -260,6 +287,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     interrupted = True  # Ctrl-C: stop the context and print its last results
                     try:
                         client.stop()
+                        # From now on the last results must come within the timeout.
+                        updates = client.updates(timeout=timeout)
                     except SpeechClientError:
                         pass  # it ended by itself meanwhile
                     continue
@@ -290,8 +319,6 @@ def main(argv: Optional[List[str]] = None) -> int:
                     text.clear_live()
                     out.flush()
                     print(f"{prog}: server unavailable: {update.reason.message}", file=sys.stderr, flush=True)
-                if timeout is not None and time.monotonic() - started > timeout:
-                    raise SpeechTimeoutError(Status.TIMEOUT, f"waiting for the results: more than {args.timeout_ms} ms")
     except SpeechClientError as e:
         text.clear_live()
         print(f"{prog}: {status_text(e.code)}: {e.message}", file=sys.stderr)

@@ -21,10 +21,10 @@ from typing import List
 
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h).
 SPC_VERSION_MAJOR = 0
-SPC_VERSION_MINOR = 8
+SPC_VERSION_MINOR = 9
 SPC_VERSION_PATCH = 0
-SPC_VERSION_STRING = "0.8.0"
-SPC_VERSION_NUMBER = 8000
+SPC_VERSION_STRING = "0.9.0"
+SPC_VERSION_NUMBER = 9000
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
@@ -340,6 +340,8 @@ spc_options_set_wakeword_url = _optional_fn("spc_options_set_wakeword_url", c_st
 # spc_status spc_options_set_timeouts(spc_options *options, uint32_t connect_ms, uint32_t login_ms,
 #                                     uint32_t start_ms); (0.8)
 spc_options_set_timeouts = _optional_fn("spc_options_set_timeouts", c_status, options_p, c_uint32, c_uint32, c_uint32)
+# spc_status spc_options_set_audio_fd(spc_options *options, int fd, uint32_t sample_rate, uint32_t channels); (0.9)
+spc_options_set_audio_fd = _optional_fn("spc_options_set_audio_fd", c_status, options_p, c_int, c_uint32, c_uint32)
 # spc_status spc_options_set_vad(spc_options *options, spc_vad_param param, double value);
 spc_options_set_vad = _optional_fn("spc_options_set_vad", c_status, options_p, c_vad_param, c_double)
 # spc_status spc_options_set_endpointing(spc_options *options, uint32_t pre_roll_ms, uint32_t trailing_silence_ms,

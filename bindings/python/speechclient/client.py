@@ -45,7 +45,7 @@ from typing import (Any, AsyncIterable, AsyncIterator, Callable, Deque, Dict, It
 
 from . import _native as n
 from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, SpeechTimeoutError, error_for
-from .types import (AudioSource, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
+from .types import (AudioSource, AudioStream, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
                     StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
 
 __all__ = ["Client", "Stream", "MAX_BUFFERED_UPDATES", "copy_segment"]
@@ -339,7 +339,8 @@ class Client:
 
     Options are those of the C header (include/speechclient.h); a rejected option raises
     InvalidArgumentError naming it and its value. `audio` is Microphone(device="default"),
-    WavFile(path) or PushAudio(sample_rate, channels). `context_options` maps a key to a value
+    WavFile(path), PushAudio(sample_rate, channels) or AudioStream(fd, sample_rate, channels) (a pipe
+    or standard input, libspeechclient 0.9). `context_options` maps a key to a value
     or to several. `reconnect` is (max_attempts, initial_delay_ms, max_delay_ms). `delivery` is
     "thread" (the library's callback thread) or "application" (see the module documentation).
     `io` is "library" (the network thread reads the connection) or "application" (libspeechclient
@@ -474,8 +475,12 @@ class Client:
                                                    f"trailing_silence_ms, min_activation_ms, max_activation_ms)"
                                     ) from None
             endpointing = tuple(_u32("endpointing", v) for v in (pre_roll, trailing, shortest, longest))
-        if not isinstance(audio, (Microphone, WavFile, PushAudio)):
-            raise _option_error("audio", f"audio={audio!r}: must be Microphone(), WavFile(path) or PushAudio(rate, channels)")
+        if not isinstance(audio, (Microphone, WavFile, PushAudio, AudioStream)):
+            raise _option_error("audio", f"audio={audio!r}: must be Microphone(), WavFile(path), PushAudio(rate, channels) "
+                                         f"or AudioStream(fd, rate, channels)")
+        if isinstance(audio, AudioStream) and n.spc_options_set_audio_fd is None:
+            raise _option_error("audio", f"audio=AudioStream: {n.LIBRARY_PATH} is libspeechclient {n.LOADED_VERSION}, "
+                                         f"without audio from a file descriptor (0.9)")
         self.audio: AudioSource = audio
         self._channels = 1
         self._push_lock = threading.Lock()
@@ -529,6 +534,14 @@ class Client:
             elif isinstance(audio, WavFile):
                 _check_option(n.spc_options_set_audio_file(opts, _c_path("audio.path", audio.path)), "audio", None,
                               shown=f"WavFile({os.fspath(audio.path)!r})")
+            elif isinstance(audio, AudioStream):
+                if not isinstance(audio.fd, int) or isinstance(audio.fd, bool) or not 0 <= audio.fd <= 0x7FFFFFFF:
+                    raise _option_error("audio", f"audio={audio!r}: fd must be an open file descriptor (an int >= 0)")
+                rate = _u32("audio.sample_rate", audio.sample_rate)
+                channels = _u32("audio.channels", audio.channels)
+                _check_option(n.spc_options_set_audio_fd(opts, audio.fd, rate, channels), "audio", None,
+                              "fd >= 0; sample_rate 0 (a WAV stream) with channels 0, or 8000-192000 Hz with 1-8 channels",
+                              shown=f"AudioStream(fd={audio.fd}, sample_rate={rate}, channels={channels})")
             else:
                 rate = _u32("audio.sample_rate", audio.sample_rate)
                 channels = _u32("audio.channels", audio.channels)

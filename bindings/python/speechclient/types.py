@@ -139,4 +139,17 @@ class PushAudio:
 
 
 Update = Union[Segment, StartEvent, StopEvent, ErrorEvent, StateEvent, ListenEvent, LevelEvent]
-AudioSource = Union[Microphone, WavFile, PushAudio]
+@dataclasses.dataclass(frozen=True)
+class AudioStream:
+    """Audio read by the library from a file descriptor you opened: a pipe, a socket, or
+    standard input (fd 0, the default). sample_rate 0: a WAV stream (its header is read as it
+    arrives); otherwise raw interleaved signed 16-bit little-endian PCM at sample_rate with
+    channels. Each start() reads on from where the last context stopped; the end of the stream
+    stops the context. The descriptor stays yours: it is never closed by the library; keep it
+    open until the client is closed. libspeechclient 0.9."""
+    fd: int = 0
+    sample_rate: int = 0
+    channels: int = 0
+
+
+AudioSource = Union[Microphone, WavFile, PushAudio, AudioStream]
