@@ -172,13 +172,15 @@ sanitize:
 # Benchmarks (issue 6), not part of `make test`: the library driven from C against a grpcio and a
 # grpc++ client on one loopback sink server. Prints the table and BENCH lines; writes
 # bench/out/{table.md,bench.txt,results.json,latency.png}. See bench/README.md. Then the reference
-# server's real-time factor with Whisper, 1, 2 and 4 streams on a long recording (issue 24).
+# server's real-time factor with Whisper, 1, 2 and 4 streams on a long recording (issue 24), the
+# CPU by backend (issue 20) and the cost of one segment update as the segment grows (issue 23).
 .PHONY: bench
 bench:
 	$(PYTHON) bench/run.py
 	$(PYTHON) bench/rotation.py
 	$(PYTHON) bench/server_rtf.py
 	$(PYTHON) bench/backends.py
+	$(PYTHON) bench/update_cost.py
 
 # Soak (issue 9): 200 real-time streams for 10 minutes, RSS sampled; prints the slope.
 .PHONY: soak

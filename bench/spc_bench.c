@@ -5,6 +5,7 @@
 **   spc_bench --url URL --mode file --wav FILE
 **   spc_bench --url URL --mode cold --launch-ns T          (T: CLOCK_MONOTONIC before exec)
 **   spc_bench --url URL --mode idle --mic DEVICE --window S
+**   spc_bench --url URL --mode updates --words N    (Tests/peers/hostile_slu_server.py --scenario Grow)
 **   paced: [--keep-samples 0] does not store latencies (a soak: memory of the library only)
 **   paced: [--thread-delivery 1] callbacks on the library's threads (the default delivery) instead
 **          of epoll + dispatch on the main thread; no latency figures then, CPU only
@@ -156,7 +157,7 @@ static double pct(int64_t *v, size_t n, double p) {
 
 struct args {
     const char *url, *mode, *wav, *ca_file, *cache_dir, *lat_out, *mic;
-    int streams, thread_delivery, replay_ms, voice, app_io, grid_us;
+    int streams, thread_delivery, replay_ms, voice, app_io, grid_us, words;
     double warmup, window;
     int64_t launch_ns;
 };
@@ -377,6 +378,35 @@ static int run_idle(const struct args *a) {
     return 0;
 }
 
+/* updates: one context on a server that grows segment 0 by one final word per message (issue
+** 23). The CPU of the whole process from the start to the N-th segment callback, per update: flat
+** when an update costs what changed, growing with N when each update copies the segment. The
+** callback reads nothing (an application that reads every word pays for that itself). */
+static int run_updates(const struct args *a) {
+    struct args b = *a;
+    b.thread_delivery = 1;
+    struct stream st = {0};
+    spc_options *o = make_options(&b, &st, 1);
+    spc_options_set_prepare_on_init(o, 1);
+    spc_client *c = new_client(o);
+    double c0 = cpu_s();
+    int64_t t0 = now_ns();
+    spc_client_start(c);
+    while (__atomic_load_n(&g.tentatives, __ATOMIC_RELAXED) < a->words && now_ns() - t0 < 120 * 1000000000LL && !st.failed)
+        usleep(1000);
+    double c1 = cpu_s();
+    int64_t t1 = now_ns();
+    long got = __atomic_load_n(&g.tentatives, __ATOMIC_RELAXED);
+    spc_client_stop(c);
+    spc_status s = spc_client_wait_idle(c, 30000);
+    printf("{\"client\":\"ours\",\"mode\":\"updates\",\"words\":%d,\"updates\":%ld,\"seconds\":%.4f,\"cpu_s\":%.4f,"
+           "\"cpu_us_per_update\":%.2f,\"peak_rss_kb\":%ld,\"ok\":%d}\n",
+           a->words, got, (t1 - t0) / 1e9, c1 - c0, got ? (c1 - c0) * 1e6 / (double)got : -1.0, status_kb("VmHWM"),
+           s == SPC_OK && !st.failed && got >= a->words);
+    spc_client_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     g.keep_samples = 1;
     struct args a = {.url = "grpc://127.0.0.1:50051", .mode = "paced", .streams = 1, .warmup = 2, .window = 5};
@@ -404,6 +434,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--thread-delivery")) a.thread_delivery = v && atoi(v) != 0;
         else if (!strcmp(k, "--launch-ns")) a.launch_ns = atoll(v);
         else if (!strcmp(k, "--keep-samples")) g.keep_samples = atoi(v);
+        else if (!strcmp(k, "--words")) a.words = atoi(v);
         else { fprintf(stderr, "spc_bench: unknown option %s\n", k); return 2; }
     }
     if (a.streams < 1) return 2;
@@ -411,6 +442,7 @@ int main(int argc, char **argv) {
     if (!strcmp(a.mode, "cold")) return run_cold(&a);
     if (!strcmp(a.mode, "file")) return run_file(&a);
     if (!strcmp(a.mode, "idle")) return run_idle(&a);
+    if (!strcmp(a.mode, "updates")) return run_updates(&a);
     fprintf(stderr, "spc_bench: unknown mode %s\n", a.mode);
     return 2;
 }

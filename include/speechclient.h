@@ -253,8 +253,14 @@ typedef enum spc_connection_state {
 **
 ** In both modes, while more than 16384 events, or segment updates holding about 8 MiB, wait for
 ** the application (callbacks that do not return, a loop that does not dispatch), tentative
-** segment updates and log lines are dropped instead of queued, so memory stays bounded; later
-** updates of the same segment, its final update and every other event still arrive.
+** segment updates and log lines are not queued, so memory stays bounded: a tentative update
+** takes the place of the same segment's update still waiting, so the application gets the
+** newest (since 0.9), or is dropped when none waits; later updates of the same segment, its
+** final update and every other event still arrive. Final updates are never dropped: when more
+** than 32 MiB of them wait (a server flooding finals at an application that takes none), the
+** context ends with SPC_ERROR_NO_MEMORY naming the limit, and what waits is still delivered
+** (since 0.9). Segment updates are made on the library's threads at the cost of what changed:
+** their words and text are put together when first read, once per update delivered.
 **
 **     int fd = spc_client_event_fd(client);
 **     struct pollfd p = { fd, POLLIN, 0 };

@@ -14,6 +14,9 @@ Usage: hostile_slu_server.py --scenario NAME  (prints "listening on 127.0.0.1:PO
   NoStarted     accepts the stream and never answers, not even `started` (issue 19 item 1).
   NulWord       a final segment whose words hold NUL bytes ("kit\\0chen"), then finished.
   OtherContext  after `started` for its context, a final word for another audio_context.
+  Grow          --words N final words for segment 0, one small message each (the segment grows
+                by one word per update: what `make bench` times per update), then at the
+                client's stop segment_end and finished.
 """
 import argparse
 import sys
@@ -68,6 +71,16 @@ class HostileSLU(slu_pb2_grpc.SLUServicer):
                     break
             yield slu_pb2.SLUResponse(audio_context=context_id, finished=slu_pb2.SLUFinished())
             return
+        elif s == "Grow":
+            for i in range(ARGS.words):
+                yield slu_pb2.SLUResponse(audio_context=context_id, segment_id=0, transcript=word(f"w{i % 1000}", i))
+            for request in request_iterator:  # until the client's stop
+                if request.WhichOneof("streaming_request") == "stop" or (
+                        request.WhichOneof("streaming_request") == "event" and request.event.event == slu_pb2.SLUEvent.STOP):
+                    break
+            yield slu_pb2.SLUResponse(audio_context=context_id, segment_id=0, segment_end=slu_pb2.SLUSegmentEnd())
+            yield slu_pb2.SLUResponse(audio_context=context_id, finished=slu_pb2.SLUFinished())
+            return
         elif s == "OtherContext":
             yield slu_pb2.SLUResponse(audio_context="someone-else", segment_id=0, transcript=word("hello", 0))
         elif s == "ManySegments":
@@ -85,7 +98,8 @@ def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("--scenario", required=True, choices=["HugeWords", "ManySmallWords", "ManySegments", "NoStarted",
-                                                           "NulWord", "OtherContext"])
+                                                           "NulWord", "OtherContext", "Grow"])
+    p.add_argument("--words", type=int, default=1000, help="Grow: how many words")
     ARGS = p.parse_args()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                          options=[("grpc.max_send_message_length", 4 << 20)])

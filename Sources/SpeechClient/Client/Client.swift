@@ -426,14 +426,31 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     }
 
     /// Past this many undelivered events (an application that stopped consuming, a server that
-    /// floods), tentative segment snapshots and log lines are dropped: a later snapshot of the
-    /// same segment carries everything a dropped one had, and its final one is never dropped.
+    /// floods), tentative segment snapshots and log lines are not queued: a tentative snapshot
+    /// takes the place of the one of the same segment still waiting (the application gets the
+    /// newest), or is dropped when none waits (a later snapshot of the segment carries
+    /// everything it had); a final one is never dropped.
     static let maxPendingEvents = 16_384
     /// The same in bytes (issue 23): segment snapshots waiting for the application hold at most
-    /// about this much, beyond it tentative snapshots are dropped as above. A final snapshot is
-    /// never dropped (the assembler bounds each to 64 KiB of text).
+    /// about this much before tentative ones are held back as above.
     static let maxPendingBytes = 8 << 20
+    /// Final snapshots and other events are queued past that, up to this: then the worker ends
+    /// the context (`isOverwhelmed`), so an application that takes no callbacks while a server
+    /// floods finals cannot make the queue grow without end.
+    static let maxPendingFinalBytes = 32 << 20
     private var pendingBytes = 0
+
+    private struct SegmentKey: Hashable {
+        var context: String
+        var segment: Int32
+        init(_ s: Segment) { context = s.contextId; segment = s.segmentId }
+    }
+    /// The sequence number in `events` of each segment's tentative snapshot still waiting.
+    private var queuedTentatives: [SegmentKey: Int] = [:]
+
+    /// More is waiting for the application than `maxPendingFinalBytes`.
+    var isOverwhelmed: Bool { lock.withLock { pendingBytes > Self.maxPendingFinalBytes } }
+    var pendingMebibytes: Int { lock.withLock { pendingBytes >> 20 } }
 
     private static func heldBytes(_ event: ClientEvent) -> Int {
         switch event {
@@ -444,8 +461,12 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     }
 
     private func popEventLocked() -> ClientEvent? {
+        let sequence = events.nextPopSequence
         guard let e = events.pop() else { return nil }
         pendingBytes -= Self.heldBytes(e)
+        if case .segment(let s) = e, !s.isFinal, queuedTentatives[SegmentKey(s)] == sequence {
+            queuedTentatives[SegmentKey(s)] = nil
+        }
         return e
     }
 
@@ -458,13 +479,22 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         let size = Self.heldBytes(event)
         if events.count >= Self.maxPendingEvents || pendingBytes + size > Self.maxPendingBytes {
             switch event {
-            case .segment(let s) where !s.isFinal: return
+            case .segment(let s) where !s.isFinal:
+                // The newest snapshot in the place of the waiting one (their order with the
+                // other events stays: a segment's snapshots come before its final and stop).
+                if let sequence = queuedTentatives[SegmentKey(s)], let old = events.replace(sequence: sequence, with: event) {
+                    pendingBytes += size - Self.heldBytes(old)
+                }
+                return
             case .log: return
             default: break
             }
         }
-        events.push(event)
+        let sequence = events.push(event)
         pendingBytes += size
+        if case .segment(let s) = event {
+            queuedTentatives[SegmentKey(s)] = s.isFinal ? nil : sequence
+        }
         if eventFD >= 0 && !eventFDSignaled {
             // Queued by the network work of spc_io_dispatch: that thread delivers it shortly.
             // An event from any other thread (the worker's stop, an error) is announced on the

@@ -951,6 +951,10 @@ final class ClientWorker: @unchecked Sendable {
             client?.emit(.listen(.activate, positionMilliseconds: Int64(audioSamples / 16), name: options.wakeword.joined(separator: " ")))
         }
         client?.emit(.segment(segment))
+        if segment.isFinal, let client, client.isOverwhelmed {
+            // Finals are never dropped, so the queue is bounded by ending the context.
+            return SpeechClientError(.noMemory, "the application has not taken its results: \(client.pendingMebibytes) MiB of them wait for its callbacks, over the \(Client.maxPendingFinalBytes >> 20) MiB limit; the context was ended (what waits is still delivered)")
+        }
         return nil
     }
 

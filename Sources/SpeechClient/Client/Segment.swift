@@ -25,11 +25,8 @@ public final class Segment: Sendable {
     public let contextId: String
     public let segmentId: Int32
     public let isFinal: Bool
-    public let words: [Word]
     public let intent: String?
     public let intentIsFinal: Bool
-    public let entities: [Entity]
-    public let transcript: String
     /// The server's confidence in the whole final transcript, 0...1, where it gives one (Riva's
     /// final results); -1 otherwise, and for tentative updates.
     public let confidence: Float
@@ -37,34 +34,124 @@ public final class Segment: Sendable {
     /// what the client's queue of undelivered events counts against its byte bound.
     public let heldBytes: Int
 
-    // C views, made once per snapshot.
     public let contextIdC: OwnedCString
-    public let transcriptC: OwnedCString
-    public let wordTextC: [OwnedCString]
     public let intentC: OwnedCString
-    public let entityTypeC: [OwnedCString]
-    public let entityValueC: [OwnedCString]
+
+    /// What the words and entities are made from: given whole, or the assembler's state at the
+    /// update, shared with it (issue 23: an update used to copy the whole segment; now the
+    /// words, the transcript and their C copies are made on first use, once per snapshot, so a
+    /// snapshot nobody reads costs what changed).
+    enum Parts: Sendable {
+        case given(words: [Word], entities: [Entity])
+        case shared(finals: FinalWords, tentatives: [SLUWord], finalEntities: [SLUEntity], tentativeEntities: [SLUEntity])
+    }
+    private let parts: Parts
+
+    struct View: Sendable {
+        var words: [Word]
+        var entities: [Entity]
+        var transcript: String
+    }
+    struct CView: Sendable {
+        var transcript: OwnedCString
+        var words: [OwnedCString]
+        var entityTypes: [OwnedCString]
+        var entityValues: [OwnedCString]
+    }
+    private let viewCache = Locked<View?>(nil)
+    private let cViewCache = Locked<CView?>(nil)
     private let jsonCache = Locked<OwnedCString?>(nil)
 
-    public init(contextId: String, segmentId: Int32, isFinal: Bool, words: [Word], intent: String?,
-                intentIsFinal: Bool, entities: [Entity], confidence: Float = -1) {
-        self.confidence = confidence
+    public convenience init(contextId: String, segmentId: Int32, isFinal: Bool, words: [Word], intent: String?,
+                            intentIsFinal: Bool, entities: [Entity], confidence: Float = -1) {
+        let text = words.reduce(0) { $0 + $1.text.utf8.count + 1 }
+        let held = 256 + 3 * text + 96 * words.count
+            + entities.reduce(0) { $0 + 96 + 2 * ($1.type.utf8.count + $1.value.utf8.count) }
+        self.init(contextId: contextId, segmentId: segmentId, isFinal: isFinal, parts: .given(words: words, entities: entities),
+                  intent: intent, intentIsFinal: intentIsFinal, confidence: confidence, heldBytes: held)
+    }
+
+    init(contextId: String, segmentId: Int32, isFinal: Bool, parts: Parts, intent: String?, intentIsFinal: Bool,
+         confidence: Float, heldBytes: Int) {
         self.contextId = contextId
         self.segmentId = segmentId
         self.isFinal = isFinal
-        self.words = words
+        self.parts = parts
         self.intent = intent
         self.intentIsFinal = intentIsFinal
-        self.entities = entities
-        self.transcript = words.map(\.text).joined(separator: " ")
+        self.confidence = confidence
+        self.heldBytes = heldBytes
         contextIdC = OwnedCString(contextId)
-        transcriptC = OwnedCString(transcript)
-        wordTextC = words.map { OwnedCString($0.text) }
         intentC = OwnedCString(intent ?? "")
-        entityTypeC = entities.map { OwnedCString($0.type) }
-        entityValueC = entities.map { OwnedCString($0.value) }
-        heldBytes = 256 + 3 * transcript.utf8.count + 96 * words.count
-            + entities.reduce(0) { $0 + 96 + 2 * ($1.type.utf8.count + $1.value.utf8.count) }
+    }
+
+    public var words: [Word] { view.words }
+    public var entities: [Entity] { view.entities }
+    public var transcript: String { view.transcript }
+
+    public var transcriptC: OwnedCString { cView.transcript }
+    public var wordTextC: [OwnedCString] { cView.words }
+    public var entityTypeC: [OwnedCString] { cView.entityTypes }
+    public var entityValueC: [OwnedCString] { cView.entityValues }
+
+    private var view: View {
+        viewCache.withLock { cache in
+            if let cache { return cache }
+            let made = Self.makeView(parts, isFinal: isFinal)
+            cache = made
+            return made
+        }
+    }
+
+    private var cView: CView {
+        let v = view
+        return cViewCache.withLock { cache in
+            if let cache { return cache }
+            let made = CView(transcript: OwnedCString(v.transcript), words: v.words.map { OwnedCString($0.text) },
+                             entityTypes: v.entities.map { OwnedCString($0.type) },
+                             entityValues: v.entities.map { OwnedCString($0.value) })
+            cache = made
+            return made
+        }
+    }
+
+    /// The words in index order: the final ones, then (before the segment is final) the
+    /// tentative ones at the indices not final yet; the entities likewise, by position.
+    private static func makeView(_ parts: Parts, isFinal: Bool) -> View {
+        switch parts {
+        case .given(let words, let entities):
+            return View(words: words, entities: entities, transcript: words.map(\.text).joined(separator: " "))
+        case .shared(let finals, let tentatives, let finalEntities, let tentativeEntities):
+            var words: [Word] = []
+            words.reserveCapacity(finals.count + tentatives.count)
+            for chunk in finals.chunks {
+                for w in chunk.words {
+                    words.append(Word(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds,
+                                      endMilliseconds: w.endMilliseconds, isFinal: true, confidence: w.confidence))
+                }
+            }
+            if !isFinal {
+                var added = false
+                for w in tentatives where finals.word(at: w.index) == nil {
+                    words.append(Word(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds,
+                                      endMilliseconds: w.endMilliseconds, isFinal: false, confidence: w.confidence))
+                    added = true
+                }
+                if added { words.sort { $0.index < $1.index } }
+            }
+            var entities: [Entity] = finalEntities.map {
+                Entity(type: $0.type, value: $0.value, start: $0.startPosition, end: $0.endPosition, isFinal: true)
+            }
+            if !isFinal {
+                for e in tentativeEntities where !finalEntities.contains(where: {
+                    $0.type == e.type && $0.startPosition == e.startPosition && $0.endPosition == e.endPosition
+                }) {
+                    entities.append(Entity(type: e.type, value: e.value, start: e.startPosition, end: e.endPosition, isFinal: false))
+                }
+            }
+            entities.sort { ($0.start, $0.end) < ($1.start, $1.end) }
+            return View(words: words, entities: entities, transcript: words.map(\.text).joined(separator: " "))
+        }
     }
 
     /// The stable JSON line (documented in the header at spc_segment_json), made on first use.

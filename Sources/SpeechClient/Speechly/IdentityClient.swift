@@ -39,9 +39,12 @@ public final class IdentityClient: @unchecked Sendable {
     /// A token good for at least the refresh margin. `fresh` skips the cache (after a rejection).
     /// Returns the token and, if caching failed, a warning to log.
     public func token(fresh: Bool = false, cancellation: Cancellation? = nil) throws(SpeechClientError) -> (token: String, warning: String?) {
-        if !fresh, let cached = cache.load(scope: cacheScope, deviceId: deviceId),
-           let claims = try? JWTClaims.decode(cached), claims.expiresAt - now() > refreshMarginSeconds {
-            return (cached, nil)
+        // A cached token is used until its expiry, or until the end of the use the server
+        // allowed (`valid_for_s`) if that comes first (issue 23).
+        if !fresh, let cached = cache.entry(scope: cacheScope, deviceId: deviceId),
+           let claims = try? JWTClaims.decode(cached.token),
+           min(claims.expiresAt, cached.validUntil ?? .max) - now() > refreshMarginSeconds {
+            return (cached.token, nil)
         }
         if fresh { cache.remove(scope: cacheScope, deviceId: deviceId) }
         let response: LoginResponse
@@ -61,8 +64,16 @@ public final class IdentityClient: @unchecked Sendable {
         }
         guard !response.token.isEmpty else { throw SpeechClientError(.parse, "login response has no token") }
         // Checked before it is cached or used (issue 23): nothing unusable is written.
-        _ = try Self.usable(response.token, now: now())
-        let warning = cache.store(response.token, scope: cacheScope, deviceId: deviceId)
+        let issued = now()
+        let claims = try Self.usable(response.token, now: issued)
+        // The response's valid_for_s and expires_at_epoch shorten the token's use, never
+        // lengthen it past its own expiry; 0: not given.
+        var validUntil: Int64?
+        if response.validForSeconds > 0 { validUntil = min(claims.expiresAt, issued + Int64(response.validForSeconds)) }
+        if response.expiresAtEpoch > 0 && response.expiresAtEpoch < UInt64(claims.expiresAt) {
+            validUntil = min(validUntil ?? claims.expiresAt, Int64(response.expiresAtEpoch))
+        }
+        let warning = cache.store(response.token, validUntil: validUntil, scope: cacheScope, deviceId: deviceId)
         return (response.token, warning)
     }
 

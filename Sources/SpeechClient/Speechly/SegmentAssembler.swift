@@ -8,7 +8,8 @@ public struct SegmentAssembler: Sendable {
     }
 
     private struct State {
-        var finalWords: [Int32: SLUWord] = [:]
+        /// Shared with the snapshots (see `FinalWords`): an update copies what it changes.
+        var finalWords = FinalWords()
         var tentativeWords: [SLUWord] = []
         var finalIntent: String?
         var tentativeIntent: String?
@@ -37,11 +38,11 @@ public struct SegmentAssembler: Sendable {
         func bytes(after payload: SLUResponse.Payload) -> Int {
             switch payload {
             case .transcript(let w):
-                return bytes + Self.size(w) - (finalWords[w.index].map(Self.size) ?? 0)
+                return bytes + Self.size(w) - (finalWords.word(at: w.index).map(Self.size) ?? 0)
             case .tentativeTranscript(_, let words):
                 return bytes - tentativeWordBytes + Self.size(words)
             case .finalTranscript(let words, _):
-                return bytes - tentativeWordBytes + words.reduce(0) { $0 + Self.size($1) - (finalWords[$1.index].map(Self.size) ?? 0) }
+                return bytes - tentativeWordBytes + words.reduce(0) { $0 + Self.size($1) - (finalWords.word(at: $1.index).map(Self.size) ?? 0) }
             case .entity(let e):
                 return bytes + Self.size(e)
             case .tentativeEntities(let es):
@@ -195,8 +196,7 @@ public struct SegmentAssembler: Sendable {
         var isFinal = false
         switch response.payload {
         case .transcript(let word):
-            state.finalWordBytes += State.size(word) - (state.finalWords[word.index].map(State.size) ?? 0)
-            state.finalWords[word.index] = word
+            state.finalWordBytes += State.size(word) - (state.finalWords.set(word).map(State.size) ?? 0)
         case .entity(let entity):
             state.finalEntities.removeAll { $0.startPosition == entity.startPosition && $0.endPosition == entity.endPosition && $0.type == entity.type }
             state.finalEntities.append(entity)
@@ -218,8 +218,7 @@ public struct SegmentAssembler: Sendable {
             state.tentativeWords = []
             state.tentativeWordBytes = 0
             for word in words {
-                state.finalWordBytes += State.size(word) - (state.finalWords[word.index].map(State.size) ?? 0)
-                state.finalWords[word.index] = word
+                state.finalWordBytes += State.size(word) - (state.finalWords.set(word).map(State.size) ?? 0)
             }
             isFinal = true
         case .started, .finished, .rttRequest, .none:
@@ -235,33 +234,29 @@ public struct SegmentAssembler: Sendable {
         return snapshot
     }
 
+    /// A snapshot sharing the state's words (made into arrays only when someone reads them).
     private static func snapshot(key: Key, state: State, isFinal: Bool) -> Segment {
-        var words: [Segment.Word] = state.finalWords.values.map {
-            Segment.Word(text: $0.text, index: $0.index, startMilliseconds: $0.startMilliseconds,
-                         endMilliseconds: $0.endMilliseconds, isFinal: true, confidence: $0.confidence)
-        }
-        // On segment_end tentative data is dropped; before it, it fills the indices not yet final.
-        if !isFinal {
-            for w in state.tentativeWords where state.finalWords[w.index] == nil {
-                words.append(Segment.Word(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds,
-                                          endMilliseconds: w.endMilliseconds, isFinal: false, confidence: w.confidence))
-            }
-        }
-        words.sort { $0.index < $1.index }
-        var entities: [Segment.Entity] = state.finalEntities.map {
-            Segment.Entity(type: $0.type, value: $0.value, start: $0.startPosition, end: $0.endPosition, isFinal: true)
-        }
-        if !isFinal {
-            for e in state.tentativeEntities where !state.finalEntities.contains(where: {
-                $0.type == e.type && $0.startPosition == e.startPosition && $0.endPosition == e.endPosition
-            }) {
-                entities.append(Segment.Entity(type: e.type, value: e.value, start: e.startPosition, end: e.endPosition, isFinal: false))
-            }
-        }
-        entities.sort { ($0.start, $0.end) < ($1.start, $1.end) }
         let intent = state.finalIntent ?? (isFinal ? nil : state.tentativeIntent)
-        return Segment(contextId: key.context, segmentId: key.segment, isFinal: isFinal, words: words,
-                       intent: intent, intentIsFinal: state.finalIntent != nil, entities: entities,
-                       confidence: isFinal ? state.confidence : -1)
+        // What the snapshot holds that nothing else does. A final one: all of it (the assembler
+        // lets go of the segment). A tentative one shares the final words' chunks with the
+        // assembler and the snapshots after it, except the last chunk (copied by the next word);
+        // its tentative words and entities are its own once the next update replaces them.
+        let held: Int
+        if isFinal {
+            let items = state.finalWords.count + state.finalEntities.count
+            held = 256 + 3 * state.bytes + 48 * items
+        } else {
+            let last = state.finalWords.chunks.last?.words ?? []
+            let own = State.size(last) + state.tentativeWordBytes + state.tentativeEntityBytes + state.finalEntityBytes
+                + (state.finalIntent?.utf8.count ?? 0) + (state.tentativeIntent?.utf8.count ?? 0)
+            let items = last.count + state.tentativeWords.count + state.finalEntities.count + state.tentativeEntities.count
+            held = 256 + 16 * state.finalWords.chunks.count + 3 * own + 48 * items
+        }
+        return Segment(contextId: key.context, segmentId: key.segment, isFinal: isFinal,
+                       parts: .shared(finals: state.finalWords, tentatives: isFinal ? [] : state.tentativeWords,
+                                      finalEntities: state.finalEntities, tentativeEntities: isFinal ? [] : state.tentativeEntities),
+                       intent: intent, intentIsFinal: state.finalIntent != nil,
+                       confidence: isFinal ? state.confidence : -1,
+                       heldBytes: held)
     }
 }

@@ -12,7 +12,18 @@ public final class TokenCache: @unchecked Sendable {
     /// Why the directory is not used, when it is not (for a warning).
     public let refusal: String?
     private let lock = ConditionLock()
-    private var memory: [String: String] = [:]
+    private var memory: [String: Entry] = [:]
+
+    /// A cached token and, when the server said how long it may be used (`valid_for_s`), until
+    /// when (Unix seconds): kept on a second line of the file, `valid-until=N`.
+    public struct Entry: Equatable, Sendable {
+        public var token: String
+        public var validUntil: Int64?
+        public init(token: String, validUntil: Int64? = nil) {
+            self.token = token
+            self.validUntil = validUntil
+        }
+    }
 
     public init(directory: String?) {
         if let directory, let why = Files.unsafeDirectoryReason(directory) {
@@ -39,27 +50,37 @@ public final class TokenCache: @unchecked Sendable {
         return "token-" + key.prefix(64).map(hex).joined() + "-" + h
     }
 
-    public func load(scope: String, deviceId: String) -> String? {
+    public func load(scope: String, deviceId: String) -> String? { entry(scope: scope, deviceId: deviceId)?.token }
+
+    public func entry(scope: String, deviceId: String) -> Entry? {
         let name = Self.fileName(scope: scope, deviceId: deviceId)
-        if let t = lock.withLock({ memory[name] }) { return t }
+        if let e = lock.withLock({ memory[name] }) { return e }
         guard let directory else { return nil }
         guard let bytes = Files.readPrivate(directory + "/" + name, limit: 64 * 1024).bytes else { return nil }
-        let token = String(decoding: bytes, as: UTF8.self).filter { !$0.isWhitespace }
+        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n")
+        guard let first = lines.first else { return nil }
+        let token = first.filter { !$0.isWhitespace }
         if token.isEmpty { return nil }
-        lock.withLock { memory[name] = token }
-        return token
+        var e = Entry(token: token)
+        for line in lines.dropFirst() where line.hasPrefix("valid-until=") {
+            e.validUntil = Int64(line.dropFirst("valid-until=".count).filter { !$0.isWhitespace })
+        }
+        lock.withLock { memory[name] = e }
+        return e
     }
 
     /// Keeps the token; a failure to write the file is returned for logging, not thrown: the
     /// token still works for this process.
     @discardableResult
-    public func store(_ token: String, scope: String, deviceId: String) -> String? {
+    public func store(_ token: String, validUntil: Int64? = nil, scope: String, deviceId: String) -> String? {
         let name = Self.fileName(scope: scope, deviceId: deviceId)
-        lock.withLock { memory[name] = token }
+        let e = Entry(token: token, validUntil: validUntil)
+        lock.withLock { memory[name] = e }
         guard let directory else { return nil }
         do throws(SpeechClientError) {
             try Files.makeDirectories(directory, mode: 0o700)
-            try Files.writeAtomically(directory + "/" + name, Array(token.utf8), mode: 0o600)
+            let text = token + "\n" + (validUntil.map { "valid-until=\($0)\n" } ?? "")
+            try Files.writeAtomically(directory + "/" + name, Array(text.utf8), mode: 0o600)
             return nil
         } catch {
             return "cannot cache the login token in \(directory): \(error.message)"

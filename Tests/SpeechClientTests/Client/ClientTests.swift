@@ -524,6 +524,30 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(ran == Client.maxPendingEvents + 2)
         #expect(lines.suffix(2) == ["segment final w\(flood)", "stop c"])
         #expect(lines.first == "segment tentative w0")
+        // Past the bound, the newest tentative took the place of the one still waiting.
+        #expect(lines[Client.maxPendingEvents - 1] == "segment tentative w\(flood - 1)")
+    }
+
+    /// Issue 23: finals are never dropped, so an application that takes no callbacks while a
+    /// server floods finals would let the queue grow without end: past 32 MiB the context ends
+    /// with an error naming the limit, and everything queued is still delivered.
+    @Test func finalsPastTheBoundEndTheContextWithAnError() throws {
+        var o = try pushOptions()
+        o.delivery = .application  // nobody dispatches until the end
+        let log = EventLog()
+        let client = try Client(options: o, service: FakeRecognitionService(.init(bulkyFinals: true)), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let chunk = [Int16](repeating: 100, count: 1600)
+        for _ in 0..<250 { chunk.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 20_000))
+        while try client.dispatch(maxEvents: 0) > 0 {}
+        let lines = log.lines
+        let finals = lines.filter { $0.hasPrefix("segment final") }.count
+        #expect(finals > 100 && finals < 250, "\(finals) finals")
+        #expect(lines.filter { $0.hasPrefix("error") } == ["error noMemory"])
+        #expect(lines.last?.hasPrefix("stop") == true)
     }
 }
 

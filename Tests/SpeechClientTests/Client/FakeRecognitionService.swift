@@ -44,6 +44,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// Each chunk is answered with a tentative transcript of 60 words of 1000 bytes (60 KB,
         /// within a segment's bounds): a server that floods.
         var bulkyTentatives = false
+        /// Each chunk is answered with a final segment of its own (60 words of 1000 bytes): a
+        /// server that floods finals.
+        var bulkyFinals = false
     }
 
     let behaviour: Behaviour
@@ -128,6 +131,9 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     let w = SLUWord(text: "bad", index: -1, startMilliseconds: 0, endMilliseconds: 0)
                     let bad = StreamEvent.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: w.text, words: [w])))
                     if service.behaviour.badWordLater { later.append(bad) } else { out.append(bad) }
+                } else if let id = s.context, service.behaviour.bulkyFinals {
+                    let words = (0..<Int32(60)).map { SLUWord(text: String(repeating: "y", count: 1000), index: $0, startMilliseconds: 0, endMilliseconds: 0) }
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: Int32(s.chunks), payload: .finalTranscript(words, confidence: -1))))
                 } else if let id = s.context, service.behaviour.bulkyTentatives {
                     let words = (0..<Int32(60)).map { SLUWord(text: String(repeating: "x", count: 1000), index: $0, startMilliseconds: 0, endMilliseconds: 0) }
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: "", words: words))))

@@ -23,8 +23,11 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
     let validity: Int64
     let reject: SpeechClientError?
     let fixedToken: String?
-    init(validity: Int64 = 3600, reject: SpeechClientError? = nil, token: String? = nil) {
+    /// LoginResponse.valid_for_s, when not 0.
+    let validFor: UInt64
+    init(validity: Int64 = 3600, reject: SpeechClientError? = nil, token: String? = nil, validFor: UInt64 = 0) {
         self.validity = validity
+        self.validFor = validFor
         self.reject = reject
         self.fixedToken = token
     }
@@ -37,6 +40,7 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
         var w = ProtobufWriter()
         let n = logins.load(ordering: .relaxed)
         w.string(1, fixedToken ?? makeJWT(#"{"appId":"a","deviceId":"d","scope":"slu","exp":\#(WallClock.nowSeconds() + validity),"n":\#(n)}"#))
+        if validFor > 0 { w.uint64(2, validFor) }
         return w.bytes
     }
 
@@ -77,6 +81,38 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
 }
 
 @Suite struct IdentityTests {
+    /// Issue 23: the server's valid_for_s caps how long a token is used, in this process and
+    /// from the cache in the next, though its exp is later.
+    @Test func validForCapsTheUseOfACachedToken() throws {
+        let dir = temporaryDirectory() + "/cache"
+        // Valid for 300 s (under the 600 s refresh margin): every call logs in again.
+        let short = FakeIdentityChannel(validity: 3600, validFor: 300)
+        let a = IdentityClient(channel: short, cache: TokenCache(directory: dir), deviceId: "d", appId: "a", projectId: nil)
+        _ = try a.token()
+        _ = try a.token()
+        #expect(short.logins.load(ordering: .relaxed) == 2)
+        let b = IdentityClient(channel: short, cache: TokenCache(directory: dir), deviceId: "d", appId: "a", projectId: nil)
+        _ = try b.token()
+        #expect(short.logins.load(ordering: .relaxed) == 3)
+        let entry = try #require(TokenCache(directory: dir).entry(scope: "app:a", deviceId: "d"))
+        #expect(entry.validUntil.map { abs($0 - WallClock.nowSeconds() - 300) <= 2 } == true)
+        // Valid for 1200 s: reused, from memory and from the file.
+        let dir2 = temporaryDirectory() + "/cache"
+        let long = FakeIdentityChannel(validity: 3600, validFor: 1200)
+        let c = IdentityClient(channel: long, cache: TokenCache(directory: dir2), deviceId: "d", appId: "a", projectId: nil)
+        let t = try c.token().token
+        let d = IdentityClient(channel: long, cache: TokenCache(directory: dir2), deviceId: "d", appId: "a", projectId: nil)
+        #expect(try d.token().token == t)
+        #expect(long.logins.load(ordering: .relaxed) == 1)
+        // A valid_for_s beyond the token's exp does not extend it.
+        let dir3 = temporaryDirectory() + "/cache"
+        let beyond = FakeIdentityChannel(validity: 3600, validFor: 4_000_000_000)
+        let e = IdentityClient(channel: beyond, cache: TokenCache(directory: dir3), deviceId: "d", appId: "a", projectId: nil)
+        _ = try e.token()
+        let capped = try #require(TokenCache(directory: dir3).entry(scope: "app:a", deviceId: "d"))
+        #expect(capped.validUntil.map { $0 <= WallClock.nowSeconds() + 3600 } == true)
+    }
+
     @Test func tokenIsCachedOnDiskAndReusedAcrossInstances() throws {
         let dir = temporaryDirectory() + "/cache"
         let channel = FakeIdentityChannel()

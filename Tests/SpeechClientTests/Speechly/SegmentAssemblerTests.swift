@@ -163,3 +163,56 @@ import Testing
         }
     }
 }
+
+/// Issue 23: snapshots share the assembler's words instead of copying the segment per update.
+@Suite struct SharedSnapshotTests {
+    func word(_ t: String, _ i: Int32) -> SLUWord {
+        SLUWord(text: t, index: i, startMilliseconds: i * 10, endMilliseconds: i * 10 + 5)
+    }
+
+    /// Words put in any order (appended, before all, between, replaced, across chunk splits)
+    /// read back sorted by index, the same as a dictionary keyed by index.
+    @Test func finalWordsMatchADictionaryWhateverTheOrder() {
+        var rng = SystemRandomNumberGenerator()
+        for round in 0..<20 {
+            var store = FinalWords()
+            var reference: [Int32: SLUWord] = [:]
+            for k in 0..<600 {
+                let index: Int32 = round % 2 == 0 ? Int32(k) : Int32.random(in: 0..<400, using: &rng)
+                let w = word("w\(k)", index)
+                let replaced = store.set(w)
+                #expect(replaced == reference[index])
+                reference[index] = w
+            }
+            #expect(store.count == reference.count)
+            #expect(store.all == reference.values.sorted { $0.index < $1.index })
+            #expect(store.chunks.allSatisfy { !$0.words.isEmpty && $0.words.count <= FinalWords.chunkSize })
+            for i: Int32 in [-1, 0, 17, 399, 600] { #expect(store.word(at: i) == reference[i]) }
+        }
+    }
+
+    /// A snapshot keeps what the segment was when it was made, however the segment changes after
+    /// (its words are made from shared parts only when read).
+    @Test func aSnapshotIsUnchangedByLaterUpdates() throws {
+        var a = SegmentAssembler()
+        var snapshots: [Segment] = []
+        for i in 0..<Int32(200) {
+            let f = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("f\(i)", i))))
+            snapshots.append(try #require(f))
+            let t = a.apply(SLUResponse(audioContext: "c", segmentId: 0,
+                payload: .tentativeTranscript(text: "", words: [word("t\(i + 1)", i + 1), word("t\(i + 2)", i + 2)])))
+            snapshots.append(try #require(t))
+        }
+        // A word replaced early on must not show in older snapshots.
+        _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("changed", 3))))
+        for (k, s) in snapshots.enumerated() {
+            // After a final word, the previous tentative still fills the index after it.
+            let finals = k / 2 + 1
+            let tentative = k % 2 == 1 ? ["t\(finals)", "t\(finals + 1)"] : (k >= 2 ? ["t\(finals)"] : [])
+            let expected = (0..<finals).map { "f\($0)" } + tentative
+            #expect(s.words.map(\.text) == expected)
+            #expect(s.transcript == expected.joined(separator: " "))
+            #expect(s.wordTextC.map(\.string) == expected)
+        }
+    }
+}
