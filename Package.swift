@@ -15,7 +15,8 @@ let package = Package(
                        providers: [.apt(["libnghttp2-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl",
                        providers: [.apt(["libssl-dev"])]),
-        .systemLibrary(name: "CALSA", pkgConfig: "alsa",
+        // Headers only: libasound is opened on first use, not linked (CShims/alsa_loader.c).
+        .systemLibrary(name: "CALSA",
                        providers: [.apt(["libasound2-dev"])]),
         // C helpers for what Swift cannot import (GNU extensions, variadic calls, macros).
         .target(name: "CShims"),

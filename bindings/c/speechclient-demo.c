@@ -328,7 +328,7 @@ static int print_devices(int json) {
     spc_devices *devices = NULL;
     spc_status s = spc_audio_devices(&devices);
     if (s != SPC_OK) {
-        fprintf(stderr, "speechclient-demo: cannot list the capture devices: %s\n", spc_status_str(s));
+        fprintf(stderr, "speechclient-demo: cannot list the capture devices: %s (is ALSA, the libasound2 package, installed?)\n", spc_status_str(s));
         return 1;
     }
     for (size_t i = 0; i < spc_devices_count(devices); i++) {

@@ -38,4 +38,8 @@ void speechclient_shim_alsa_route_errors(speechclient_alsa_message_fn fn);
 /* Sets this thread's context for ALSA's messages; returns the previous one. */
 void *speechclient_shim_alsa_set_context(void *context);
 
+/* ALSA is opened (dlopen of libasound.so.2) on first use, not linked (alsa_loader.c). NULL when
+   it is there; otherwise why not, naming the package to install. */
+const char *speechclient_shim_alsa_unavailable(void);
+
 #endif

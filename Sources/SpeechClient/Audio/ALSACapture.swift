@@ -113,8 +113,16 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         try withALSAMessages { () throws(SpeechClientError) in try openDevice() }
     }
 
+    /// ALSA is loaded on first use (CShims/alsa_loader.c): without it, an error naming the package.
+    static func requireALSA(for what: String) throws(SpeechClientError) {
+        if let why = speechclient_shim_alsa_unavailable() {
+            throw SpeechClientError(.audio, "\(what): \(String(cString: why))")
+        }
+    }
+
     private func openDevice() throws(SpeechClientError) {
         close()
+        try Self.requireALSA(for: "ALSA device '\(device)'")
         alsaMessages.withLock { $0.last = nil }
         var opened: OpaquePointer?
         let rc = snd_pcm_open(&opened, device, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK)

@@ -21,6 +21,7 @@ public struct AudioDevice: Sendable, Equatable {
     public static let maxCount = 1_024
 
     public static func capture() throws(SpeechClientError) -> [AudioDevice] {
+        try ALSACapture.requireALSA(for: "listing the ALSA devices")
         _ = ALSACapture.routed  // ALSA's messages are dropped here, not printed on stderr
         var hints: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
         let rc = snd_device_name_hint(-1, "pcm", &hints)
