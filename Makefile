@@ -25,7 +25,7 @@ SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEAS
 	-Xlinker -z -Xlinker defs -Xlinker -z -Xlinker nodelete \
 	-Xlinker -z -Xlinker now -Xlinker -z -Xlinker relro
 
-.PHONY: all lib demo examples test test-swift test-c test-abi test-python test-server test-e2e test-backends test-faults test-proxies test-old-library install clean
+.PHONY: all lib demo examples wheel test test-swift test-c test-abi test-python test-server test-e2e test-backends test-faults test-proxies test-old-library test-wheel install clean
 
 all: lib demo
 
@@ -72,7 +72,7 @@ install: $(if $(NO_BUILD),,all)
 		-L$(BUILD) -lspeechclient -o $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 	$(STRIP) $(DESTDIR)$(PREFIX)/bin/speechclient-demo
 
-test: test-swift lib test-c test-abi test-python test-old-library test-server test-e2e test-backends test-faults test-proxies test-packaging
+test: test-swift lib test-c test-abi test-python test-old-library test-server test-e2e test-backends test-faults test-proxies test-packaging test-wheel
 
 test-swift:
 	$(SWIFT) test
@@ -137,6 +137,16 @@ test-backends: demo
 .PHONY: test-packaging
 test-packaging: lib
 	CC="$(CC)" PYTHON="$(PYTHON)" Tests/packaging/check-install.sh
+
+# The Python package with the library inside (issue 22): dist/speechclient-<version>-py3-none-
+# manylinux_<glibc>_<arch>.whl, and the reference server's wheel. See scripts/build-wheel.sh.
+wheel: lib
+	scripts/build-wheel.sh dist
+
+# The wheel installed into a fresh venv, with no libspeechclient on the system, transcribing
+# against the reference server; the server's wheel installed from PyPI dependencies.
+test-wheel: lib
+	PYTHON="$(PYTHON)" Tests/packaging/test-wheel.sh
 
 clean:
 	rm -rf $(BUILD) $(RELEASE_DIR) .build

@@ -140,6 +140,20 @@ def _number(low: int, high: int):
     return parse
 
 
+def _versions() -> str:
+    """The binding's version and the loaded library's, with where it was loaded from."""
+    from . import __version__, _native
+    return f"speechclient {__version__} (Python binding), libspeechclient {version()} ({_native.LIBRARY_PATH})"
+
+
+class _PrintVersions(argparse.Action):
+    """--version on one line (argparse's own action wraps it)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_versions())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m speechclient",
                                 description="Transcribe a WAV file or a microphone with libspeechclient.")
@@ -187,7 +201,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="list the ALSA capture devices (the names --mic takes), then exit")
     p.add_argument("--json", action="store_true", help="one JSON object per line (the C demo's stable format)")
     p.add_argument("--verbose", action="store_true", help="every library log line on stderr (warnings are always there)")
-    p.add_argument("--version", action="version", version=f"speechclient (Python) with libspeechclient {version()}")
+    p.add_argument("--version", action=_PrintVersions, nargs=0, help="the binding's and the library's versions")
     return p
 
 

@@ -4,7 +4,8 @@ Nothing here owns anything; `client.py` builds the Pythonic layer on top. Handle
 pointers to opaque structures, so passing a segment where a client is expected is a ctypes
 ArgumentError instead of undefined behaviour.
 
-The library is found through $SPEECHCLIENT_LIBRARY (a path), then
+The library is found through $SPEECHCLIENT_LIBRARY (a path: an explicit choice wins), then the
+copy a wheel carries (speechclient/_lib/libspeechclient.so.0), then
 ctypes.util.find_library("speechclient"), then the SONAME "libspeechclient.so.0". It is loaded
 with ctypes.CDLL, never PyDLL: CDLL releases the GIL around every call, which the library's
 callback threads need while the main thread waits inside the library (build.md).
@@ -162,6 +163,11 @@ def _load() -> ctypes.CDLL:
                               ) from e
     tried: List[str] = []
     candidates = []
+    # The wheel's own copy (make wheel): before the system's, so a wheel never picks up an
+    # older system library.
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", SONAME)
+    if os.path.exists(bundled):
+        candidates.append(bundled)
     found = ctypes.util.find_library("speechclient")
     if found:
         candidates.append(found)
@@ -171,8 +177,9 @@ def _load() -> ctypes.CDLL:
             return ctypes.CDLL(name)
         except OSError as e:
             tried.append(f"{name}: {e}")
-    raise ImportError("speechclient: cannot load libspeechclient (install it, e.g. `make install`, or set "
-                      "SPEECHCLIENT_LIBRARY to the path of libspeechclient.so.0). Tried: " + "; ".join(tried))
+    raise ImportError("speechclient: cannot load libspeechclient (install the wheel, which carries it, or the "
+                      "library: `make install` or the libspeechclient0 package; or set SPEECHCLIENT_LIBRARY to "
+                      "the path of libspeechclient.so.0). Tried: " + "; ".join(tried))
 
 
 lib = _load()
