@@ -533,3 +533,32 @@ def test_an_audio_stream_reads_a_pipe_and_each_start_reads_on(server, synthesize
             assert finals == ["what time is it"]
     finally:
         os.close(r)
+
+
+def test_cli_shows_a_progress_bar_for_a_file_on_a_terminal(server, synthesize, cache_dir):
+    """Issue 22: on a terminal the live line starts with how far into the file the words heard
+    reach; the final line is printed clean (the live line erased first)."""
+    import pty
+    wav = synthesize("turn on the kitchen lights")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "bindings" / "python"))
+    leader, follower = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "speechclient", "--url", server.url, "--file", str(wav),
+                          "--cache-dir", cache_dir], stdout=follower, stderr=subprocess.PIPE, env=env)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert p.wait(timeout=60) == 0, p.stderr.read()
+    text = out.decode()
+    assert re.search(r"\[#*\.*\]\s+\d+% \.\.\. turn", text), text
+    # The bar only moves forward, and the words reach well into the file (its tail is silence).
+    percents = [int(p) for p in re.findall(r"\] +(\d+)% ", text)]
+    assert percents == sorted(percents) and percents[-1] >= 50, percents
+    assert "\rturn on the kitchen lights  [intent: turn_on]  [room: kitchen]\r\n" in text, text

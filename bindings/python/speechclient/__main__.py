@@ -11,7 +11,8 @@ context when speech begins and stops it after a pause, as often as the user spea
 end of the file or Ctrl-C; with --wakeword only what follows the phrase in a context is shown.
 
 Without --json: a line per final segment ("transcript  [intent: X]  [type: value]"), and the
-tentative text as a live line on a terminal (a "... text" line otherwise). With --json: the
+tentative text as a live line on a terminal (a "... text" line otherwise); for a PCM WAV file the
+live line starts with a progress bar, how far into the file the words heard so far reach. With --json: the
 C demo's stable JSON lines, one object a line:
 
     {"type":"segment", ...}   exactly as spc_segment_json() renders a segment update
@@ -95,13 +96,28 @@ def event_json(update) -> Optional[str]:
 
 class _TextOutput:
     """The demo's human output: final lines, and tentative text as a live line (tty) or as
-    "... text" lines, printed only when the words change."""
+    "... text" lines, printed only when the words change. For a file on a terminal the live line
+    starts with a progress bar: how far into the file the words heard so far reach."""
 
-    def __init__(self, out: TextIO):
+    def __init__(self, out: TextIO, duration_ms: Optional[int] = None):
         self.out = out
         self.tty = out.isatty()
         self.live_len = 0
         self.last = ""
+        self.duration_ms = duration_ms if self.tty and duration_ms else None
+        self.heard_ms = 0
+
+    def _bar(self) -> str:
+        if not self.duration_ms:
+            return ""
+        pct = min(100, 100 * self.heard_ms // self.duration_ms)
+        return f"[{'#' * (pct // 5)}{'.' * (20 - pct // 5)}] {pct:3d}% "
+
+    def _live(self, text: str) -> None:
+        self.clear_live()
+        line = self._bar() + text
+        self.out.write(line)
+        self.live_len = len(line)
 
     def clear_live(self) -> None:
         if self.tty and self.live_len:
@@ -109,6 +125,8 @@ class _TextOutput:
             self.live_len = 0
 
     def segment(self, s: Segment) -> None:
+        if s.words:
+            self.heard_ms = max(self.heard_ms, max(w.end_ms for w in s.words))
         if s.final:
             self.clear_live()
             self.last = ""
@@ -117,15 +135,26 @@ class _TextOutput:
                 line += f"  [intent: {s.intent.intent}]"
             line += "".join(f"  [{e.type}: {e.value}]" for e in s.entities)
             self.out.write(line + "\n")
+            if self.duration_ms:
+                self._live("")
         elif s.transcript != self.last:
             self.last = s.transcript
             if self.tty:
-                self.clear_live()
-                self.out.write("... " + s.transcript)
-                self.live_len = len(s.transcript) + 4
+                self._live("... " + s.transcript)
             else:
                 self.out.write("... " + s.transcript + "\n")
         self.out.flush()
+
+
+def _wav_duration_ms(path: str) -> Optional[int]:
+    """A PCM WAV file's duration, for the progress bar; None when the wave module cannot tell
+    (float or 24-bit files, a bad file: the library reports those)."""
+    import wave
+    try:
+        with wave.open(path) as w:
+            return w.getnframes() * 1000 // max(1, w.getframerate())
+    except Exception:
+        return None
 
 
 def _number(low: int, high: int):
@@ -243,7 +272,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         audio = Microphone(device=args.mic)
     prog = "python -m speechclient"
     out = sys.stdout
-    text = _TextOutput(out)
+    text = _TextOutput(out, _wav_duration_ms(path) if path not in (None, "-") else None)
     failed = False
     timeout = None if args.timeout_ms < 0 else args.timeout_ms / 1000
 
