@@ -168,3 +168,31 @@ def test_token_from_another_server_is_replaced_by_a_fresh_login(speech, tmp_path
             assert final_segments(out.stdout)[1][-1]["transcript"] == "stop the music"
         finally:
             s.stop()
+
+
+def test_tls_finds_the_ca_bundle_where_another_distribution_keeps_it(speech, tmp_path, tls_files):
+    """Issue 22: OpenSSL copied into the wheel looks for CAs where Debian keeps them
+    (/usr/lib/ssl). On a system where that place is empty, the library loads the bundle from the
+    paths other distributions use. Made real in a private mount namespace: /usr/lib/ssl is an
+    empty directory there, /etc/ssl/certs too, and the test CA is Fedora's bundle
+    (/etc/pki/tls/certs/ca-bundle.crt); no --ca-file is given."""
+    s = Server("--tls-cert", str(tls_files / "server.pem"), "--tls-key", str(tls_files / "server.key"))
+    try:
+        port = s.address.rsplit(":", 1)[1]
+        wav = speech("play some rock music")
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        script = (f'mount --bind "{empty}" /usr/lib/ssl && mount --bind "{empty}" /etc/ssl/certs && '
+                  f'mkdir -p /etc/pki && mount -t tmpfs tmpfs /etc/pki && mkdir -p /etc/pki/tls/certs && '
+                  f'cp "{tls_files / "ca.pem"}" /etc/pki/tls/certs/ca-bundle.crt && exec "$@"')
+        command = [str(DEMO), "--url", f"grpc+tls://localhost:{port}", "--app-id", "e2e", "--file", str(wav),
+                   "--cache-dir", str(tmp_path / "cache"), "--json"]
+        # SSL_CERT_FILE / SSL_CERT_DIR are a user's explicit choice, which the library keeps to.
+        env = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+        ok = subprocess.run(["unshare", "--mount", "sh", "-c", script, "sh", *command],
+                            capture_output=True, text=True, timeout=60, env=env)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        _, finals = final_segments(ok.stdout)
+        assert finals[-1]["transcript"] == "play some rock music"
+    finally:
+        s.stop()

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import COpenSSL
 import CShims
 import Synchronization
@@ -48,11 +51,27 @@ final class TLSContext: @unchecked Sendable {
                     throw TLSContext.lastError(.tls, "SSL_CTX_set_default_verify_paths",
                                                context: "cannot load the system CA store")
                 }
+                if let bundle = Self.distributionCABundle() {
+                    // OpenSSL copied into a wheel looks where its build machine keeps the CAs
+                    // (Debian's /usr/lib/ssl); elsewhere (Fedora, openSUSE) the store is here.
+                    _ = SSL_CTX_load_verify_locations(ctx, bundle, nil)
+                    _ = TLSContext.drainErrorQueue()
+                }
             }
         }
     }
 
     deinit { SSL_CTX_free(ctx) }
+
+    /// The CA bundle of the system, when OpenSSL's own default places (built in, or
+    /// SSL_CERT_FILE / SSL_CERT_DIR) do not exist on this machine: the paths Go and curl probe.
+    static func distributionCABundle() -> String? {
+        if getenv("SSL_CERT_FILE") != nil || getenv("SSL_CERT_DIR") != nil { return nil }
+        let defaults = [X509_get_default_cert_file(), X509_get_default_cert_dir()].compactMap { $0.map { String(cString: $0) } }
+        if defaults.contains(where: { access($0, R_OK) == 0 }) { return nil }
+        return ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/ca-bundle.pem",
+                "/etc/ssl/cert.pem", "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"].first { access($0, R_OK) == 0 }
+    }
 
     /// An error naming the OpenSSL function and the first queued OpenSSL reason; clears the queue.
     static func lastError(_ code: SpeechClientError.Code, _ function: String, context: String) -> SpeechClientError {
