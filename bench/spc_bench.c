@@ -385,6 +385,8 @@ static int run_idle(const struct args *a) {
 static int run_updates(const struct args *a) {
     struct args b = *a;
     b.thread_delivery = 1;
+    g.thread_mode = 1; /* the callbacks only count, atomically */
+    if (a->words < 1) { fprintf(stderr, "spc_bench: --mode updates needs --words N (N >= 1)\n"); return 2; }
     struct stream st = {0};
     spc_options *o = make_options(&b, &st, 1);
     spc_options_set_prepare_on_init(o, 1);

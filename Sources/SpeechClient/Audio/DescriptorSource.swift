@@ -28,6 +28,8 @@ public final class DescriptorSource: AudioSource {
     /// Data bytes still to read when the WAV header declared a size.
     private var remaining: Int?
     public private(set) var ended = false
+    /// Nothing more will come: the end was read, or the WAV header's declared data is all read.
+    public var exhausted: Bool { ended || remaining == 0 }
     private var rawChecked = false
 
     static let pollMilliseconds: Int32 = 100

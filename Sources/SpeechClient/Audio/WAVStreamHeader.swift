@@ -76,8 +76,12 @@ struct WAVStreamHeader {
                 case "data":
                     guard let fmt else { throw fail("data chunk before the fmt chunk") }
                     var declared: Int? = size
-                    if size == 0xFFFF_FFFF, let ds64DataSize { declared = ds64DataSize }
-                    else if size == 0 || size >= 0x7FFF_0000 { declared = nil }
+                    if size == 0xFFFF_FFFF, let ds64DataSize {
+                        // A streaming RF64 writer leaves ds64 at 0 (or all ones) too.
+                        declared = ds64DataSize == 0 || ds64DataSize >= 0x7FFF_FFFF_0000_0000 ? nil : ds64DataSize
+                    } else if size == 0 || size >= 0x7FFF_0000 {
+                        declared = nil
+                    }
                     return (i - start, Result(format: fmt.format, kind: fmt.kind, blockAlign: fmt.blockAlign,
                                               dataBytes: declared.map { $0 - $0 % fmt.blockAlign }))
                 default:

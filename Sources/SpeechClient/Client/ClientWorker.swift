@@ -534,6 +534,10 @@ final class ClientWorker: @unchecked Sendable {
         if endpointer == nil {
             if pumping, waitsForServer { closeFileSource() }
             pumping = false
+            // A descriptor goes on in the next context: the resampler's tail belongs to this one.
+            if case .descriptor = options.audio, let converter {
+                for c in chunker.append(converter.flush()) { sendAudio(c) }
+            }
             if let partial = chunker.flush() { sendAudio(partial) }
         }
         stopSent = true
@@ -575,7 +579,7 @@ final class ClientWorker: @unchecked Sendable {
             source?.close()
             source = nil
         case .descriptor:
-            let ended = (source as? DescriptorSource)?.ended == true
+            let ended = (source as? DescriptorSource)?.exhausted == true
             if ended || failed != nil {
                 descriptorEnded = failed.map { "its reading failed earlier (\($0))" } ?? "the stream has ended"
                 source?.close()

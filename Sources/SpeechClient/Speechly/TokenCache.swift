@@ -15,7 +15,8 @@ public final class TokenCache: @unchecked Sendable {
     private var memory: [String: Entry] = [:]
 
     /// A cached token and, when the server said how long it may be used (`valid_for_s`), until
-    /// when (Unix seconds): kept on a second line of the file, `valid-until=N`.
+    /// when (Unix seconds): kept in a file of its own beside the token's (NAME.valid-until), so
+    /// that the token's file stays what releases before 0.9 read (they share the directory).
     public struct Entry: Equatable, Sendable {
         public var token: String
         public var validUntil: Int64?
@@ -57,13 +58,11 @@ public final class TokenCache: @unchecked Sendable {
         if let e = lock.withLock({ memory[name] }) { return e }
         guard let directory else { return nil }
         guard let bytes = Files.readPrivate(directory + "/" + name, limit: 64 * 1024).bytes else { return nil }
-        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n")
-        guard let first = lines.first else { return nil }
-        let token = first.filter { !$0.isWhitespace }
+        let token = String(decoding: bytes, as: UTF8.self).filter { !$0.isWhitespace }
         if token.isEmpty { return nil }
         var e = Entry(token: token)
-        for line in lines.dropFirst() where line.hasPrefix("valid-until=") {
-            e.validUntil = Int64(line.dropFirst("valid-until=".count).filter { !$0.isWhitespace })
+        if let until = Files.readPrivate(directory + "/" + name + Self.validUntilSuffix, limit: 64).bytes {
+            e.validUntil = Int64(String(decoding: until, as: UTF8.self).filter { !$0.isWhitespace })
         }
         lock.withLock { memory[name] = e }
         return e
@@ -79,8 +78,13 @@ public final class TokenCache: @unchecked Sendable {
         guard let directory else { return nil }
         do throws(SpeechClientError) {
             try Files.makeDirectories(directory, mode: 0o700)
-            let text = token + "\n" + (validUntil.map { "valid-until=\($0)\n" } ?? "")
-            try Files.writeAtomically(directory + "/" + name, Array(text.utf8), mode: 0o600)
+            // The limit first: a token is never found beside a stale, later limit.
+            if let validUntil {
+                try Files.writeAtomically(directory + "/" + name + Self.validUntilSuffix, Array("\(validUntil)\n".utf8), mode: 0o600)
+            } else {
+                unlink(directory + "/" + name + Self.validUntilSuffix)
+            }
+            try Files.writeAtomically(directory + "/" + name, Array(token.utf8), mode: 0o600)
             return nil
         } catch {
             return "cannot cache the login token in \(directory): \(error.message)"
@@ -90,6 +94,11 @@ public final class TokenCache: @unchecked Sendable {
     public func remove(scope: String, deviceId: String) {
         let name = Self.fileName(scope: scope, deviceId: deviceId)
         lock.withLock { memory[name] = nil }
-        if let directory { unlink(directory + "/" + name) }
+        if let directory {
+            unlink(directory + "/" + name)
+            unlink(directory + "/" + name + Self.validUntilSuffix)
+        }
     }
+
+    static let validUntilSuffix = ".valid-until"
 }

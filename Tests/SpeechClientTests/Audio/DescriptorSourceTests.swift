@@ -86,6 +86,20 @@ func readToEnd(_ source: DescriptorSource, block: Int = 1000) throws -> [Float] 
         #expect(try parser.take(AudioFixtures.wav(data: [1, 2, 3, 4]), from: 0).result?.dataBytes == 4)
     }
 
+    /// A streaming RF64 writer leaves ds64's sizes at 0: to the end of the stream, not empty.
+    @Test func anRF64StreamWithAnEmptyDs64IsReadToTheEnd() throws {
+        let wav = AudioFixtures.wav(data: [1, 2])
+        let fmtAndData = Array(wav[12...])  // "fmt " ... "data" size payload
+        var rf64 = Array("RF64".utf8) + AudioFixtures.le32(0xFFFF_FFFF) + Array("WAVE".utf8)
+            + Array("ds64".utf8) + AudioFixtures.le32(28) + [UInt8](repeating: 0, count: 28) + fmtAndData
+        // The data chunk's own size: the RF64 placeholder.
+        let dataAt = rf64.count - 2 - 4
+        rf64.replaceSubrange(dataAt..<dataAt + 4, with: AudioFixtures.le32(0xFFFF_FFFF))
+        var parser = WAVStreamHeader(name: "t")
+        let r = try parser.take(rf64, from: 0)
+        #expect(r.result != nil && r.result?.dataBytes == nil)
+    }
+
     /// A chunk before the data that claims a gigabyte is skipped as it streams, not buffered:
     /// the parser asks for nothing more than the bytes it is given.
     @Test func aHugeChunkIsSkippedWithoutBuffering() throws {

@@ -104,6 +104,9 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
         let d = IdentityClient(channel: long, cache: TokenCache(directory: dir2), deviceId: "d", appId: "a", projectId: nil)
         #expect(try d.token().token == t)
         #expect(long.logins.load(ordering: .relaxed) == 1)
+        // The token's own file holds the token alone, as releases before 0.9 read it.
+        let file = Files.readPrivate(dir2 + "/" + TokenCache.fileName(scope: "app:a", deviceId: "d"), limit: 64 * 1024).bytes
+        #expect(file.map { String(decoding: $0, as: UTF8.self) } == t)
         // A valid_for_s beyond the token's exp does not extend it.
         let dir3 = temporaryDirectory() + "/cache"
         let beyond = FakeIdentityChannel(validity: 3600, validFor: 4_000_000_000)

@@ -41,7 +41,7 @@ import sys
 from typing import List, Optional, TextIO
 
 from . import (AudioSource, AudioStream, Client, ErrorEvent, LevelEvent, Listen, ListenEvent, LogLevel, Microphone,
-               Segment, SpeechClientError, StartEvent, StateEvent, StopEvent, WavFile, status_text, version)
+               Segment, SpeechClientError, StartEvent, State, StateEvent, StopEvent, WavFile, status_text, version)
 
 
 def json_string(s: str) -> str:
@@ -330,10 +330,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                     interrupted = True  # Ctrl-C: stop the context and print its last results
                     try:
                         client.stop()
-                        # From now on the last results must come within the timeout.
-                        updates = client.updates(timeout=timeout)
                     except SpeechClientError:
-                        pass  # it ended by itself meanwhile
+                        pass  # it ended by itself meanwhile (the end of standard input)
+                    # The interrupt may have ended the iterator: a new one delivers what is still
+                    # coming or queued, the last results within the timeout. On a client idle
+                    # with nothing queued there is nothing left (a new one would wait for a start).
+                    if client.state != State.IDLE or client._queue:
+                        updates = client.updates(timeout=timeout)
                     continue
                 if isinstance(update, ErrorEvent):
                     failed = True
