@@ -35,11 +35,9 @@ while [ $# -gt 0 ]; do
         *) echo "deb-smoke: unknown argument $1" >&2; exit 2 ;;
     esac
 done
-[ "$(id -u)" = 0 ] || { echo "deb-smoke: run as root (debootstrap, chroot)" >&2; exit 2; }
-for tool in debootstrap chroot espeak-ng sox; do
-    command -v "$tool" > /dev/null || { echo "deb-smoke: $tool is missing" >&2; exit 2; }
-done
-[ -x .venv/bin/python ] || { echo "deb-smoke: no .venv (run scripts/setup-debian.sh)" >&2; exit 2; }
+me=deb-smoke
+. scripts/lib/bookworm-root.sh
+smoke_preconditions
 
 t0=$(date +%s)
 step() { echo "deb-smoke: [$(( $(date +%s) - t0 ))s] $*"; }
@@ -92,23 +90,10 @@ for d in "$debs"/*.deb; do step "  $(basename "$d") $(stat -c %s "$d") bytes"; d
 
 # --- 2. a clean Debian 12 root -------------------------------------------------------------------
 if [ -z "$mirror" ]; then
-    # The first bookworm "main" source of the host, in one-line or deb822 format.
-    mirror=$( (cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2> /dev/null || true) |
-        awk '
-          /^deb / && $3 == "bookworm" { sub(/\[[^]]*\] /, ""); print $2; exit }
-          /^[ \t]*$/ { uri = ""; suites = ""; next }
-          /^URIs:/ { uri = $2 } /^Suites:/ { suites = $0 }
-          uri != "" && suites ~ /[ \t]bookworm([ \t]|$)/ { print uri; exit }')
+    mirror=$(bookworm_mirror)
 fi
-[ -n "$mirror" ] || { echo "deb-smoke: no bookworm mirror found in /etc/apt/sources.list(.d); use --mirror" >&2; exit 2; }
-step "debootstrap --variant=minbase bookworm from $mirror"
-if ! debootstrap --variant=minbase bookworm "$root" "$mirror" > "$work/debootstrap.log" 2>&1; then
-    tail -20 "$work/debootstrap.log"; echo "deb-smoke: FAIL: debootstrap" >&2; exit 1
-fi
-echo "deb $mirror bookworm main" > "$root/etc/apt/sources.list"
-cp /etc/resolv.conf "$root/etc/resolv.conf" 2> /dev/null || true
-mount -t proc proc "$root/proc"
-in_root() { chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+step "debootstrap --variant=minbase bookworm from ${mirror:-?}"
+make_bookworm_root "$mirror"
 
 # --- 3. install the .debs with apt ---------------------------------------------------------------
 mkdir -p "$root/tmp/debs"

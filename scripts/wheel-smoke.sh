@@ -25,11 +25,9 @@ while [ $# -gt 0 ]; do
         *) echo "wheel-smoke: unknown argument $1" >&2; exit 2 ;;
     esac
 done
-[ "$(id -u)" = 0 ] || { echo "wheel-smoke: run as root (debootstrap, chroot)" >&2; exit 2; }
-for tool in debootstrap chroot espeak-ng sox; do
-    command -v "$tool" > /dev/null || { echo "wheel-smoke: $tool is missing" >&2; exit 2; }
-done
-[ -x .venv/bin/python ] || { echo "wheel-smoke: no .venv (run scripts/setup-debian.sh)" >&2; exit 2; }
+me=wheel-smoke
+. scripts/lib/bookworm-root.sh
+smoke_preconditions
 
 t0=$(date +%s)
 step() { echo "wheel-smoke: [$(( $(date +%s) - t0 ))s] $*"; }
@@ -52,22 +50,9 @@ if [ -z "$wheel" ]; then
     wheel=$(ls "$work"/dist/speechclient-*-manylinux_*.whl)
 fi
 
-if [ -z "$mirror" ]; then
-    mirror=$( (cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2> /dev/null || true) |
-        awk '
-          /^deb / && $3 == "bookworm" { sub(/\[[^]]*\] /, ""); print $2; exit }
-          /^[ \t]*$/ { uri = ""; suites = ""; next }
-          /^URIs:/ { uri = $2 } /^Suites:/ { suites = $0 }
-          uri != "" && suites ~ /[ \t]bookworm([ \t]|$)/ { print uri; exit }')
-fi
-[ -n "$mirror" ] || { echo "wheel-smoke: no bookworm mirror found; use --mirror" >&2; exit 2; }
-step "debootstrap --variant=minbase bookworm from $mirror"
-debootstrap --variant=minbase bookworm "$root" "$mirror" > "$work/debootstrap.log" 2>&1 \
-    || { tail -20 "$work/debootstrap.log"; echo "wheel-smoke: FAIL: debootstrap" >&2; exit 1; }
-echo "deb $mirror bookworm main" > "$root/etc/apt/sources.list"
-cp /etc/resolv.conf "$root/etc/resolv.conf" 2> /dev/null || true
-mount -t proc proc "$root/proc"
-in_root() { chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+[ -n "$mirror" ] || mirror=$(bookworm_mirror)
+step "debootstrap --variant=minbase bookworm from ${mirror:-?}"
+make_bookworm_root "$mirror"
 in_root sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv' \
     > "$work/apt.log" 2>&1 || { tail -20 "$work/apt.log"; echo "wheel-smoke: FAIL: apt-get install python3-venv" >&2; exit 1; }
 
