@@ -310,6 +310,35 @@ def main(argv: Optional[List[str]] = None) -> int:
             out.flush()
         print(f"{prog}: {status_text(e.code)}: {e.message}", file=sys.stderr)
         return 1
+
+    def show(update) -> None:
+        """Prints one update, as the C demo does."""
+        if args.json:
+            line = event_json(update)
+            if line is not None:
+                out.write(line + "\n")
+                out.flush()
+        elif isinstance(update, Segment):
+            text.segment(update)
+        elif isinstance(update, ErrorEvent):
+            text.clear_live()
+            out.flush()
+            print(f"{prog}: {status_text(update.code)}: {update.message}", file=sys.stderr, flush=True)
+        elif isinstance(update, ListenEvent) and update.event == Listen.TIMEOUT:
+            text.clear_live()
+            out.flush()
+            print(f"{prog}: the utterance reached the maximum length at {update.position_ms / 1000:.1f} s",
+                  file=sys.stderr, flush=True)
+        elif isinstance(update, StateEvent) and update.attempt > 0:
+            text.clear_live()
+            out.flush()
+            print(f"{prog}: connection lost; reconnecting in {update.delay_ms} ms (attempt {update.attempt})",
+                  file=sys.stderr, flush=True)
+        elif isinstance(update, StateEvent) and update.reason is not None:
+            text.clear_live()
+            out.flush()
+            print(f"{prog}: server unavailable: {update.reason.message}", file=sys.stderr, flush=True)
+
     try:
         with client:
             client.start()
@@ -318,8 +347,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             updates = client.updates(timeout=None if live else timeout)
             interrupted = False
             while True:
+                # Showing an update is inside the try too: a Ctrl-C that lands while a line is
+                # printed must stop the context like one that lands while waiting (it used to
+                # end the CLI without the last results).
                 try:
                     update = next(updates)
+                    if isinstance(update, ErrorEvent):
+                        failed = True
+                    show(update)
                 except StopIteration:
                     break
                 except KeyboardInterrupt:
@@ -338,33 +373,6 @@ def main(argv: Optional[List[str]] = None) -> int:
                     if client.state != State.IDLE or client._queue:
                         updates = client.updates(timeout=timeout)
                     continue
-                if isinstance(update, ErrorEvent):
-                    failed = True
-                if args.json:
-                    line = event_json(update)
-                    if line is not None:
-                        out.write(line + "\n")
-                        out.flush()
-                elif isinstance(update, Segment):
-                    text.segment(update)
-                elif isinstance(update, ErrorEvent):
-                    text.clear_live()
-                    out.flush()
-                    print(f"{prog}: {status_text(update.code)}: {update.message}", file=sys.stderr, flush=True)
-                elif isinstance(update, ListenEvent) and update.event == Listen.TIMEOUT:
-                    text.clear_live()
-                    out.flush()
-                    print(f"{prog}: the utterance reached the maximum length at {update.position_ms / 1000:.1f} s",
-                          file=sys.stderr, flush=True)
-                elif isinstance(update, StateEvent) and update.attempt > 0:
-                    text.clear_live()
-                    out.flush()
-                    print(f"{prog}: connection lost; reconnecting in {update.delay_ms} ms (attempt {update.attempt})",
-                          file=sys.stderr, flush=True)
-                elif isinstance(update, StateEvent) and update.reason is not None:
-                    text.clear_live()
-                    out.flush()
-                    print(f"{prog}: server unavailable: {update.reason.message}", file=sys.stderr, flush=True)
     except SpeechClientError as e:
         text.clear_live()
         print(f"{prog}: {status_text(e.code)}: {e.message}", file=sys.stderr)
