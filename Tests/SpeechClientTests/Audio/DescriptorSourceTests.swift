@@ -202,6 +202,19 @@ func readToEnd(_ source: DescriptorSource, block: Int = 1000) throws -> [Float] 
         }
     }
 
+    /// The application closed the descriptor under a running context: an audio error naming it,
+    /// not a loop on an invalid descriptor.
+    @Test func aDescriptorClosedWhileReadIsAnError() throws {
+        var fds: [Int32] = [-1, -1]
+        #expect(pipe(&fds) == 0)
+        defer { Glibc.close(fds[1]) }
+        let source = DescriptorSource(fd: fds[0], raw: nil)
+        Glibc.close(fds[0])
+        let error = #expect(throws: SpeechClientError.self) { try source.read(maxFrames: 10) }
+        #expect(error?.code == .audio)
+        #expect(error?.message == "audio fd \(fds[0]) was closed while the client was reading it")
+    }
+
     @Test func descriptorsThatCannotBeReadAreRefusedUpFront() throws {
         let pipe = TestPipe()
         let notOpen = #expect(throws: SpeechClientError.self) { try DescriptorSource.check(fd: 987) }
