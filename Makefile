@@ -2,8 +2,10 @@
 #   make                      release libspeechclient.so (static Swift runtime) and the demo in build/
 #   make test                 every test suite (Swift, C, ABI, Python)
 #   make install PREFIX=/usr/local DESTDIR=
-VERSION     := $(shell sed -n 's/^#define SPC_VERSION_STRING "\(.*\)"/\1/p' include/speechclient.h)
-SOVERSION   := 0
+# The one version number (scripts/stamp-version.sh writes it into the header and the binding).
+VERSION     := $(shell tr -d ' \n' < VERSION)
+# The SONAME number is the major version (docs/ABI.md).
+SOVERSION   := $(firstword $(subst ., ,$(VERSION)))
 PREFIX      ?= /usr/local
 LIBDIR      ?= $(PREFIX)/lib
 DESTDIR     ?=
@@ -33,6 +35,7 @@ all: lib demo
 # (build.md), and 6.3 reports "unknown build description" when a release folder built with
 # these flags is reused.
 lib:
+	scripts/stamp-version.sh
 	rm -rf $(RELEASE_DIR)
 	$(SWIFT) build $(SWIFT_RELEASE_FLAGS)
 	mkdir -p $(BUILD)
@@ -81,6 +84,7 @@ test-c: lib
 	Tests/c/run.sh
 
 test-abi: lib
+	scripts/stamp-version.sh --check
 	Tests/c/abi-check.sh $(LIB)
 
 test-python: lib demo

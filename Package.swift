@@ -25,7 +25,8 @@ let package = Package(
                 sources: ["Sources/CSpeechClientAPI/speechclient.c"],
                 publicHeadersPath: "include"),
         // The core: pure Swift, no Foundation.
-        .target(name: "SpeechClient", dependencies: ["CShims", "CNghttp2", "COpenSSL", "CALSA"],
+        // CSpeechClientAPI: the header's SPC_VERSION_* macros (Support/Version.swift).
+        .target(name: "SpeechClient", dependencies: ["CShims", "CNghttp2", "COpenSSL", "CALSA", "CSpeechClientAPI"],
                 swiftSettings: [.swiftLanguageMode(.v6)]),
         // @c @implementation functions only: the C boundary, no logic.
         .target(name: "SpeechClientCAPI", dependencies: ["SpeechClient", "CSpeechClientAPI"],

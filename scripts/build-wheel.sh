@@ -18,7 +18,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 out=$(mkdir -p "${1:-dist}" && cd "${1:-dist}" && pwd)
-version=$(sed -n 's/^#define SPC_VERSION_STRING "\(.*\)"$/\1/p' include/speechclient.h)
+version=$(tr -d " \n" < VERSION)
 lib=build/libspeechclient.so.$version
 [ -f "$lib" ] || { echo "build-wheel: $lib is missing (make lib)" >&2; exit 1; }
 grep -q "^version = \"$version\"$" bindings/python/pyproject.toml \

@@ -43,7 +43,7 @@ from .errors import (EXCEPTIONS, APIError, AudioError, AuthError, InternalError,
 from .types import (AudioDevice, AudioSource, AudioStream, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
                     StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
 
-__version__ = "0.9.0"
+__version__ = _native.SPC_VERSION_STRING
 
 
 def version() -> str:

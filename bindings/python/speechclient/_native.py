@@ -20,7 +20,8 @@ from ctypes import (CFUNCTYPE, POINTER, c_char_p, c_double, c_float, c_int, c_in
                     c_uint32, c_void_p)
 from typing import List
 
-# The header this layer mirrors (SPC_VERSION_* in include/speechclient.h).
+# The header this layer mirrors (SPC_VERSION_* in include/speechclient.h); written from the
+# VERSION file by scripts/stamp-version.sh, like the header. Also the wheel's version.
 SPC_VERSION_MAJOR = 0
 SPC_VERSION_MINOR = 9
 SPC_VERSION_PATCH = 0
