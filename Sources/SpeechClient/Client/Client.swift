@@ -50,6 +50,8 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     private var commands = FIFO<Command>()
     private var events = FIFO<ClientEvent>()
     private var workerBusy = false
+    /// Something the waiting worker waits for happened (a stream drained, audio became final).
+    private var workerPoked = false
     private var contextOpen = false
     private var delivering = false
     private var closing = false
@@ -420,6 +422,12 @@ public final class Client: @unchecked Sendable, InlineDelivery {
 
     // MARK: - Internals shared with the worker
 
+    /// wait_idle callers wait for `isIdleLocked`: woken only when it holds, not on every
+    /// command and callback (each needless wake-up is two context switches per response).
+    private func wakeIdleWaitersLocked() {
+        if isIdleLocked { lock.broadcast() }
+    }
+
     private var isIdleLocked: Bool {
         (state == .idle || state == .suspended) && !pendingStart && commands.isEmpty && !workerBusy
             && !contextOpen && (options.delivery == .application || (events.isEmpty && !delivering))
@@ -560,15 +568,25 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         lock.withLock { enqueueLocked(command) }
     }
 
-    /// The worker takes the next command. `wait`: block until one arrives, or until `deadline`
-    /// (monotonic ns) passes; nil then means "nothing to do" (go on pumping, or the deadline).
+    /// Wakes the worker from a wait for the network (a stream's backlog fell, audio became final).
+    func pokeWorker() {
+        lock.withLock {
+            workerPoked = true
+            workerWake.signal()
+        }
+    }
+
+    /// The worker takes the next command. `wait`: block until one arrives, `pokeWorker()` is
+    /// called, or `deadline` (monotonic ns) passes; nil then means "nothing to do" (go on
+    /// pumping, or the deadline).
     func nextCommand(wait: Bool, deadline: UInt64? = nil) -> Command?? {
         lock.withLock {
             if workerBusy {
                 workerBusy = false
-                lock.broadcast()
+                wakeIdleWaitersLocked()
             }
-            while wait && commands.isEmpty && !closing {
+            defer { workerPoked = false }
+            while wait && commands.isEmpty && !closing && !workerPoked {
                 if let deadline {
                     if !workerWake.wait(untilMonotonicNanos: deadline) { break }
                 } else {
@@ -630,7 +648,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             change(&state, &pendingStart)
             if let open { contextOpen = open }
             if !closing { for e in newEvents { pushEventLocked(e) } }
-            lock.broadcast()
+            wakeIdleWaitersLocked()
             return !closing && !newEvents.isEmpty
         }
         if queued { wakeCallbackThread() }
@@ -672,7 +690,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             lock.withLock {
                 delivering = false
                 dispatchingThread = 0
-                lock.broadcast()
+                wakeIdleWaitersLocked()
             }
         }
         return ran
@@ -692,7 +710,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
             handler?(self, event)
             lock.withLock {
                 delivering = false
-                lock.broadcast()
+                wakeIdleWaitersLocked()
             }
         }
     }

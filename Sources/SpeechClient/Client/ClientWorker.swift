@@ -21,6 +21,13 @@ final class ClientWorker: @unchecked Sendable {
     private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
     private let samplesPerChunk: Int
 
+    /// The file or replay cannot go on until the network takes what was sent (or audio becomes
+    /// final, or a command comes): the worker waits for a poke, a command or this time
+    /// (monotonic ns) instead of polling. Worker thread only.
+    private var stalledUntil: UInt64?
+    /// A stall is a wait for a notice; this bounds it should one be lost.
+    static let stallSafetyNanos: UInt64 = 50_000_000
+
     /// Every stream has a generation; events of streams that are no longer ours are ignored.
     private var generation = 0
     /// A stream opened before a context (prepare-on-init, resume): the next context's first lane.
@@ -135,9 +142,12 @@ final class ClientWorker: @unchecked Sendable {
             // prepared stream with no context is closed after `idleStreamMilliseconds`
             // (protocol.md: the official clients did the same) and reopened by the next start.
             let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
-            let deadline = [reconnect?.at, idleDeadline, moveDeadline, startDeadline].compactMap { $0 }.min()
-            let busy = pumpWanted || replaying
-            guard let next = client.nextCommand(wait: !busy, deadline: deadline) else {
+            let deadline = [reconnect?.at, idleDeadline, moveDeadline, startDeadline, stalledUntil].compactMap { $0 }.min()
+            let busy = (pumpWanted || replaying) && stalledUntil == nil
+            let next = client.nextCommand(wait: !busy, deadline: deadline)
+            // Whatever ended the wait, the pump looks again.
+            stalledUntil = nil
+            guard let next else {
                 audioLock.withLock { idleStep(idleDeadline: idleDeadline) }
                 continue
             }
@@ -183,8 +193,8 @@ final class ClientWorker: @unchecked Sendable {
         } else if replaying || pumping {
             let replayed = replaying && pumpReplay()
             if pumpWanted { pumpOnce() } else if !replayed {
-                var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
-                nanosleep(&ts, nil)
+                // Replay lanes wait for their streams to drain; a file waits for a reconnection.
+                stall(waitingFor: lanes.values.filter { $0.cursor != nil }.map(\.stream))
             }
         } else if let by = moveDeadline, now >= by {
             rotate(reason: "the connection is closing (GOAWAY)")
@@ -485,19 +495,27 @@ final class ClientWorker: @unchecked Sendable {
                 rotate(reason: "the audio in flight filled the replay buffer")
                 full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
             }
-            // A file heard by a wake-word service is not read ahead of real time (naps of at
-            // most 10 ms, so commands are still taken).
+            // A file heard by a wake-word service is not read ahead of real time (a command
+            // still ends the wait).
             let ahead = aheadOfRealTime()
             if ahead > 0 {
-                var ts = timespec(tv_sec: 0, tv_nsec: Int(min(ahead, 10_000_000)))
-                nanosleep(&ts, nil)
+                stalledUntil = Clock.monotonicNanos() + ahead
                 return
             }
-            // A file also waits while an activation waits for the previous context to finish.
-            if backlogWaiting || full || backlog > Self.fileBacklogLimit || current.flatMap({ lanes[$0]?.cursor }) != nil {
-                var ts = timespec(tv_sec: 0, tv_nsec: 300_000)
-                nanosleep(&ts, nil)
+            // A file also waits while an activation waits for the previous context to finish
+            // (a command ends that), for audio to become final (`releaseReplay` pokes), or for
+            // the current lane's replay to catch up (its stream drains).
+            if backlogWaiting || full {
+                stall(waitingFor: [])
                 return
+            }
+            if current.flatMap({ lanes[$0]?.cursor }) != nil {
+                stall(waitingFor: lanes.values.filter { $0.cursor != nil }.map(\.stream))
+                return
+            }
+            if backlog > Self.fileBacklogLimit, let stream = current.flatMap({ lanes[$0]?.stream }) {
+                stall(waitingFor: [stream])
+                if stalledUntil != nil { return }
             }
         }
         let block: [Float]?
@@ -896,10 +914,24 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
-    /// Forgets audio every lane has finished with, and wakes a push waiting for room.
+    /// Forgets audio every lane has finished with, and wakes a push waiting for room (and a
+    /// file waiting for it: this may run on the thread that received the final segment).
     private func releaseReplay() {
         replay.release(upTo: replayPoint)
         audioLock.broadcast()
+        if pumping && waitsForServer { client?.pokeWorker() }
+    }
+
+    /// The pump waits: until one of `streams` has drained to `fileBacklogLimit` (each is asked
+    /// to say so), a command, a poke, or the safety bound. A stream that has drained already
+    /// means no wait.
+    private func stall(waitingFor streams: [any RecognitionStream]) {
+        let client = self.client
+        for stream in streams where !stream.notifyWhenBacklog(atMost: Self.fileBacklogLimit, { [weak client] in client?.pokeWorker() }) {
+            stalledUntil = nil
+            return
+        }
+        stalledUntil = Clock.monotonicNanos() + Self.stallSafetyNanos
     }
 
     /// The first sample not yet final in every lane (and every lane waiting to be replaced): the
@@ -1131,7 +1163,7 @@ final class ClientWorker: @unchecked Sendable {
         var sent = false
         for gen in lanes.keys.sorted() {
             guard var lane = lanes[gen], let cursor = lane.cursor else { continue }
-            // Checked first: this runs every 0.3 ms while the stream drains.
+            // Checked first: this runs each time the worker looks while the stream drains.
             if lane.stream.backlogBytes > Self.fileBacklogLimit { continue }
             let target = lane.end ?? replay.endSample
             var at = max(cursor, replay.oldestSample)

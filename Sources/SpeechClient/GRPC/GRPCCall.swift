@@ -21,7 +21,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     private let peer: String
 
     // Any thread: bytes accepted by send() and not yet taken by HTTP/2.
-    private let queuedBytes = Atomic<Int>(0)
+    private let queuedBytes = SendBacklog()
 
     // Loop thread only.
     private var connection: HTTP2Connection?
@@ -60,7 +60,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         self.connection = connection
         if let initialMessage {
             outgoing.push(initialMessage)
-            queuedBytes.add(initialMessage.count + 5, ordering: .relaxed)
+            queuedBytes.add(initialMessage.count + 5)
         }
         halfClosed = endOfBody
         do {
@@ -82,7 +82,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     // MARK: GRPCStreamingCall (any thread)
 
     func send(_ message: [UInt8]) {
-        let total = queuedBytes.add(message.count + 5, ordering: .relaxed).newValue
+        let total = queuedBytes.add(message.count + 5)
         if total > maxQueuedSendBytes {
             let limit = maxQueuedSendBytes
             loop.execute { [self] in
@@ -106,7 +106,11 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         }
     }
 
-    var queuedSendBytes: Int { queuedBytes.load(ordering: .relaxed) }
+    var queuedSendBytes: Int { queuedBytes.value }
+
+    func notifyWhenQueued(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
+        queuedBytes.notifyWhen(atMost: bytes, body)
+    }
 
     func cancel() {
         loop.executeAndWait { [self] in
@@ -144,6 +148,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         stopDeadline()
         outgoing.removeAll()
         current = nil
+        queuedBytes.clear()
         handler(.closed(error))
     }
 
@@ -289,7 +294,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
             deferred = true
             return nil
         }
-        queuedBytes.subtract(n, ordering: .relaxed)
+        queuedBytes.subtract(n)
         return (n, halfClosed && current == nil && outgoing.isEmpty)
     }
 }

@@ -40,6 +40,10 @@ public protocol GRPCStreamingCall: AnyObject, Sendable {
     /// Request bytes queued and not yet taken by HTTP/2 flow control. Sources faster than real
     /// time (files) wait while this is high instead of tripping the queue limit.
     var queuedSendBytes: Int { get }
+    /// Runs `body` once (on the thread where the network takes the bytes) when
+    /// `queuedSendBytes` falls to `bytes` or the call ends; false, arming nothing, when it
+    /// already is that low. A later call replaces the notice.
+    func notifyWhenQueued(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool
 }
 
 /// A gRPC channel to one server: unary and bidirectional-streaming calls as HTTP/2 streams on

@@ -250,4 +250,7 @@ final class RivaStream: RecognitionStream, @unchecked Sendable {
 
     func cancel() { call.cancel() }
     var backlogBytes: Int { call.queuedSendBytes }
+    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
+        call.notifyWhenQueued(atMost: bytes, body)
+    }
 }

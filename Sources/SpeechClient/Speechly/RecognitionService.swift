@@ -27,4 +27,8 @@ public protocol RecognitionStream: AnyObject, Sendable {
     func cancel()
     /// Bytes sent but not yet taken by the network (flow control); see `GRPCStreamingCall`.
     var backlogBytes: Int { get }
+    /// Runs `body` once, from a network thread, when `backlogBytes` falls to `bytes` or the
+    /// stream ends: a file waits for this instead of polling. False, arming nothing, when it
+    /// already is that low. A later call replaces the notice.
+    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool
 }

@@ -95,4 +95,7 @@ final class SLUStream: RecognitionStream, @unchecked Sendable {
     func finish() { call.halfClose() }
     func cancel() { call.cancel() }
     var backlogBytes: Int { call.queuedSendBytes }
+    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
+        call.notifyWhenQueued(atMost: bytes, body)
+    }
 }

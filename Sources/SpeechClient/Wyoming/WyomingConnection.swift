@@ -13,7 +13,7 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
     let peer: String
     let loop: EventLoop
     private let io: any ByteStream
-    private let backlog = Atomic<Int>(0)
+    private let backlog = SendBacklog()
     /// Said when the peer closes: what was still expected of it ("before its transcript").
     private let closedMeans: String
 
@@ -59,7 +59,7 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
     /// connection is closed by then).
     func send(_ events: [WyomingEvent], then: (@Sendable () -> Void)? = nil) {
         let bytes = events.flatMap { $0.encoded() }
-        backlog.add(bytes.count, ordering: .relaxed)
+        backlog.add(bytes.count)
         loop.execute { [self] in
             guard !isClosed else { return }
             out += bytes
@@ -69,7 +69,12 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
     }
 
     /// Bytes queued and not yet written.
-    var backlogBytes: Int { backlog.load(ordering: .relaxed) }
+    var backlogBytes: Int { backlog.value }
+
+    /// See `SendBacklog.notifyWhen`.
+    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
+        backlog.notifyWhen(atMost: bytes, body)
+    }
 
     // MARK: the loop's side
 
@@ -116,7 +121,7 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
             switch result {
             case .bytes(let n):
                 outOffset += n
-                backlog.subtract(n, ordering: .relaxed)
+                backlog.subtract(n)
             case .wouldBlock:
                 setWantsWritable(true)
                 return
@@ -165,7 +170,7 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
         if registered { loop.unregister(fd: io.fd) }
         registered = false
         io.close()
-        backlog.store(0, ordering: .relaxed)
+        backlog.clear()
         out = []
         outOffset = 0
     }

@@ -270,6 +270,9 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     }
 
     var backlogBytes: Int { connection.backlogBytes }
+    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
+        connection.notifyWhenBacklog(atMost: bytes, body)
+    }
 
     // MARK: the loop's side
 

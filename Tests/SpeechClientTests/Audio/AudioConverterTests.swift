@@ -10,6 +10,27 @@ import Testing
         #expect(conv.flush().isEmpty)
     }
 
+    /// The inlined rounding is `rounded()` (half away from zero) then clipping, for every
+    /// value that matters: ties, values next to ties, the clip edges, infinities, NaN.
+    @Test func quantizeRoundsHalfAwayFromZeroLikeLibm() {
+        func reference(_ s: Float) -> Int16 {
+            let v = (s * 32768).rounded()
+            if v.isNaN { return 0 }
+            return Int16(max(-32768, min(32767, v)))
+        }
+        var values: [Float] = [0, -0, .nan, .infinity, -.infinity, 1, -1, 2, -2, .greatestFiniteMagnitude, -.greatestFiniteMagnitude,
+                               32767.5 / 32768, -32768.5 / 32768, 32766.5 / 32768, -32767.5 / 32768, .leastNonzeroMagnitude]
+        for k in -40...40 {
+            let tie = (Float(k) + 0.5) / 32768
+            values += [tie, tie.nextUp, tie.nextDown, -tie, (-tie).nextUp, (-tie).nextDown]
+        }
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<100_000 { values.append(Float.random(in: -1.2...1.2, using: &rng)) }
+        for v in values {
+            #expect(AudioConverter.quantize(v) == reference(v), "\(v)")
+        }
+    }
+
     @Test func int16MonoAtTheOutputRatePassesThrough() {
         let conv = AudioConverter(input: .speech)
         let samples: [Int16] = [0, 1, -1, 32767, -32768, 1234]

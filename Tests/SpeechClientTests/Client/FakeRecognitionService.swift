@@ -186,6 +186,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     }
     func cancel() { state.withLock { $0.closed = true } }
     var backlogBytes: Int { 0 }
+    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { false }
 }
 
 func usleepMs(_ ms: Int) {
