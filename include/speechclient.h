@@ -62,13 +62,15 @@
 **
 **   - spc_options is not thread-safe: fill it from one thread, then hand it to spc_client_new().
 **   - spc_client functions may be called from any thread, concurrently.
-**   - The library owns its threads: one callback thread per client, plus audio and network
-**     threads (with SPC_IO_APPLICATION, the application's thread does some network work, in
-**     spc_io_process() or spc_io_dispatch()). All callbacks of one client run on that client's
-**     callback thread (or, with SPC_DELIVERY_APPLICATION, on the application's thread inside
-**     spc_client_dispatch() or spc_io_dispatch()), in the order the events happened, one at a
-**     time. A slow callback delays only its own client (and, with SPC_IO_APPLICATION, the
-**     network work that its thread does in spc_io_process() or spc_io_dispatch()).
+**   - The library owns its threads: one callback thread per client (or, with
+**     SPC_DELIVERY_SHARED, callback threads that all such clients share), plus worker, audio and
+**     network threads (with SPC_IO_APPLICATION, the application's thread does some network
+**     work, in spc_io_process() or spc_io_dispatch()). All callbacks of one client run on that
+**     client's callback thread (with SPC_DELIVERY_SHARED, on the shared callback threads; with
+**     SPC_DELIVERY_APPLICATION, on the application's thread inside spc_client_dispatch() or
+**     spc_io_dispatch()), in the order the events happened, one at a time. A slow callback
+**     delays only its own client (and, with SPC_IO_APPLICATION, the network work that its
+**     thread does in spc_io_process() or spc_io_dispatch()).
 **   - Inside a callback you may call spc_client_start(), spc_client_stop(),
 **     spc_client_suspend(), spc_client_resume(), spc_client_push_audio() and the other
 **     non-blocking functions. spc_client_free() and spc_client_wait_idle() called from inside one
@@ -102,10 +104,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 9
+#define SPC_VERSION_MINOR 10
 #define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.9.0"
-#define SPC_VERSION_NUMBER 9000
+#define SPC_VERSION_STRING "0.10.0"
+#define SPC_VERSION_NUMBER 10000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -250,8 +252,16 @@ typedef enum spc_connection_state {
 ** SPC_DELIVERY_APPLICATION: on the application's thread, inside spc_client_dispatch(); the file
 ** descriptor from spc_client_event_fd() becomes readable when events are pending, so the client
 ** fits a poll/epoll loop, GLib or asyncio. The same order and one-at-a-time rules apply.
+** SPC_DELIVERY_SHARED (since 0.10): on a few callback threads that every client in this mode
+** shares, for a process with many clients (a thousand clients then have two callback threads
+** instead of a thousand). A client's callbacks still run in order, one at a time, never two
+** at once, but not always on the same thread: keep no per-thread state between them. A slow
+** callback delays only its own client: when every shared thread has been inside a callback for
+** 20 ms while other clients' events wait, another thread is started (and one that then stays
+** idle for 30 s ends). spc_client_free() and spc_client_wait_idle() of one client called from
+** another's callback are fine, as in the other modes.
 **
-** In both modes, while more than 16384 events, or segment updates holding about 8 MiB, wait for
+** In every mode, while more than 16384 events, or segment updates holding about 8 MiB, wait for
 ** the application (callbacks that do not return, a loop that does not dispatch), tentative
 ** segment updates and log lines are not queued, so memory stays bounded: a tentative update
 ** takes the place of the same segment's update still waiting, so the application gets the
@@ -270,7 +280,9 @@ typedef enum spc_connection_state {
 */
 typedef enum spc_delivery {
     SPC_DELIVERY_THREAD = 0,
-    SPC_DELIVERY_APPLICATION = 1
+    SPC_DELIVERY_APPLICATION = 1,
+    /* Since 0.10 (older libraries refuse it with SPC_ERROR_INVALID_ARGUMENT). */
+    SPC_DELIVERY_SHARED = 2
 } spc_delivery;
 
 /* ---------------------------------------------------------------------------------------------
@@ -710,7 +722,8 @@ SPC_API spc_status spc_options_set_log_cb(spc_options *options, spc_log_cb cb, v
 SPC_API spc_status spc_options_set_state_cb(spc_options *options, spc_state_cb cb,
                                             void *user_data);
 
-/* Where callbacks run (see DELIVERY). Default SPC_DELIVERY_THREAD. */
+/* Where callbacks run (see DELIVERY). Default SPC_DELIVERY_THREAD. SPC_DELIVERY_SHARED since 0.10;
+** an unknown value is SPC_ERROR_INVALID_ARGUMENT. */
 SPC_API spc_status spc_options_set_delivery(spc_options *options, spc_delivery delivery);
 
 /* Who reads the client's connection (see APPLICATION-DRIVEN NETWORK I/O). Default

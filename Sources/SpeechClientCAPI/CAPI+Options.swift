@@ -239,7 +239,7 @@ public func spc_options_set_state_cb(_ options: OpaquePointer?, _ cb: spc_state_
 public func spc_options_set_delivery(_ options: OpaquePointer?, _ delivery: spc_delivery) -> spc_status {
     update(options) { (o) throws(SpeechClientError) in
         guard let d = Delivery(rawValue: Int32(bitPattern: delivery.rawValue)) else {
-            throw SpeechClientError(.invalidArgument, "delivery \(delivery.rawValue) is not SPC_DELIVERY_THREAD (0) or SPC_DELIVERY_APPLICATION (1)")
+            throw SpeechClientError(.invalidArgument, "delivery \(delivery.rawValue) is not SPC_DELIVERY_THREAD (0), SPC_DELIVERY_APPLICATION (1) or SPC_DELIVERY_SHARED (2)")
         }
         o.delivery = d
     }

@@ -5,14 +5,14 @@ import Glibc
 #endif
 
 /// One recognition client: an audio source, a stream to the server, and an ordered event queue
-/// delivered on the client's own callback thread.
+/// delivered on a thread of the shared delivery pool (or the application's, in dispatch).
 ///
 /// Threads. API calls run on the caller's thread and only check and change `state` and queue
 /// commands. The worker thread does everything that blocks or talks to the stream: opening
-/// audio, connecting, sending, folding responses into segments. The callback thread runs the
+/// audio, connecting, sending, folding responses into segments. A `DeliveryPool` thread runs the
 /// application's callbacks, one at a time, with no lock held. One `ConditionLock` guards the
-/// shared fields below; it is never held across I/O or a callback.
-public final class Client: @unchecked Sendable, InlineDelivery {
+/// shared fields below (hence @unchecked Sendable); it is never held across I/O or a callback.
+public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
     public typealias EventHandler = @Sendable (Client, ClientEvent) -> Void
 
     enum Command {
@@ -38,13 +38,11 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
     private let logRelay: LogRelay
 
-    // Guarded by `lock`. Its own condition wakes wait_idle callers; the worker and the
-    // callback thread each wait on a condition of their own, so that a command does not wake
-    // the callback thread and an event does not wake the worker (each spurious wake-up is two
+    // Guarded by `lock`. Its own condition wakes wait_idle and free callers; the worker waits on
+    // a condition of its own, so that an event does not wake it (each spurious wake-up is two
     // context switches, per chunk and per response).
     private let lock: ConditionLock
     private let workerWake: Condition
-    private let eventWake: Condition
     private var state = ClientState.idle
     private var pendingStart = false
     private var commands = FIFO<Command>()
@@ -56,10 +54,16 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     private var delivering = false
     private var closing = false
     private var callbacksClosing = false
+    /// Thread delivery: the client is in the delivery pool's queue; and the thread running its
+    /// callbacks now (0: none). At most one thread at a time, so they run in order.
+    private var deliveryScheduled = false
+    private var deliveryOwner: UInt = 0
+    /// SPC_DELIVERY_THREAD: the client's own; SPC_DELIVERY_SHARED: the process's; nil in
+    /// application delivery.
+    private let deliveryPool: DeliveryPool?
 
     private var worker: ClientWorker?
     private var workerThread: NativeThread?
-    private var callbackThread: NativeThread?
 
     // Application delivery (spc_client_dispatch): an eventfd readable while events are pending,
     // the thread inside dispatch, and a lock that makes concurrent dispatch calls take turns.
@@ -92,7 +96,6 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         let lock = ConditionLock()
         self.lock = lock
         workerWake = lock.makeCondition()
-        eventWake = lock.makeCondition()
         try options.validateForClient()
         guard let server = options.server else {
             throw SpeechClientError(.invalidArgument, "no server URL")
@@ -100,12 +103,18 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         self.options = options
         self.handler = handler
         applicationLoop = options.io == .application && options.delivery == .application ? try? EventLoop.shared() : nil
-        if options.delivery == .application {
+        switch options.delivery {
+        case .application:
             let fd = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
             guard fd >= 0 else { throw SpeechClientError.errno(.internal, "eventfd", errno, context: "application delivery") }
             eventFD = fd
-        } else {
+            deliveryPool = nil
+        case .thread:
             eventFD = -1
+            deliveryPool = try DeliveryPool.privateThread()
+        case .shared:
+            eventFD = -1
+            deliveryPool = DeliveryPool.shared
         }
         self.makeSource = makeSource ?? Client.realSource
         let identity = DeviceIdentity.resolve(options: options)
@@ -151,12 +160,9 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         }
         if options.insecureTLS { log(.warning, "TLS certificate verification is OFF (insecure_tls)") }
         do throws(SpeechClientError) {
-            if options.delivery == .thread {
-                callbackThread = try NativeThread(name: "spc-callbacks") { [self] in self.callbackLoop() }
-            }
             workerThread = try NativeThread(name: "spc-worker") { [worker] in worker.run() }
         } catch {
-            shutdownThreads()
+            shutdownThreads(dropQueued: true)  // spc_client_new fails: no callback runs
             throw error
         }
     }
@@ -222,7 +228,7 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     }
 
     deinit {
-        shutdownThreads()
+        shutdownThreads(dropQueued: true)
         if eventFD >= 0 { Glibc.close(eventFD) }
     }
 
@@ -237,9 +243,11 @@ public final class Client: @unchecked Sendable, InlineDelivery {
     }
     private let connectionNow = Atomic<Int32>(ConnectionState.idle.rawValue)
 
-    /// True when called from this client's callback thread (where blocking calls would deadlock).
+    /// True when called from the thread running this client's callbacks (where blocking calls
+    /// would deadlock).
     public var isOnCallbackThread: Bool {
-        lock.withLock { (callbackThread?.isCurrent ?? false) || dispatchingThread == UInt(pthread_self()) }
+        let me = UInt(pthread_self())
+        return lock.withLock { deliveryOwner == me || dispatchingThread == me }
     }
 
     public func start() throws(SpeechClientError) {
@@ -388,16 +396,20 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         // inline there may need it).
         if lock.withLock({ isIdleLocked }) { return true }
         if timeoutMilliseconds == 0 { return false }
-        return Client.blockingForTheNetwork(options) {
-            lock.withLock {
-                while !isIdleLocked {
-                    if let deadline {
-                        if !lock.wait(untilMonotonicNanos: deadline) { return isIdleLocked }
-                    } else {
-                        lock.wait()
+        // From another client's callback, on a pool thread: the pool counts it out meanwhile,
+        // so this client's callbacks still get a thread.
+        return DeliveryPool.shared.blocking {
+            Client.blockingForTheNetwork(options) {
+                lock.withLock {
+                    while !isIdleLocked {
+                        if let deadline {
+                            if !lock.wait(untilMonotonicNanos: deadline) { return isIdleLocked }
+                        } else {
+                            lock.wait()
+                        }
                     }
+                    return true
                 }
-                return true
             }
         }
     }
@@ -543,9 +555,16 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         }
     }
 
-    /// After queuing events, without the lock.
+    /// After queuing events, without the lock: thread delivery queues the client in the pool,
+    /// unless it is there already or a thread is running its callbacks (which goes on to these).
     private func wakeCallbackThread() {
-        if eventFD < 0 { eventWake.signal() }
+        guard eventFD < 0 else { return }
+        let schedule: Bool = lock.withLock {
+            guard !deliveryScheduled, deliveryOwner == 0, !events.isEmpty else { return false }
+            deliveryScheduled = true
+            return true
+        }
+        if schedule { deliveryPool?.schedule(self) }
     }
 
     private func checkOpen() throws(SpeechClientError) {
@@ -696,45 +715,77 @@ public final class Client: @unchecked Sendable, InlineDelivery {
         return ran
     }
 
-    // MARK: - Callback thread
+    // MARK: - Thread delivery (the delivery pool)
 
-    private func callbackLoop() {
-        while true {
+    /// At most this many callbacks run per turn on a pool thread: a busy client does not keep
+    /// the others waiting.
+    static let deliveryBatch = 64
+
+    func deliverFromPool() -> Bool {
+        let me = UInt(pthread_self())
+        let mine: Bool = lock.withLock {
+            deliveryScheduled = false
+            guard deliveryOwner == 0 else { return false }
+            deliveryOwner = me
+            return true
+        }
+        guard mine else { return false }
+        var ran = 0
+        while ran < Self.deliveryBatch {
             let event: ClientEvent? = lock.withLock {
-                while events.isEmpty && !callbacksClosing { eventWake.wait() }
                 let e = popEventLocked()
                 if e != nil { delivering = true }
                 return e
             }
-            guard let event else { return }
+            guard let event else { break }
             handler?(self, event)
+            ran += 1
             lock.withLock {
                 delivering = false
                 wakeIdleWaitersLocked()
             }
         }
+        return lock.withLock {
+            deliveryOwner = 0
+            // free waits for the last callback to return.
+            if callbacksClosing { lock.broadcast() }
+            guard !events.isEmpty, !deliveryScheduled else { return false }
+            deliveryScheduled = true
+            return true
+        }
     }
 
-    private func shutdownThreads() {
-        let threads: (NativeThread?, NativeThread?) = lock.withLock {
+    /// `dropQueued`: from deinit (the last reference is gone without a free, so no pool thread
+    /// holds it) or a failed init (no callback may run): what is still queued is dropped.
+    private func shutdownThreads(dropQueued: Bool = false) {
+        let worker: NativeThread? = lock.withLock {
             closing = true
             lock.broadcast()
             workerWake.signal()
-            let t = (workerThread, callbackThread)
+            let t = workerThread
             workerThread = nil
             return t
         }
         cancellation.cancel()
-        threads.0?.join()
-        worker?.shutdown()
+        worker?.join()
+        self.worker?.shutdown()
         lock.withLock {
             callbacksClosing = true
             lock.broadcast()
-            eventWake.signal()
         }
-        threads.1?.join()
-        lock.withLock { callbackThread = nil }
-        worker = nil
+        if eventFD < 0 && dropQueued {
+            lock.withLock { while popEventLocked() != nil {} }
+        } else if eventFD < 0 {
+            // What was queued before free runs on the pool; then no callback runs any more.
+            wakeCallbackThread()
+            DeliveryPool.shared.blocking {
+                lock.withLock {
+                    while !events.isEmpty || deliveryOwner != 0 { lock.wait() }
+                }
+            }
+        }
+        if let pool = deliveryPool, pool !== DeliveryPool.shared { pool.shutdown() }
+        self.worker = nil
         if eventFD >= 0 {
             // Application delivery: what was queued before free runs now, on this thread.
             dispatchLock.withLock { _ = deliverPending(maxEvents: 0) }

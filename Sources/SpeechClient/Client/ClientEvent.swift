@@ -44,6 +44,8 @@ public enum NetworkIO: Int32, Sendable {
 /// Raw values are the C `spc_delivery` values.
 public enum Delivery: Int32, Sendable {
     case thread = 0, application = 1
+    /// On the shared delivery pool (since 0.10).
+    case shared = 2
 }
 
 /// Raw values are the C `spc_state` values.

@@ -13,6 +13,8 @@ public struct FIFO<Element> {
     public var count: Int { items.count - head }
     /// The sequence number of the element `pop` returns next.
     public var nextPopSequence: Int { base + head }
+    /// The element `pop` returns next.
+    public var first: Element? { head < items.count ? items[head] : nil }
 
     /// Returns the element's sequence number.
     @discardableResult

@@ -74,6 +74,7 @@ public final class Condition: @unchecked Sendable {
     }
 
     public func signal() { pthread_cond_signal(cond) }
+    public func broadcast() { pthread_cond_broadcast(cond) }
 }
 
 /// A heap-allocated condition variable whose timed waits use CLOCK_MONOTONIC (deadlines are
@@ -144,6 +145,17 @@ public final class NativeThread: @unchecked Sendable {
     }
 
     public var isCurrent: Bool { pthread_equal(handle, pthread_self()) != 0 }
+
+    /// The thread's pthread_self() value.
+    public var id: UInt { UInt(handle) }
+
+    /// For a thread nobody will join (a pool thread that retires): the system reclaims it when
+    /// it ends. Then `join` does nothing.
+    public func detach() {
+        if joined { return }
+        joined = true
+        pthread_detach(handle)
+    }
 }
 
 public enum WallClock {

@@ -23,10 +23,10 @@ from typing import List
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h); written from the
 # VERSION file by scripts/stamp-version.sh, like the header. Also the wheel's version.
 SPC_VERSION_MAJOR = 0
-SPC_VERSION_MINOR = 9
+SPC_VERSION_MINOR = 10
 SPC_VERSION_PATCH = 0
-SPC_VERSION_STRING = "0.9.0"
-SPC_VERSION_NUMBER = 9000
+SPC_VERSION_STRING = "0.10.0"
+SPC_VERSION_NUMBER = 10000
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
@@ -80,6 +80,7 @@ class Delivery(enum.IntEnum):
     """spc_delivery: where callbacks run."""
     THREAD = 0
     APPLICATION = 1
+    SHARED = 2  # since 0.10
 
 
 class NetworkIO(enum.IntEnum):
