@@ -188,15 +188,21 @@ sanitize:
 # bench/out/{table.md,bench.txt,results.json,latency.png}. See bench/README.md. Then the reference
 # server's real-time factor with Whisper, 1, 2 and 4 streams on a long recording (issue 24), the
 # CPU by backend (issue 20) and the cost of one segment update as the segment grows (issue 23).
+# First scripts/setup-bench.sh (issue 21): the bench's Debian packages (grpc++ for the C++ peer and
+# sink) and the venv's Python packages, each only when missing, and the C++ programs. A missing
+# peer fails the bench (bench/README.md). The venv's python by name: make expands every line of a
+# recipe before the first runs, so $(PYTHON) would not see a venv the set-up has just created.
 .PHONY: bench
 bench:
-	$(PYTHON) bench/run.py
-	$(PYTHON) bench/rotation.py
-	$(PYTHON) bench/server_rtf.py
-	$(PYTHON) bench/backends.py
-	$(PYTHON) bench/update_cost.py
+	VENV=$(VENV) scripts/setup-bench.sh
+	$(VENV)/bin/python bench/run.py
+	$(VENV)/bin/python bench/rotation.py
+	$(VENV)/bin/python bench/server_rtf.py
+	$(VENV)/bin/python bench/backends.py
+	$(VENV)/bin/python bench/update_cost.py
 
 # Soak (issue 9): 200 real-time streams for 10 minutes, RSS sampled; prints the slope.
 .PHONY: soak
 soak:
-	$(PYTHON) bench/soak.py
+	VENV=$(VENV) scripts/setup-bench.sh
+	$(VENV)/bin/python bench/soak.py

@@ -9,6 +9,12 @@ and writes bench/out/{results.json,bench.txt,table.md,latency.png}.
 Environment: BENCH_WINDOW (s, default 20), BENCH_WARMUP (s, default 3), BENCH_STREAMS
 (default "1,100,1000"), BENCH_REPEAT (default 1: runs per client and N, the median is kept),
 BENCH_QUICK=1 (5 s windows, 1 and 100 streams, for development).
+
+Its peers are its point: a missing one (no grpc++, so no C++ peer and no fast sink; no grpcio;
+no matplotlib) stops it before anything runs, naming what is missing and how to install it
+(scripts/setup-bench.sh, which `make bench` runs first). BENCH_ALLOW_MISSING_PEERS=1 runs without
+them anyway: NA rows, the Python reference server as the sink, and the comparison marked
+INCOMPLETE in the output. A client run that fails makes it exit 1 after writing its output.
 """
 from __future__ import annotations
 
@@ -50,6 +56,15 @@ COLD_RUNS = 3 if QUICK else 7
 # warm-up (the steady state); one run shows the default buffer during its fill.
 OURS_REPLAY_MS = 1000
 FILE_SECONDS = 60 if QUICK else 240
+# Runs without a missing peer (or sink, or plot) instead of failing; the output says INCOMPLETE.
+ALLOW_MISSING = os.environ.get("BENCH_ALLOW_MISSING_PEERS") == "1"
+INSTALL = ("install them with scripts/setup-bench.sh (what `make bench` runs first; root or sudo), or by hand: "
+           "apt-get install libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc; "
+           f"{PY} -m pip install matplotlib './server[whisper,riva]'")
+# What build() found missing (only with BENCH_ALLOW_MISSING_PEERS=1: else it exits).
+MISSING = {}
+# Every client run that failed (main() exits 1 when there are any).
+FAILED_RUNS = []
 
 
 def log(*a):
@@ -87,18 +102,54 @@ def build_spc_bench():
                            "-o", os.path.join(OUT, "spc_bench")]), check=True)
 
 
-def build():
-    build_spc_bench()
-    r = subprocess.run(locked([os.path.join(HERE, "build-cxx.sh")]))
-    have_cxx = r.returncode == 0
-    if not have_cxx:
-        log("grpc++ not available: no C++ peer, and the Python reference server is the sink")
+def build_cxx():
+    """bench/build-cxx.sh: the C++ peer and sink. None when built, else why not."""
+    r = subprocess.run(locked([os.path.join(HERE, "build-cxx.sh")]), stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(r.stderr)
+    if r.returncode == 0:
+        return None
+    if r.returncode == 3:  # its prerequisites: it names them
+        why = next((l for l in r.stderr.splitlines() if l.startswith("build-cxx: missing")), r.stderr.strip())
+        return why.split(";")[0].replace("build-cxx: ", "")
+    return f"bench/build-cxx.sh failed (exit {r.returncode}; its output above)"
+
+
+def missing_prerequisites(sink_only=False):
+    """{"peer_cxx"/"peer_grpcio"/"plot": why} for what is missing; the grpc++ sink goes with the C++ peer."""
+    missing = {}
+    why = build_cxx()
+    if why:
+        missing["peer_cxx"] = f"the grpc++ peer and the grpc++ sink (bench/cxx/): {why}"
+    if sink_only:
+        return missing
+    r = subprocess.run([PY, os.path.join(HERE, "grpcio_client.py"), "--help"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server")))
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
+        missing["peer_grpcio"] = f"the grpcio peer (bench/grpcio_client.py under {PY}): {last}"
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        log("installing matplotlib into", sys.prefix)
-        subprocess.run([PY, "-m", "pip", "install", "-q", "matplotlib"], check=False)
-    return have_cxx
+        missing["plot"] = f"matplotlib in {sys.prefix} (bench/out/latency.png)"
+    return missing
+
+
+def build(sink_only=False):
+    """Builds everything; returns whether the grpc++ peer and sink are there. A missing
+    prerequisite ends the bench here (exit 1) unless BENCH_ALLOW_MISSING_PEERS=1."""
+    missing = missing_prerequisites(sink_only)
+    if missing:
+        lines = [f"  - {v}" for v in missing.values()] + [f"  {INSTALL}"]
+        if not ALLOW_MISSING:
+            log("FAILED: the bench cannot run (nothing was measured), missing:\n" + "\n".join(lines)
+                + "\n  (BENCH_ALLOW_MISSING_PEERS=1 runs without them: NA rows, the Python reference server as"
+                " the sink, the comparison marked INCOMPLETE)")
+            sys.exit(1)
+        log("WARNING: BENCH_ALLOW_MISSING_PEERS=1: running without what is missing; the comparison is "
+            "INCOMPLETE:\n" + "\n".join(lines))
+    MISSING.update(missing)
+    build_spc_bench()
+    return "peer_cxx" not in missing
 
 
 # ----------------------------------------------------------------------------------------- server
@@ -168,6 +219,10 @@ def run_client(cmd, env=None, timeout=600):
     lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
     if r.returncode != 0 or not lines:
         log("client failed:", " ".join(cmd), r.returncode, r.stderr[-2000:])
+        opts = dict(zip(cmd, cmd[1:]))
+        FAILED_RUNS.append(f"{os.path.basename(cmd[1] if cmd[0] == PY else cmd[0])} --mode {opts.get('--mode')}"
+                           + (f" --streams {opts['--streams']}" if "--streams" in opts else "")
+                           + f" (exit {r.returncode}{'' if lines else ', no result'})")
         return None
     return json.loads(lines[-1])
 
@@ -208,14 +263,15 @@ def loadavg():
 
 def main():
     have_cxx = build()
-    clients = ["ours", "grpcio"] + (["grpcxx"] if have_cxx else [])
+    clients = ["ours"] + (["grpcio"] if "peer_grpcio" not in MISSING else []) + (["grpcxx"] if have_cxx else [])
     for _ in range(30):  # other builds disturb CPU figures: wait (a while) for a quiet machine
         if loadavg() <= 1.0:
             break
         log(f"load average {loadavg():.2f} > 1.0: waiting")
         time.sleep(10)
     results = {"load_start": loadavg(), "window_s": WINDOW, "warmup_s": WARMUP, "paced": {}, "clients": clients,
-               "server": "grpc++ sink" if have_cxx else "python sink", "cpus": sorted(CPUS)}
+               "server": "grpc++ sink" if have_cxx else "python sink", "cpus": sorted(CPUS),
+               "missing": dict(MISSING)}
     server = Server(have_cxx)
     port = server.port
     try:
@@ -310,6 +366,12 @@ def main():
         json.dump(results, f, indent=1)
     report(results)
     plot(results)
+    if MISSING:
+        log("INCOMPLETE (BENCH_ALLOW_MISSING_PEERS=1): ran without " + "; ".join(MISSING.values()))
+    if FAILED_RUNS:
+        log(f"FAILED: {len(FAILED_RUNS)} client run(s) failed, their figures are missing or NA (output above):\n"
+            + "\n".join("  - " + f for f in FAILED_RUNS))
+        sys.exit(1)
 
 
 def equal_pacing(results, port, n):
@@ -404,9 +466,10 @@ def figures(res):
                   {c: med([r[c]["ctx_switches"] / r[c]["chunks"] for r in runs if r[c]["chunks"]]) for c in ("ours", "grpcxx")}, True))
     rd = res.get("paced_default_replay")
     b1 = pick("ours", STREAMS[0], "rss_kb")
-    if rd and b1:
+    if rd and b1 and rd["streams"] > STREAMS[0]:  # (BENCH_STREAMS=1 alone: no extra stream)
         f.append((f"rss_per_extra_stream_n{rd['streams']}_default_replay_filling", "KB",
                   {"ours": (rd["rss_kb"] - b1) / (rd["streams"] - STREAMS[0])}, True))
+    if rd:
         f.append((f"cpu_s_per_stream_hour_n{rd['streams']}_default_replay_filling", "s",
                   {"ours": rd["cpu_s"] * 3600 / WINDOW / rd["streams"]}, True))
     for n, r in sorted((res.get("paced_library_io") or {}).items(), key=lambda kv: int(kv[0])):
@@ -458,6 +521,15 @@ def report(res):
     note = (f"\nWindow {res['window_s']:g} s after {res['warmup_s']:g} s warm-up; load average {res['load_start']:.2f} "
             f"at the start, {res['load_end']:.2f} at the end; sink: {res['server']} "
             f"(its CPU, % of a core, per run: " + ", ".join(f"{k} {v:.0f}" for k, v in srv.items()) + ").")
+    missing = res.get("missing") or {}
+    if missing:
+        # Said first and last, in every output: these figures are not the comparison.
+        warn = ("INCOMPLETE (BENCH_ALLOW_MISSING_PEERS=1): ran without " + "; ".join(missing.values())
+                + (". The sink is the Python reference server: it saturates at 1,000 streams, so the latency"
+                   " there is the sink's." if "peer_cxx" in missing else "."))
+        md = [f"**{warn}**", ""] + md
+        note += f"\n\n**{warn}**"
+        lines = [f"BENCH INCOMPLETE missing={','.join(sorted(missing))}"] + lines
     text = "\n".join(md) + "\n" + note + "\n"
     with open(os.path.join(OUT, "table.md"), "w") as f:
         f.write(text)

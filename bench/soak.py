@@ -6,10 +6,12 @@ client's RSS sampled every few seconds, and the slope of RSS over time after the
                                   SOAK_IO=application|dispatch: the clients use SPC_IO_APPLICATION,
                                   served with spc_io_process or spc_io_dispatch)
 
-It uses what `make bench` builds (bench/out/spc_bench and the grpc++ sink; the Python sink when
-the grpc++ one is missing). The client runs with the library's defaults (30 s replay buffer:
-RSS grows for the first 30 s while the buffers fill, so the slope is fitted after 60 s). Prints
-the samples, then `BENCH soak_rss_slope ours=KB_PER_MIN unit=KB/min` and the RSS range.
+It uses what `make bench` builds (bench/out/spc_bench and the grpc++ sink; scripts/setup-bench.sh,
+which `make soak` runs first, installs grpc++). Without grpc++ it stops, naming what is missing
+(BENCH_ALLOW_MISSING_PEERS=1: the Python reference server's sink instead, said in the output).
+The client runs with the library's defaults (30 s replay buffer: RSS grows for the first 30 s
+while the buffers fill, so the slope is fitted after 60 s). Prints the samples, then
+`BENCH soak_rss_slope ours=KB_PER_MIN unit=KB/min` and the RSS range.
 """
 import os
 import subprocess
@@ -50,7 +52,7 @@ def slope(points):
 
 
 def main():
-    have_cxx = run.build()
+    have_cxx = run.build(sink_only=True)
     server = run.Server(have_cxx)
     try:
         cmd = [os.path.join(OUT, "spc_bench"), "--url", f"grpc://127.0.0.1:{server.port}", "--mode", "paced",
@@ -82,6 +84,9 @@ def main():
         print(f"BENCH soak_rss_slope ours={kb_per_min:.2f} unit=KB/min")
         print(f"BENCH soak_rss_slope_second_half ours={late:.2f} unit=KB/min")
         print(f"BENCH soak_rss_range ours={lo}-{hi} unit=KB")
+        if not have_cxx:
+            print("soak: INCOMPLETE (BENCH_ALLOW_MISSING_PEERS=1): the sink was the Python reference server, not "
+                  "the grpc++ one: " + "; ".join(run.MISSING.values()))
     finally:
         server.stop()
 
