@@ -53,6 +53,24 @@ def server():
 
 
 @pytest.fixture
+def own_server():
+    """own_server() -> a reference server that only the calling test uses, stopped when it ends.
+    For comparing two runs: the shared `server`'s recognizers keep some state from what earlier
+    runs and tests sent, so the same file can come out with a word boundary 10 ms apart."""
+    if str(E2E_TOOLS) not in sys.path:
+        sys.path.insert(0, str(E2E_TOOLS))
+    from speechtools import Server
+    started = []
+
+    def start():
+        started.append(Server())
+        return started[-1]
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
 def synthesize(tmp_path):
     """speak(text) -> a 16 kHz mono WAV of espeak-ng saying it."""
     if str(E2E_TOOLS) not in sys.path:

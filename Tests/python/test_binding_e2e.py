@@ -436,24 +436,26 @@ def test_voice_listening_to_silence_ends_without_a_context(server, tmp_path, cac
         assert without_states(asyncio.run(asyncio.wait_for(through_aupdates(), 30))) == []
 
 
-def cli_and_demo(server, wav, tmp_path, *flags):
-    """The Python CLI, then the C demo, on the same file with the same flags (each its own
-    token cache); both must succeed."""
+def cli_and_demo(own_server, wav, tmp_path, *flags):
+    """The Python CLI, then the C demo, on the same file with the same flags, each with its own
+    token cache and its own fresh server (so that neither the other run nor earlier tests can
+    change what the server answers); both must succeed."""
     if not DEMO.exists():
         pytest.skip("build/speechclient-demo is not built")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "bindings" / "python"))
     runs = []
     for name, command in (("py", [sys.executable, "-m", "speechclient"]), ("c", [str(DEMO)])):
-        args = ["--url", server.url, "--app-id", "py", "--file", str(wav), "--cache-dir", str(tmp_path / name), *flags]
+        args = ["--url", own_server().url, "--app-id", "py", "--file", str(wav), "--cache-dir", str(tmp_path / name),
+                *flags]
         runs.append(subprocess.run([*command, *args], capture_output=True, text=True, env=env, timeout=90))
     assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
     return runs
 
 
 @pytest.mark.parametrize("extra", [[], ["--levels"]])
-def test_cli_hands_free_json_is_the_c_demos(extra, server, two_phrases, tmp_path):
+def test_cli_hands_free_json_is_the_c_demos(extra, own_server, two_phrases, tmp_path):
     wav, _ = two_phrases
-    outputs = [r.stdout for r in cli_and_demo(server, wav, tmp_path, "--hands-free", "--json", *extra)]
+    outputs = [r.stdout for r in cli_and_demo(own_server, wav, tmp_path, "--hands-free", "--json", *extra)]
 
     def sources(out):
         """The lines of each source in order, context ids normalised. The detector, the level
@@ -490,9 +492,9 @@ def test_endpointing_cuts_a_long_activation_with_a_timeout(server, two_phrases, 
     assert all(500 < t - a <= 600 and d == t for a, t, d in cut), cut
 
 
-def test_cli_hands_free_text_is_the_c_demos(server, two_phrases, tmp_path):
+def test_cli_hands_free_text_is_the_c_demos(own_server, two_phrases, tmp_path):
     wav, _ = two_phrases
-    runs = cli_and_demo(server, wav, tmp_path, "--hands-free", "--levels")  # --levels prints nothing without --json
+    runs = cli_and_demo(own_server, wav, tmp_path, "--hands-free", "--levels")  # --levels prints nothing without --json
     assert runs[0].stdout == runs[1].stdout
     assert runs[0].stdout.splitlines()[-1] == "stop the music  [intent: stop_music]"
     assert "turn on the kitchen lights  [intent: turn_on]  [room: kitchen]" in runs[0].stdout.splitlines()

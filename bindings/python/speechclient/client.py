@@ -1,4 +1,7 @@
-"""The Pythonic layer: a Client owns one spc_client.
+"""The public synchronous API: Client, which owns one spc_client.
+
+This layer is what an application calls; it sits on the handle layer (_handle.py: the pointer,
+the callbacks from C, freeing) and has its asyncio side (aupdates, stream, Stream) in _aio.py.
 
 Threads. By default the library calls back on its own thread (one per client). The callbacks
 given to Client (on_segment, on_error, on_start, on_stop, on_log, on_state, on_listen, on_level)
@@ -29,24 +32,21 @@ clients still open when the interpreter exits are closed by an atexit hook.
 """
 from __future__ import annotations
 
-import asyncio
-import atexit
 import collections
 import ctypes
-import itertools
-import operator
 import os
 import select
 import threading
 import time
-import weakref
-from typing import (Any, AsyncIterable, AsyncIterator, Callable, Deque, Dict, Iterable, Iterator, List, Mapping,
-                    Optional, Tuple, Union)
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, Mapping, Optional, Tuple, Union
 
 from . import _native as n
+from ._aio import Stream, _AsyncMixin
+from ._handle import (_IDLE_POLL_S, _VAD_RANGES, _WAIT_SLICE_S, _activation, _Buffer, _c_path, _c_string,
+                      _check_option, _Handle, _option_error, _status_text, _u32, _vad_settings, copy_segment)
 from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, SpeechTimeoutError, error_for
-from .types import (AudioSource, AudioStream, Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
-                    StartEvent, StateEvent, StopEvent, Update, WavFile, Word)
+from .types import (AudioSource, AudioStream, ErrorEvent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
+                    StartEvent, StateEvent, StopEvent, Update, WavFile)
 
 __all__ = ["Client", "Stream", "MAX_BUFFERED_UPDATES", "copy_segment"]
 
@@ -54,280 +54,10 @@ __all__ = ["Client", "Stream", "MAX_BUFFERED_UPDATES", "copy_segment"]
 #: dropped (a client used only through its callbacks does not grow without bound).
 MAX_BUFFERED_UPDATES = 10_000
 
-# The longest single wait inside the library, so that Ctrl-C and close() from another thread
-# are noticed.
-_WAIT_SLICE_S = 0.25
-# How often an iterator that has seen a stop checks whether the client became idle.
-_IDLE_POLL_S = 0.02
-
-_Buffer = Any  # bytes, bytearray, memoryview, array.array('h'), numpy int16 arrays: any buffer
-
-
-# ---------------------------------------------------------------------------------------------
-# Text in and out
-
-def _text(b: Optional[bytes]) -> str:
-    return b.decode("utf-8", "replace") if b else ""
-
-
-def _status_text(status: int) -> str:
-    return _text(n.spc_status_str(status))
-
-
-def _option_error(option: str, message: str) -> InvalidArgumentError:
-    error = InvalidArgumentError(n.Status.INVALID_ARGUMENT, message)
-    error.option = option.split(".")[0].split("[")[0].split(" ")[0]
-    return error
-
-
-def _c_string(option: str, value: Optional[str]) -> Optional[bytes]:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise _option_error(option, f"{option}={value!r}: must be a str, not {type(value).__name__}")
-    if "\0" in value:
-        raise _option_error(option, f"{option}={value!r}: contains a NUL character")
-    return value.encode("utf-8")
-
-
-def _c_path(option: str, value: Any) -> Optional[bytes]:
-    if value is None:
-        return None
-    try:
-        path = os.fsencode(value)
-    except TypeError:
-        raise _option_error(option, f"{option}={value!r}: must be a path, not {type(value).__name__}") from None
-    if b"\0" in path:
-        raise _option_error(option, f"{option}={value!r}: contains a NUL character")
-    return path
-
-
-def _u32(option: str, value: Any) -> int:
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise _option_error(option, f"{option}={value!r}: must be an int, not {type(value).__name__}") from None
-    if not 0 <= v <= 0xFFFFFFFF:
-        raise _option_error(option, f"{option}={value!r}: out of range")
-    return v
-
-
-def _check_option(status: int, option: str, value: Any, hint: str = "", shown: Optional[str] = None) -> None:
-    """A setter's status as an exception naming the option and the value (setters give no
-    message of their own)."""
-    if status != n.Status.OK:
-        text = repr(value) if shown is None else shown
-        error = error_for(status, f"{option}={text}: {_status_text(status)}" + (f" ({hint})" if hint else ""))
-        error.option = option
-        raise error
-
-
-def _error_event(error: Any) -> ErrorEvent:
-    grpc = n.spc_error_grpc_status(error)
-    code = n.spc_error_code(error)
-    try:
-        status = n.Status(code)
-    except ValueError:
-        status = n.Status.INTERNAL
-    return ErrorEvent(status, _text(n.spc_error_message(error)), grpc if grpc >= 0 else None)
-
-
-def copy_segment(s: Any) -> Segment:
-    """A Segment holding copies of everything in the spc_segment *s (valid only during its
-    callback)."""
-    def confidence(value: Optional[float]) -> Optional[float]:
-        return round(value, 4) if value is not None and value >= 0 else None
-
-    has_confidence = n.spc_segment_word_confidence is not None
-    words = tuple(
-        Word(_text(n.spc_segment_word_text(s, i)), n.spc_segment_word_index(s, i),
-             n.spc_segment_word_start_ms(s, i), n.spc_segment_word_end_ms(s, i),
-             bool(n.spc_segment_word_is_final(s, i)),
-             confidence(n.spc_segment_word_confidence(s, i) if has_confidence else None))
-        for i in range(n.spc_segment_word_count(s)))
-    entities = tuple(
-        Entity(_text(n.spc_segment_entity_type(s, i)), _text(n.spc_segment_entity_value(s, i)),
-               n.spc_segment_entity_start(s, i), n.spc_segment_entity_end(s, i),
-               bool(n.spc_segment_entity_is_final(s, i)))
-        for i in range(n.spc_segment_entity_count(s)))
-    intent_text = _text(n.spc_segment_intent(s))
-    intent = Intent(intent_text, bool(n.spc_segment_intent_is_final(s))) if intent_text else None
-    return Segment(_text(n.spc_segment_context_id(s)), n.spc_segment_id(s), bool(n.spc_segment_is_final(s)),
-                   _text(n.spc_segment_transcript(s)), words, intent, entities, _text(n.spc_segment_json(s)),
-                   confidence(n.spc_segment_confidence(s) if has_confidence else None))
-
-
-# ---------------------------------------------------------------------------------------------
-# Trampolines: one set for the process, created once and never freed, so that no C thread can
-# ever call a freed ctypes thunk. user_data is an integer key; the client behind it is held
-# weakly, and a callback for a client that is gone is ignored.
-
-_clients: Dict[int, "weakref.ref[Client]"] = {}
-_clients_lock = threading.Lock()
-_keys = itertools.count(1)
-_local = threading.local()
-
-
-def _active_keys() -> List[int]:
-    """Keys of the clients whose callback is running on this thread (innermost last)."""
-    keys = getattr(_local, "keys", None)
-    if keys is None:
-        keys = _local.keys = []
-    return keys
-
-
-def _run_callback(key: Optional[int], body: Callable[["Client"], None]) -> None:
-    try:
-        ref = _clients.get(key or 0)
-        client = ref() if ref is not None else None
-        if client is None:
-            return
-        keys = _active_keys()
-        keys.append(key)  # type: ignore[arg-type]
-        try:
-            body(client)
-        except BaseException as e:  # never into C
-            client._remember(e)
-        finally:
-            keys.pop()
-    except BaseException:  # pragma: no cover - last line of defence (interpreter shutting down)
-        pass
-
-
-def _t_segment(_client, segment, key):
-    _run_callback(key, lambda c: c._emit(copy_segment(segment), "segment"))
-
-
-def _t_error(_client, error, key):
-    _run_callback(key, lambda c: c._emit(_error_event(error), "error"))
-
-
-def _t_start(_client, context_id, key):
-    _run_callback(key, lambda c: c._emit(StartEvent(_text(context_id)), "start"))
-
-
-def _t_stop(_client, context_id, key):
-    _run_callback(key, lambda c: c._emit(StopEvent(_text(context_id)), "stop"))
-
-
-def _t_log(_client, level, message, key):
-    _run_callback(key, lambda c: c._log(level, _text(message)))
-
-
-def _t_state(_client, state, attempt, delay_ms, reason, key):
-    def body(c: "Client") -> None:
-        try:
-            cs = n.ConnectionState(state)
-        except ValueError:
-            cs = state
-        c._emit(StateEvent(cs, attempt, delay_ms, _error_event(reason) if reason else None), "state")
-    _run_callback(key, body)
-
-
-def _t_listen(client, event, position_ms, key):
-    # What an activation heard (0.8): valid only during this callback, so read it here.
-    heard = n.spc_listen_name(client) if n.spc_listen_name is not None else None
-    name = heard.decode("utf-8", "replace") if heard is not None else None
-
-    def body(c: "Client") -> None:
-        try:
-            kind = n.Listen(event)
-        except ValueError:  # an event newer than this binding
-            kind = event
-        c._emit(ListenEvent(kind, int(position_ms), name), "listen")
-    _run_callback(key, body)
-
-
-def _t_level(_client, level_dbfs, position_ms, key):
-    _run_callback(key, lambda c: c._emit(LevelEvent(float(level_dbfs), int(position_ms)), "level"))
-
-
-_TRAMPOLINES = (n.SEGMENT_CB(_t_segment), n.ERROR_CB(_t_error), n.START_CB(_t_start), n.STOP_CB(_t_stop),
-                n.LOG_CB(_t_log), n.STATE_CB(_t_state), n.LISTEN_CB(_t_listen), n.LEVEL_CB(_t_level))
-
-# The voice activity detector's tunables by keyword, with the ranges the header gives.
-_VAD_RANGES = {
-    n.VadParam.SNR_DB: "0-60 dB",
-    n.VadParam.NOISE_GATE_DB: "-100-0 dBFS",
-    n.VadParam.NOISE_LEARN_HALFTIME_MS: "20-60000 ms",
-    n.VadParam.WINDOW_FRAMES: "a whole number of frames, 1-100",
-    n.VadParam.ACTIVATION_RATIO: "0.01-1",
-    n.VadParam.RELEASE_RATIO: "0-1, below activation_ratio",
-    n.VadParam.HOLD_MS: "0-10000 ms",
-}
-_ACTIVATIONS = {"manual": n.Activation.MANUAL, "voice": n.Activation.VOICE, "wakeword": n.Activation.WAKEWORD}
-
-
-def _activation(activation: Any, wakeword: Optional[str], wakeword_url: Optional[str] = None) -> n.Activation:
-    if activation is None:  # a wakeword (or a wake-word service) alone asks for wakeword listening
-        return n.Activation.WAKEWORD if wakeword is not None or wakeword_url is not None else n.Activation.MANUAL
-    if isinstance(activation, str):
-        if activation not in _ACTIVATIONS:
-            raise _option_error("activation", f"activation={activation!r}: must be 'manual', 'voice' or 'wakeword'")
-        return _ACTIVATIONS[activation]
-    try:
-        return n.Activation(activation)
-    except (ValueError, TypeError):
-        raise _option_error("activation", f"activation={activation!r}: must be 'manual', 'voice' or 'wakeword'"
-                            ) from None
-
-
-def _vad_settings(vad: Any) -> List[Tuple[n.VadParam, str, float, Any]]:
-    """vad={name or VadParam: number} as (param, name, value, value as given), checked before the
-    library sees them: the library takes any double (a window of 2.5 frames included)."""
-    if not isinstance(vad, Mapping):
-        raise _option_error("vad", f"vad={vad!r}: must be a mapping such as {{'snr_db': 6}}")
-    settings = []
-    for key, value in vad.items():
-        try:
-            param = key if isinstance(key, n.VadParam) else n.VadParam[key.upper()]
-        except (KeyError, AttributeError):
-            names = ", ".join(p.name.lower() for p in n.VadParam)
-            raise _option_error("vad", f"vad[{key!r}]: not a detector tunable (one of {names})") from None
-        name = param.name.lower()
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _option_error("vad", f"vad[{name!r}]={value!r}: must be a number, not {type(value).__name__}")
-        try:
-            number = float(value)
-        except OverflowError:
-            raise _option_error("vad", f"vad[{name!r}]={value!r}: out of range ({_VAD_RANGES[param]})") from None
-        if param == n.VadParam.WINDOW_FRAMES and not number.is_integer():
-            raise _option_error("vad", f"vad[{name!r}]={value!r}: must be a whole number of frames")
-        settings.append((param, name, number, value))
-    return settings
-
-
-@atexit.register
-def _close_all_at_exit() -> None:
-    # Library threads must not call into an interpreter that is finalizing.
-    with _clients_lock:
-        live = [r() for r in _clients.values()]
-    for c in live:
-        if c is not None:
-            try:
-                c.close()
-            except BaseException:
-                pass
-
-
-def _defer_free(handle: Any) -> None:
-    """Frees a handle from a fresh thread: for a client collected on its own callback thread,
-    where the library refuses spc_client_free()."""
-    threading.Thread(target=n.spc_client_free, args=(handle,), name="speechclient-free", daemon=True).start()
-
-
-_QueueItem = Union[Update, object]
-_WAKE = object()  # put into asyncio queues to make aupdates() look at the client again
-# An aupdates() or stream() iterator: its loop, its queue (anything with put_nowait), and the
-# thread running the loop.
-_Sink = Tuple[asyncio.AbstractEventLoop, Any, int]
-# A loop.add_reader on the event fd: the loop, the fd, and the loop's thread.
-_Reader = Tuple[asyncio.AbstractEventLoop, int, int]
-
 
 # ---------------------------------------------------------------------------------------------
 
-class Client:
+class Client(_AsyncMixin, _Handle):
     """A streaming recognition client: an audio source, a connection to a server speaking the
     Speechly SLU protocol, and the updates that report what was heard.
 
@@ -401,19 +131,8 @@ class Client:
                  on_listen: Optional[Callable[[ListenEvent], Any]] = None,
                  on_level: Optional[Callable[[LevelEvent], Any]] = None):
         # Everything close() and __del__ touch exists before anything can fail.
-        self._handle: Optional[Any] = None
-        self._key = next(_keys)
-        self._cond = threading.Condition(threading.Lock())
-        self._busy = 0
-        self._closing = False
-        self._callback_error: Optional[BaseException] = None
+        super().__init__()  # _AsyncMixin's state, then _Handle's
         self._queue: Deque[Update] = collections.deque(maxlen=MAX_BUFFERED_UPDATES)
-        self._async_sinks: List[_Sink] = []
-        self._readers: List[_Reader] = []
-        self._stream_sink: Optional[_Sink] = None  # the running stream()'s, at most one
-        # Contexts whose stream() was left before their stop event: until those stop events,
-        # updates go to the shared queue (for updates()/aupdates()), never to a later stream().
-        self._abandoned = 0
         self._callbacks: Dict[str, Optional[Callable[..., Any]]] = {
             "segment": on_segment, "error": on_error, "start": on_start, "stop": on_stop, "state": on_state,
             "log": on_log, "listen": on_listen, "level": on_level}
@@ -421,11 +140,6 @@ class Client:
         # without any context (so without a StopEvent) and the iterators must still end.
         self._listens_started = 0
         self._listens_seen = 0
-        # A stream() left early while listening: the rest of that listening goes to the shared
-        # queue, and the next stream() waits for it to end first.
-        self._abandoned_listen = False
-        # The process-wide trampolines, referenced here too: the client relies on them.
-        self._trampolines = _TRAMPOLINES
 
         if isinstance(delivery, str):
             if delivery not in ("thread", "application"):
@@ -636,34 +350,7 @@ class Client:
                                   "pre_roll_ms 0-5000, trailing_silence_ms 100-60000, min_activation_ms 0-60000, "
                                   "max_activation_ms max(min_activation_ms, 500)-3600000")
 
-            segment_cb, error_cb, start_cb, stop_cb, log_cb, state_cb, listen_cb, level_cb = _TRAMPOLINES
-            ud = ctypes.c_void_p(self._key)
-            for setter, cb, name in ((n.spc_options_set_segment_cb, segment_cb, "segment"),
-                                     (n.spc_options_set_error_cb, error_cb, "error"),
-                                     (n.spc_options_set_start_cb, start_cb, "start"),
-                                     (n.spc_options_set_stop_cb, stop_cb, "stop"),
-                                     (n.spc_options_set_state_cb, state_cb, "state"),
-                                     (n.spc_options_set_listen_cb, listen_cb, "listen")):
-                if setter is not None:  # the state and listen callbacks need a library that has them
-                    _check_option(setter(opts, cb, ud), f"{name} callback", name)
-            if on_log is not None:  # log lines cost a trip into Python only when wanted
-                _check_option(n.spc_options_set_log_cb(opts, log_cb, ud), "log callback", "log")
-            if levels:  # the library measures levels only for a callback
-                _check_option(n.spc_options_set_level_cb(opts, level_cb, ud), "level callback", "level")
-
-            with _clients_lock:
-                _clients[self._key] = weakref.ref(self)
-            handle = n.client_p()
-            err = n.error_p()
-            status = n.spc_client_new(opts, ctypes.byref(handle), ctypes.byref(err))
-            if status != n.Status.OK:
-                with _clients_lock:
-                    _clients.pop(self._key, None)
-                event = _error_event(err) if err else None
-                n.spc_error_free(err)
-                raise error_for(status, event.message if event and event.message else _status_text(status),
-                                event.grpc_status if event else None)
-            self._handle = handle
+            self._open(opts, log=on_log is not None, levels=levels)
         finally:
             n.spc_options_free(opts)
 
@@ -678,12 +365,6 @@ class Client:
         else:
             # Already failing: free, but do not hide that exception behind a callback's.
             self._close(quiet=False)
-
-    def __del__(self) -> None:
-        try:
-            self._close(quiet=True)
-        except BaseException:
-            pass
 
     def __repr__(self) -> str:
         if self._handle is None:
@@ -702,109 +383,7 @@ class Client:
         self._close(quiet=False)
         self._raise_callback_error()
 
-    def _close(self, quiet: bool) -> None:
-        handle = self._handle
-        if handle is None:
-            return
-        if self._in_own_callback():
-            # The handle stays valid here: a free on another thread waits for this callback.
-            status = n.spc_client_free(handle)
-            if status == n.Status.OK:  # pragma: no cover - the library promises to refuse
-                self._forget_handle()
-            elif quiet:  # collected on its own callback thread: free from another thread
-                _defer_free(handle)
-                self._forget_handle()
-            else:
-                raise error_for(status, f"close() from inside one of the client's own callbacks: "
-                                        f"{_status_text(status)}")
-            return
-        with self._cond:
-            if self._closing:  # another thread is closing it: wait until it is done
-                while self._handle is not None and self._closing:
-                    self._cond.wait()
-                return
-            if self._handle is None:
-                return
-            self._closing = True
-            try:
-                while self._busy:  # calls from other threads return first
-                    self._cond.wait()
-            except BaseException:
-                self._closing = False
-                self._cond.notify_all()
-                raise
-        self._remove_readers()
-        status = n.spc_client_free(handle)
-        if status == n.Status.OK:
-            self._forget_handle()
-            return
-        with self._cond:
-            self._closing = False
-            self._cond.notify_all()
-        if quiet:
-            _defer_free(handle)
-            self._forget_handle()
-        else:
-            raise error_for(status, f"close(): {_status_text(status)}")
-
-    def _forget_handle(self) -> None:
-        with self._cond:
-            self._handle = None
-            self._closing = False
-            self._cond.notify_all()
-            sinks = self._sinks()
-        with _clients_lock:
-            _clients.pop(self._key, None)
-        for sink in sinks:
-            self._put_async(sink, _WAKE)
-
-    def _remove_readers(self) -> None:
-        with self._cond:
-            readers, self._readers = self._readers, []
-        for loop, fd, thread in readers:
-            try:
-                if loop.is_closed():
-                    continue
-                if thread == threading.get_ident():
-                    loop.remove_reader(fd)
-                else:
-                    loop.call_soon_threadsafe(loop.remove_reader, fd)
-            except Exception:
-                pass
-
     # -- calls --------------------------------------------------------------------------------
-
-    def _in_own_callback(self) -> bool:
-        return self._key in _active_keys()
-
-    def _enter(self) -> Any:
-        """The handle, counted busy until _leave(), so close() waits for the call to return."""
-        self._raise_callback_error()
-        with self._cond:
-            if self._handle is None or (self._closing and not self._in_own_callback()):
-                raise InvalidStateError(n.Status.INVALID_STATE, "the client is closed")
-            self._busy += 1
-            return self._handle
-
-    def _leave(self) -> None:
-        with self._cond:
-            self._busy -= 1
-            if self._busy == 0:
-                self._cond.notify_all()
-
-    def _call(self, what: str, fn: Callable[..., int], *args: Any) -> None:
-        handle = self._enter()
-        try:
-            status = fn(handle, *args)
-            if status != n.Status.OK:
-                message = f"{what}: {_status_text(status)}"
-                if status == n.Status.INVALID_STATE:
-                    state = n.c_state()
-                    if n.spc_client_get_state(handle, ctypes.byref(state)) == n.Status.OK:
-                        message += f" (the client is {_state_name(state.value)})"
-                raise error_for(status, message)
-        finally:
-            self._leave()
 
     def start(self) -> None:
         """Requests a new audio context (see spc_client_start): the start event follows, or an
@@ -938,6 +517,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         app = self.delivery == n.Delivery.APPLICATION
         while True:
+            # In slices: Ctrl-C (KeyboardInterrupt) is handled in Python, between two library waits.
             left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
             if app:
                 idle = self._dispatch_all() == 0 and self._wait_idle_once(0) and self._dispatch_all() == 0
@@ -949,7 +529,7 @@ class Client:
             if deadline is not None and time.monotonic() >= deadline:
                 self._raise_callback_error()
                 return False
-            if app:
+            if app:  # an event ends this wait early; becoming idle is not signalled, so it is polled
                 self._wait_event_fd(max(0.0, min(left, _IDLE_POLL_S)))
 
     def _wait_idle_once(self, ms: int) -> bool:
@@ -991,12 +571,6 @@ class Client:
     def _dispatch_all(self) -> int:
         return self.dispatch(0) if self.delivery == n.Delivery.APPLICATION else 0
 
-    def _dispatch_quietly(self) -> None:  # loop.add_reader callback
-        try:
-            self._dispatch_all()
-        except SpeechClientError:
-            pass
-
     def _wait_event_fd(self, seconds: float) -> None:
         """Waits (at most 0.1 s at a time, so close() is not held up) for the event fd. The client
         counts as busy meanwhile, so the descriptor cannot be closed under the select."""
@@ -1010,41 +584,6 @@ class Client:
                 select.select([fd], [], [], min(seconds, 0.1))
         finally:
             self._leave()
-
-    def _watch_event_fd(self, loop: asyncio.AbstractEventLoop) -> _Reader:
-        """Dispatches from `loop` whenever the event fd is readable. A loop has one reader per fd,
-        so iterators on the same loop share it: the last one to leave removes it."""
-        fd = self.event_fd
-        reader = (loop, fd, threading.get_ident())
-        with self._cond:
-            shared = any(r[0] is loop and r[1] == fd for r in self._readers)
-            self._readers.append(reader)
-        if not shared:
-            try:
-                loop.add_reader(fd, self._dispatch_quietly)
-            except BaseException:
-                with self._cond:
-                    self._readers.remove(reader)
-                raise
-        return reader
-
-    def _unwatch_event_fd(self, reader: _Reader) -> None:
-        loop, fd, thread = reader
-        with self._cond:
-            if reader not in self._readers:  # close() removed every reader already
-                return
-            self._readers.remove(reader)
-            if any(r[0] is loop and r[1] == fd for r in self._readers):
-                return
-        try:
-            if loop.is_closed():
-                return
-            if thread == threading.get_ident():
-                loop.remove_reader(fd)
-            else:  # a Stream collected on another thread
-                loop.call_soon_threadsafe(loop.remove_reader, fd)
-        except Exception:
-            pass
 
     # -- updates as iterators -----------------------------------------------------------------
 
@@ -1100,133 +639,6 @@ class Client:
                     if not self._queue and self._handle is not None and self._callback_error is None:
                         self._cond.wait(wait)
 
-    async def aupdates(self, timeout: Optional[float] = None) -> AsyncIterator[Update]:
-        """updates() for asyncio: the same updates, ending the same way, without blocking the
-        event loop. With thread delivery the callback thread hands each update to the loop
-        (call_soon_threadsafe); with delivery="application" the loop watches the event fd and
-        runs the callbacks itself. It starts nothing; stream() starts a context and ends with
-        its stop event."""
-        loop = asyncio.get_running_loop()
-        q: "asyncio.Queue[_QueueItem]" = asyncio.Queue()
-        sink = (loop, q, threading.get_ident())
-        with self._cond:
-            while self._queue:  # updates that arrived before come first
-                q.put_nowait(self._queue.popleft())
-            self._async_sinks.append(sink)
-        reader = None
-        if self.delivery == n.Delivery.APPLICATION and self._handle is not None:
-            reader = self._watch_event_fd(loop)
-        seen_stop = False
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            while True:
-                self._raise_callback_error()
-                try:
-                    item: _QueueItem = q.get_nowait()
-                except asyncio.QueueEmpty:
-                    item = None
-                if item is None:
-                    if self._handle is None:
-                        return
-                    if self._may_end(seen_stop):
-                        seen_stop = True  # a hands-free listening ended: that counts as its stop
-                        # Updates the callback thread handed over before it returned may still
-                        # wait in the loop's ready queue: let them land first.
-                        await asyncio.sleep(0)
-                        if q.empty():
-                            self._raise_callback_error()
-                            return
-                        continue
-                    # Hands-free listening can end with no update to wake this wait: look again.
-                    wait: Optional[float] = (_IDLE_POLL_S if seen_stop else
-                                             _WAIT_SLICE_S if self._listening_unseen() else None)
-                    if deadline is not None:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            raise SpeechTimeoutError(n.Status.TIMEOUT, f"aupdates(): no update within {timeout} s")
-                        wait = left if wait is None else min(wait, left)
-                    try:
-                        item = await (q.get() if wait is None else asyncio.wait_for(q.get(), wait))
-                    except asyncio.TimeoutError:
-                        continue
-                if item is _WAKE:
-                    continue
-                seen_stop = seen_stop or isinstance(item, StopEvent)
-                yield item  # type: ignore[misc]
-                deadline = None if timeout is None else time.monotonic() + timeout
-        finally:
-            if reader is not None:
-                self._unwatch_event_fd(reader)
-            with self._cond:
-                if sink in self._async_sinks:
-                    self._async_sinks.remove(sink)
-                # What arrived for this iterator but was not consumed goes back to the shared queue.
-                leftovers: List[Update] = []
-                while not q.empty():
-                    x = q.get_nowait()
-                    if x is not _WAKE:
-                        leftovers.append(x)  # type: ignore[arg-type]
-                self._queue.extendleft(reversed(leftovers))
-
-    def stream(self, pcm: Optional[Union[_Buffer, Iterable[_Buffer], AsyncIterable[_Buffer]]] = None, *,
-               timeout: Optional[float] = None) -> "Stream":
-        """asyncio: starts a context and yields its updates (Segment, StartEvent, ErrorEvent,
-        StateEvent, and last its StopEvent), then ends. Needs delivery="application": the event
-        loop watches the client's event fd (loop.add_reader) and runs the callbacks itself, with
-        no other thread entering Python.
-
-            client = Client(url, app_id="demo", audio=WavFile("speech.wav"), delivery="application")
-            async for update in client.stream():
-                if isinstance(update, Segment) and update.final:
-                    print(update.transcript)
-
-        The context starts at the first iteration (start()). A WavFile context stops by itself at
-        the end of the file; a Microphone one when you call stop() (for example from the loop
-        body: keep iterating until the StopEvent). For a PushAudio client, `pcm` is the audio to
-        push: one buffer, an iterable or an async iterable of buffers (what push() takes); a
-        task on the same loop pushes them as they come, then calls push_end(). Without `pcm` you
-        push() and push_end() (or stop()) yourself, from the loop body or another task.
-
-        Leaving early (break, an exception, cancellation, `timeout` passing) removes the reader at
-        once, stops the context (stop()) and lets the client start again right away: the rest of
-        that context never reaches a later stream(); it goes to the queue that updates() and
-        aupdates() read, as do updates that arrived after the stop event. The cleanup runs when
-        the iterator is dropped (at once in CPython, as after `break`); `async with
-        client.stream() as updates:` or aclose() make it explicit.
-
-        Hands-free (activation "voice" or "wakeword"), the iteration is the whole listening: every
-        context it opened, with the ListenEvents, until the client is idle again (the end of the
-        file or of `pcm`, or stop()). Leaving it early stops the listening; its remaining updates
-        go to the shared queue, and the next stream() first waits for that listening to end.
-
-        `timeout` bounds the wait for each next update (SpeechTimeoutError). An exception a
-        callback raised, or one from iterating `pcm`, is raised here. After close() the iterator
-        ends (free abandons the context: no StopEvent). One stream() at a time per client.
-
-        InvalidStateError with thread delivery, while another stream() of this client runs, or
-        from start(); InvalidArgumentError for `pcm` given to a client whose audio is not
-        PushAudio."""
-        if self.delivery != n.Delivery.APPLICATION:
-            raise InvalidStateError(n.Status.INVALID_STATE,
-                                    'stream(): needs Client(..., delivery="application") (the event loop runs the '
-                                    'callbacks); with thread delivery use start() and aupdates()')
-        if pcm is not None:
-            if not isinstance(self.audio, PushAudio):
-                raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
-                                           f"stream(pcm=...): the client's audio is {type(self.audio).__name__}, "
-                                           f"not PushAudio")
-            try:
-                memoryview(pcm).release()
-                pcm = (pcm,)  # one buffer
-            except TypeError:
-                if not hasattr(pcm, "__aiter__") and not hasattr(pcm, "__iter__"):
-                    raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
-                                               f"stream(pcm=...): a buffer, an iterable or an async iterable of "
-                                               f"buffers, not {type(pcm).__name__}") from None
-        self._enter()  # closed: InvalidStateError now rather than at the first iteration
-        self._leave()
-        return Stream(self, pcm, timeout)
-
     def _pop(self) -> Optional[Update]:
         with self._cond:
             return self._queue.popleft() if self._queue else None
@@ -1268,23 +680,6 @@ class Client:
 
     # -- from the callback thread -------------------------------------------------------------
 
-    def _remember(self, e: BaseException) -> None:
-        with self._cond:
-            if self._callback_error is None:
-                self._callback_error = e
-            self._cond.notify_all()
-            sinks = self._sinks()
-        for sink in sinks:
-            self._put_async(sink, _WAKE)
-
-    def _raise_callback_error(self) -> None:
-        if self._callback_error is None:
-            return
-        with self._cond:
-            e, self._callback_error = self._callback_error, None
-        if e is not None:
-            raise e
-
     def _emit(self, update: Update, kind: str) -> None:
         user = self._callbacks.get(kind)
         if user is not None:
@@ -1306,31 +701,6 @@ class Client:
         for sink in sinks:
             self._put_async(sink, update)
 
-    def _sinks(self) -> List[_Sink]:
-        """Every async iterator's sink (under self._cond)."""
-        return self._async_sinks + ([self._stream_sink] if self._stream_sink is not None else [])
-
-    def _put_async(self, sink: "_Sink", item: _QueueItem) -> None:
-        loop, q, thread = sink
-        if thread == threading.get_ident():
-            self._deliver_async(sink, item)  # inside dispatch() on the loop's own thread
-            return
-        try:
-            loop.call_soon_threadsafe(self._deliver_async, sink, item)
-        except RuntimeError:  # the loop is closed: keep the update for updates()
-            self._deliver_async(sink, item)
-
-    def _deliver_async(self, sink: "_Sink", item: _QueueItem) -> None:
-        """On the loop's thread: into the iterator's queue, or, when that iterator has ended
-        meanwhile, back into the shared queue so that no update is lost."""
-        with self._cond:
-            if sink not in self._async_sinks and sink is not self._stream_sink:
-                if item is not _WAKE:
-                    self._queue.append(item)  # type: ignore[arg-type]
-                    self._cond.notify_all()
-                return
-        sink[1].put_nowait(item)
-
     def _log(self, level: int, message: str) -> None:
         user = self._callbacks.get("log")
         if user is not None:
@@ -1339,238 +709,3 @@ class Client:
             except ValueError:
                 lvl = level
             user(lvl, message)
-
-
-class _Inbox:
-    """A stream's updates: a deque and a future to wake the waiting iterator. A wait that times
-    out or is cancelled leaves every item in place (asyncio.wait_for on Queue.get may not)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.items: Deque[_QueueItem] = collections.deque()
-        self._loop = loop
-        self._waiter: Optional["asyncio.Future[None]"] = None
-
-    def put_nowait(self, item: _QueueItem) -> None:  # on the loop's thread
-        self.items.append(item)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def wait(self, timeout: Optional[float]) -> None:
-        if self.items:
-            return
-        self._waiter = self._loop.create_future()
-        try:
-            await asyncio.wait({self._waiter}, timeout=timeout)
-        finally:
-            self._waiter = None
-
-
-async def _feed(client: "Client", pcm: Union[Iterable[_Buffer], AsyncIterable[_Buffer]]) -> None:
-    """A stream()'s pcm into the client, then push_end(). Module-level, holding no Stream, so a
-    dropped Stream is not kept alive by its own task."""
-    if hasattr(pcm, "__aiter__"):
-        async for chunk in pcm:  # type: ignore[union-attr]
-            client.push(chunk)
-    else:
-        for chunk in pcm:  # type: ignore[union-attr]
-            client.push(chunk)
-            await asyncio.sleep(0)  # the loop dispatches between chunks
-    try:
-        client.push_end()
-    except InvalidStateError:
-        pass  # the context ended first (its error and stop events say why) or the client closed
-
-
-class Stream:
-    """The async iterator that Client.stream() returns: one context's updates, ending after its
-    StopEvent. Also an async context manager; aclose() ends it early. See Client.stream()."""
-
-    def __init__(self, client: Client, pcm: Optional[Union[Iterable[_Buffer], AsyncIterable[_Buffer]]],
-                 timeout: Optional[float]):
-        self._client = client
-        self._pcm = pcm
-        self._timeout = timeout
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._thread = 0
-        self._inbox: Optional[_Inbox] = None
-        self._sink: Optional[_Sink] = None
-        self._reader: Optional[_Reader] = None
-        self._feeder: Optional["asyncio.Task[None]"] = None
-        self._begun = False
-        self._started = False  # start() succeeded: a StopEvent is owed
-        self._stopped = False  # that StopEvent has been received (hands-free: the listening ended)
-        self._done = False
-        self._hands_free = client.activation != n.Activation.MANUAL
-
-    def __repr__(self) -> str:
-        what = "done" if self._done else "running" if self._begun else "not started"
-        return f"<speechclient.Stream {what} on {self._client!r}>"
-
-    def __aiter__(self) -> "Stream":
-        return self
-
-    async def __aenter__(self) -> "Stream":
-        return self
-
-    async def __aexit__(self, exc_type, exc, tb) -> None:
-        self._finish()
-
-    async def aclose(self) -> None:
-        """Ends the stream now (as leaving the loop early does); idempotent."""
-        self._finish()
-
-    async def __anext__(self) -> Update:
-        if self._done:
-            raise StopAsyncIteration
-        try:
-            if not self._begun:
-                self._begun = True
-                await self._wait_for_abandoned_listening()
-                self._begin()
-            return await self._next()
-        except BaseException:  # StopAsyncIteration, errors, cancellation: clean up at once
-            self._finish()
-            raise
-
-    async def _wait_for_abandoned_listening(self) -> None:
-        """A hands-free stream() left early has no StopEvent to mark the end of its listening:
-        wait until the client is idle (its updates going to the shared queue meanwhile), so
-        none of them reaches this stream."""
-        c = self._client
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        while c._abandoned_listen and c._handle is not None:
-            if c._idle_now():
-                with c._cond:
-                    c._abandoned_listen = False
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): the listening left before did not end "
-                                                           f"within {self._timeout} s")
-            await asyncio.sleep(_IDLE_POLL_S)
-
-    def _begin(self) -> None:
-        c = self._client
-        loop = asyncio.get_running_loop()
-        if c._stream_sink is not None:
-            raise InvalidStateError(n.Status.INVALID_STATE, "stream(): another stream() of this client is running "
-                                                            "(leave its loop or aclose() it first)")
-        # What is pending from before belongs to earlier contexts: dispatched now, it goes to the
-        # shared queue (or to a context left early), not to this stream.
-        c._dispatch_all()
-        self._loop, self._thread = loop, threading.get_ident()
-        self._inbox = _Inbox(loop)
-        sink = (loop, self._inbox, self._thread)
-        with c._cond:
-            if c._stream_sink is not None:
-                raise InvalidStateError(n.Status.INVALID_STATE, "stream(): another stream() of this client is running")
-            c._stream_sink = self._sink = sink
-        self._reader = c._watch_event_fd(loop)
-        c.start()
-        self._started = True
-        if self._pcm is not None:
-            inbox = self._inbox
-            self._feeder = loop.create_task(_feed(c, self._pcm))
-            self._feeder.add_done_callback(lambda _task: inbox.put_nowait(_WAKE))
-
-    async def _next(self) -> Update:
-        c, inbox = self._client, self._inbox
-        assert inbox is not None
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        while True:
-            c._raise_callback_error()
-            if inbox.items:
-                item = inbox.items.popleft()
-                if item is _WAKE:
-                    continue
-                if isinstance(item, StopEvent) and not self._hands_free:
-                    self._stopped = True
-                    self._finish()  # updates after the stop go to the shared queue
-                return item  # type: ignore[return-value]
-            if c._handle is None:
-                raise StopAsyncIteration
-            if self._hands_free and c._may_end(True):
-                if inbox.items:  # dispatched while looking: yield them first
-                    continue
-                self._stopped = True
-                raise StopAsyncIteration
-            feeder = self._feeder
-            if feeder is not None and feeder.done() and not feeder.cancelled() and feeder.exception() is not None:
-                raise feeder.exception()  # type: ignore[misc]
-            left = None
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): no update within {self._timeout} s")
-            if self._hands_free:  # the listening can end with no update to wake the wait
-                left = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
-            await inbox.wait(left)
-
-    def _finish(self) -> None:
-        """Idempotent, synchronous (it runs from __del__ too), from any thread."""
-        if self._done:
-            return
-        self._done = True
-        c, loop = self._client, self._loop
-        on_loop = self._thread == threading.get_ident()
-        feeder = self._feeder
-        if feeder is not None:
-            if feeder.done():
-                if not feeder.cancelled():
-                    feeder.exception()  # retrieved: asyncio does not log it as lost
-            elif on_loop:
-                feeder.cancel()
-            elif loop is not None and not loop.is_closed():
-                loop.call_soon_threadsafe(feeder.cancel)
-        if self._reader is not None:
-            c._unwatch_event_fd(self._reader)
-        if self._sink is None:
-            return
-        abandon = False
-        with c._cond:
-            if c._stream_sink is self._sink:
-                c._stream_sink = None
-            inbox = self._inbox
-            leftovers = [x for x in inbox.items if x is not _WAKE] if inbox is not None else []
-            if inbox is not None:
-                inbox.items.clear()
-            if leftovers:  # not lost: for updates()/aupdates()
-                c._queue.extend(leftovers)  # type: ignore[arg-type]
-                c._cond.notify_all()
-            stopped = self._stopped or (not self._hands_free and any(isinstance(x, StopEvent) for x in leftovers))
-            if self._started and not stopped and c._handle is not None and not c._closing:
-                abandon = True
-                if self._hands_free:
-                    c._abandoned_listen = True
-                else:
-                    c._abandoned += 1
-                handle = c._handle
-                c._busy += 1  # as _enter(), without re-raising a callback's exception here
-        if abandon:
-            try:
-                n.spc_client_stop(handle)  # INVALID_STATE when it is stopping already: fine
-            finally:
-                c._leave()
-
-    def __del__(self) -> None:
-        try:
-            if self._done:
-                return
-            # Collected while this thread holds the client's lock (a cycle collected mid-call):
-            # finish from the loop instead of deadlocking.
-            if not self._client._cond.acquire(blocking=False):
-                if self._loop is not None and not self._loop.is_closed():
-                    self._loop.call_soon_threadsafe(self._finish)
-                return
-            self._client._cond.release()
-            self._finish()
-        except BaseException:
-            pass
-
-
-def _state_name(value: int) -> str:
-    try:
-        return n.State(value).name
-    except ValueError:
-        return str(value)
-
-

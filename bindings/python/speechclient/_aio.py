@@ -1,0 +1,491 @@
+"""The asyncio side of Client: aupdates(), stream() and the Stream it returns.
+
+It exists so that the event-loop plumbing (a loop.add_reader on the client's event fd, updates
+handed from the callback thread to a loop, a stream's inbox and its early exits) stays apart from
+the synchronous API in client.py, which needs none of it.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from typing import TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Deque, Iterable, List, Optional, Tuple, Union
+
+from . import _native as n
+from ._handle import _IDLE_POLL_S, _WAIT_SLICE_S, _Buffer
+from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, SpeechTimeoutError
+from .types import PushAudio, StopEvent, Update
+
+if TYPE_CHECKING:
+    from .client import Client
+
+_QueueItem = Union[Update, object]
+_WAKE = object()  # put into asyncio queues to make aupdates() look at the client again
+# An aupdates() or stream() iterator: its loop, its queue (anything with put_nowait), and the
+# thread running the loop.
+_Sink = Tuple[asyncio.AbstractEventLoop, Any, int]
+# A loop.add_reader on the event fd: the loop, the fd, and the loop's thread.
+_Reader = Tuple[asyncio.AbstractEventLoop, int, int]
+
+
+class _AsyncMixin:
+    """Client's asyncio methods and the state they keep. Mixed into Client (client.py) ahead of
+    _Handle, whose two hooks it fills in; uses Client's shared queue, delivery and _may_end()."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._async_sinks: List[_Sink] = []
+        self._readers: List[_Reader] = []
+        self._stream_sink: Optional[_Sink] = None  # the running stream()'s, at most one
+        # Contexts whose stream() was left before their stop event: until those stop events,
+        # updates go to the shared queue (for updates()/aupdates()), never to a later stream().
+        self._abandoned = 0
+        # A stream() left early while listening: the rest of that listening goes to the shared
+        # queue, and the next stream() waits for it to end first.
+        self._abandoned_listen = False
+
+    async def aupdates(self, timeout: Optional[float] = None) -> AsyncIterator[Update]:
+        """updates() for asyncio: the same updates, ending the same way, without blocking the
+        event loop. With thread delivery the callback thread hands each update to the loop
+        (call_soon_threadsafe); with delivery="application" the loop watches the event fd and
+        runs the callbacks itself. It starts nothing; stream() starts a context and ends with
+        its stop event."""
+        loop = asyncio.get_running_loop()
+        q: "asyncio.Queue[_QueueItem]" = asyncio.Queue()
+        sink = (loop, q, threading.get_ident())
+        with self._cond:
+            while self._queue:  # updates that arrived before come first
+                q.put_nowait(self._queue.popleft())
+            self._async_sinks.append(sink)
+        reader = None
+        if self.delivery == n.Delivery.APPLICATION and self._handle is not None:
+            reader = self._watch_event_fd(loop)
+        seen_stop = False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                self._raise_callback_error()
+                try:
+                    item: _QueueItem = q.get_nowait()
+                except asyncio.QueueEmpty:
+                    item = None
+                if item is None:
+                    if self._handle is None:
+                        return
+                    if self._may_end(seen_stop):
+                        seen_stop = True  # a hands-free listening ended: that counts as its stop
+                        # Updates the callback thread handed over before it returned may still
+                        # wait in the loop's ready queue: let them land first.
+                        await asyncio.sleep(0)
+                        if q.empty():
+                            self._raise_callback_error()
+                            return
+                        continue
+                    # Hands-free listening can end with no update to wake this wait: look again.
+                    wait: Optional[float] = (_IDLE_POLL_S if seen_stop else
+                                             _WAIT_SLICE_S if self._listening_unseen() else None)
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise SpeechTimeoutError(n.Status.TIMEOUT, f"aupdates(): no update within {timeout} s")
+                        wait = left if wait is None else min(wait, left)
+                    try:
+                        item = await (q.get() if wait is None else asyncio.wait_for(q.get(), wait))
+                    except asyncio.TimeoutError:
+                        continue
+                if item is _WAKE:
+                    continue
+                seen_stop = seen_stop or isinstance(item, StopEvent)
+                yield item  # type: ignore[misc]
+                deadline = None if timeout is None else time.monotonic() + timeout
+        finally:
+            if reader is not None:
+                self._unwatch_event_fd(reader)
+            with self._cond:
+                if sink in self._async_sinks:
+                    self._async_sinks.remove(sink)
+                # What arrived for this iterator but was not consumed goes back to the shared queue.
+                leftovers: List[Update] = []
+                while not q.empty():
+                    x = q.get_nowait()
+                    if x is not _WAKE:
+                        leftovers.append(x)  # type: ignore[arg-type]
+                self._queue.extendleft(reversed(leftovers))
+
+    def stream(self, pcm: Optional[Union[_Buffer, Iterable[_Buffer], AsyncIterable[_Buffer]]] = None, *,
+               timeout: Optional[float] = None) -> "Stream":
+        """asyncio: starts a context and yields its updates (Segment, StartEvent, ErrorEvent,
+        StateEvent, and last its StopEvent), then ends. Needs delivery="application": the event
+        loop watches the client's event fd (loop.add_reader) and runs the callbacks itself, with
+        no other thread entering Python.
+
+            client = Client(url, app_id="demo", audio=WavFile("speech.wav"), delivery="application")
+            async for update in client.stream():
+                if isinstance(update, Segment) and update.final:
+                    print(update.transcript)
+
+        The context starts at the first iteration (start()). A WavFile context stops by itself at
+        the end of the file; a Microphone one when you call stop() (for example from the loop
+        body: keep iterating until the StopEvent). For a PushAudio client, `pcm` is the audio to
+        push: one buffer, an iterable or an async iterable of buffers (what push() takes); a
+        task on the same loop pushes them as they come, then calls push_end(). Without `pcm` you
+        push() and push_end() (or stop()) yourself, from the loop body or another task.
+
+        Leaving early (break, an exception, cancellation, `timeout` passing) removes the reader at
+        once, stops the context (stop()) and lets the client start again right away: the rest of
+        that context never reaches a later stream(); it goes to the queue that updates() and
+        aupdates() read, as do updates that arrived after the stop event. The cleanup runs when
+        the iterator is dropped (at once in CPython, as after `break`); `async with
+        client.stream() as updates:` or aclose() make it explicit.
+
+        Hands-free (activation "voice" or "wakeword"), the iteration is the whole listening: every
+        context it opened, with the ListenEvents, until the client is idle again (the end of the
+        file or of `pcm`, or stop()). Leaving it early stops the listening; its remaining updates
+        go to the shared queue, and the next stream() first waits for that listening to end.
+
+        `timeout` bounds the wait for each next update (SpeechTimeoutError). An exception a
+        callback raised, or one from iterating `pcm`, is raised here. After close() the iterator
+        ends (free abandons the context: no StopEvent). One stream() at a time per client.
+
+        InvalidStateError with thread delivery, while another stream() of this client runs, or
+        from start(); InvalidArgumentError for `pcm` given to a client whose audio is not
+        PushAudio."""
+        if self.delivery != n.Delivery.APPLICATION:
+            raise InvalidStateError(n.Status.INVALID_STATE,
+                                    'stream(): needs Client(..., delivery="application") (the event loop runs the '
+                                    'callbacks); with thread delivery use start() and aupdates()')
+        if pcm is not None:
+            if not isinstance(self.audio, PushAudio):
+                raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                           f"stream(pcm=...): the client's audio is {type(self.audio).__name__}, "
+                                           f"not PushAudio")
+            try:
+                memoryview(pcm).release()
+                pcm = (pcm,)  # one buffer
+            except TypeError:
+                if not hasattr(pcm, "__aiter__") and not hasattr(pcm, "__iter__"):
+                    raise InvalidArgumentError(n.Status.INVALID_ARGUMENT,
+                                               f"stream(pcm=...): a buffer, an iterable or an async iterable of "
+                                               f"buffers, not {type(pcm).__name__}") from None
+        self._enter()  # closed: InvalidStateError now rather than at the first iteration
+        self._leave()
+        return Stream(self, pcm, timeout)
+
+    # -- the event fd in an event loop --------------------------------------------------------
+
+    def _dispatch_quietly(self) -> None:  # loop.add_reader callback
+        try:
+            self._dispatch_all()
+        except SpeechClientError:
+            pass
+
+    def _watch_event_fd(self, loop: asyncio.AbstractEventLoop) -> _Reader:
+        """Dispatches from `loop` whenever the event fd is readable. A loop has one reader per fd,
+        so iterators on the same loop share it: the last one to leave removes it."""
+        fd = self.event_fd
+        reader = (loop, fd, threading.get_ident())
+        with self._cond:
+            shared = any(r[0] is loop and r[1] == fd for r in self._readers)
+            self._readers.append(reader)
+        if not shared:
+            try:
+                loop.add_reader(fd, self._dispatch_quietly)
+            except BaseException:
+                with self._cond:
+                    self._readers.remove(reader)
+                raise
+        return reader
+
+    def _unwatch_event_fd(self, reader: _Reader) -> None:
+        loop, fd, thread = reader
+        with self._cond:
+            if reader not in self._readers:  # close() removed every reader already
+                return
+            self._readers.remove(reader)
+            if any(r[0] is loop and r[1] == fd for r in self._readers):
+                return
+        try:
+            if loop.is_closed():
+                return
+            if thread == threading.get_ident():
+                loop.remove_reader(fd)
+            else:  # a Stream collected on another thread
+                loop.call_soon_threadsafe(loop.remove_reader, fd)
+        except Exception:
+            pass
+
+    def _remove_readers(self) -> None:
+        with self._cond:
+            readers, self._readers = self._readers, []
+        for loop, fd, thread in readers:
+            try:
+                if loop.is_closed():
+                    continue
+                if thread == threading.get_ident():
+                    loop.remove_reader(fd)
+                else:
+                    loop.call_soon_threadsafe(loop.remove_reader, fd)
+            except Exception:
+                pass
+
+    # -- updates handed to the loops ----------------------------------------------------------
+
+    def _wake_async(self) -> None:
+        with self._cond:
+            sinks = self._sinks()
+        for sink in sinks:
+            self._put_async(sink, _WAKE)
+
+    def _sinks(self) -> List[_Sink]:
+        """Every async iterator's sink (under self._cond)."""
+        return self._async_sinks + ([self._stream_sink] if self._stream_sink is not None else [])
+
+    def _put_async(self, sink: "_Sink", item: _QueueItem) -> None:
+        loop, q, thread = sink
+        if thread == threading.get_ident():
+            self._deliver_async(sink, item)  # inside dispatch() on the loop's own thread
+            return
+        try:
+            loop.call_soon_threadsafe(self._deliver_async, sink, item)
+        except RuntimeError:  # the loop is closed: keep the update for updates()
+            self._deliver_async(sink, item)
+
+    def _deliver_async(self, sink: "_Sink", item: _QueueItem) -> None:
+        """On the loop's thread: into the iterator's queue, or, when that iterator has ended
+        meanwhile, back into the shared queue so that no update is lost."""
+        with self._cond:
+            if sink not in self._async_sinks and sink is not self._stream_sink:
+                if item is not _WAKE:
+                    self._queue.append(item)  # type: ignore[arg-type]
+                    self._cond.notify_all()
+                return
+        sink[1].put_nowait(item)
+
+
+class _Inbox:
+    """A stream's updates: a deque and a future to wake the waiting iterator. A wait that times
+    out or is cancelled leaves every item in place (asyncio.wait_for on Queue.get may not)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.items: Deque[_QueueItem] = collections.deque()
+        self._loop = loop
+        self._waiter: Optional["asyncio.Future[None]"] = None
+
+    def put_nowait(self, item: _QueueItem) -> None:  # on the loop's thread
+        self.items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self, timeout: Optional[float]) -> None:
+        if self.items:
+            return
+        self._waiter = self._loop.create_future()
+        try:
+            await asyncio.wait({self._waiter}, timeout=timeout)
+        finally:
+            self._waiter = None
+
+
+async def _feed(client: "Client", pcm: Union[Iterable[_Buffer], AsyncIterable[_Buffer]]) -> None:
+    """A stream()'s pcm into the client, then push_end(). Module-level, holding no Stream, so a
+    dropped Stream is not kept alive by its own task."""
+    if hasattr(pcm, "__aiter__"):
+        async for chunk in pcm:  # type: ignore[union-attr]
+            client.push(chunk)
+    else:
+        for chunk in pcm:  # type: ignore[union-attr]
+            client.push(chunk)
+            await asyncio.sleep(0)  # the loop dispatches between chunks
+    try:
+        client.push_end()
+    except InvalidStateError:
+        pass  # the context ended first (its error and stop events say why) or the client closed
+
+
+class Stream:
+    """The async iterator that Client.stream() returns: one context's updates, ending after its
+    StopEvent. Also an async context manager; aclose() ends it early. See Client.stream()."""
+
+    def __init__(self, client: Client, pcm: Optional[Union[Iterable[_Buffer], AsyncIterable[_Buffer]]],
+                 timeout: Optional[float]):
+        self._client = client
+        self._pcm = pcm
+        self._timeout = timeout
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread = 0
+        self._inbox: Optional[_Inbox] = None
+        self._sink: Optional[_Sink] = None
+        self._reader: Optional[_Reader] = None
+        self._feeder: Optional["asyncio.Task[None]"] = None
+        self._begun = False
+        self._started = False  # start() succeeded: a StopEvent is owed
+        self._stopped = False  # that StopEvent has been received (hands-free: the listening ended)
+        self._done = False
+        self._hands_free = client.activation != n.Activation.MANUAL
+
+    def __repr__(self) -> str:
+        what = "done" if self._done else "running" if self._begun else "not started"
+        return f"<speechclient.Stream {what} on {self._client!r}>"
+
+    def __aiter__(self) -> "Stream":
+        return self
+
+    async def __aenter__(self) -> "Stream":
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        self._finish()
+
+    async def aclose(self) -> None:
+        """Ends the stream now (as leaving the loop early does); idempotent."""
+        self._finish()
+
+    async def __anext__(self) -> Update:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            if not self._begun:
+                self._begun = True
+                await self._wait_for_abandoned_listening()
+                self._begin()
+            return await self._next()
+        except BaseException:  # StopAsyncIteration, errors, cancellation: clean up at once
+            self._finish()
+            raise
+
+    async def _wait_for_abandoned_listening(self) -> None:
+        """A hands-free stream() left early has no StopEvent to mark the end of its listening:
+        wait until the client is idle (its updates going to the shared queue meanwhile), so
+        none of them reaches this stream."""
+        c = self._client
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while c._abandoned_listen and c._handle is not None:
+            if c._idle_now():
+                with c._cond:
+                    c._abandoned_listen = False
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): the listening left before did not end "
+                                                           f"within {self._timeout} s")
+            # Polled: nothing is signalled when the client becomes idle (the event fd announces
+            # events, and a listening stopped between two contexts ends without any).
+            await asyncio.sleep(_IDLE_POLL_S)
+
+    def _begin(self) -> None:
+        c = self._client
+        loop = asyncio.get_running_loop()
+        if c._stream_sink is not None:
+            raise InvalidStateError(n.Status.INVALID_STATE, "stream(): another stream() of this client is running "
+                                                            "(leave its loop or aclose() it first)")
+        # What is pending from before belongs to earlier contexts: dispatched now, it goes to the
+        # shared queue (or to a context left early), not to this stream.
+        c._dispatch_all()
+        self._loop, self._thread = loop, threading.get_ident()
+        self._inbox = _Inbox(loop)
+        sink = (loop, self._inbox, self._thread)
+        with c._cond:
+            if c._stream_sink is not None:
+                raise InvalidStateError(n.Status.INVALID_STATE, "stream(): another stream() of this client is running")
+            c._stream_sink = self._sink = sink
+        self._reader = c._watch_event_fd(loop)
+        c.start()
+        self._started = True
+        if self._pcm is not None:
+            inbox = self._inbox
+            self._feeder = loop.create_task(_feed(c, self._pcm))
+            self._feeder.add_done_callback(lambda _task: inbox.put_nowait(_WAKE))
+
+    async def _next(self) -> Update:
+        c, inbox = self._client, self._inbox
+        assert inbox is not None
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            c._raise_callback_error()
+            if inbox.items:
+                item = inbox.items.popleft()
+                if item is _WAKE:
+                    continue
+                if isinstance(item, StopEvent) and not self._hands_free:
+                    self._stopped = True
+                    self._finish()  # updates after the stop go to the shared queue
+                return item  # type: ignore[return-value]
+            if c._handle is None:
+                raise StopAsyncIteration
+            if self._hands_free and c._may_end(True):
+                if inbox.items:  # dispatched while looking: yield them first
+                    continue
+                self._stopped = True
+                raise StopAsyncIteration
+            feeder = self._feeder
+            if feeder is not None and feeder.done() and not feeder.cancelled() and feeder.exception() is not None:
+                raise feeder.exception()  # type: ignore[misc]
+            left = None
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): no update within {self._timeout} s")
+            if self._hands_free:  # the listening can end with no update to wake the wait
+                left = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
+            await inbox.wait(left)
+
+    def _finish(self) -> None:
+        """Idempotent, synchronous (it runs from __del__ too), from any thread."""
+        if self._done:
+            return
+        self._done = True
+        c, loop = self._client, self._loop
+        on_loop = self._thread == threading.get_ident()
+        feeder = self._feeder
+        if feeder is not None:
+            if feeder.done():
+                if not feeder.cancelled():
+                    feeder.exception()  # retrieved: asyncio does not log it as lost
+            elif on_loop:
+                feeder.cancel()
+            elif loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(feeder.cancel)
+        if self._reader is not None:
+            c._unwatch_event_fd(self._reader)
+        if self._sink is None:
+            return
+        abandon = False
+        with c._cond:
+            if c._stream_sink is self._sink:
+                c._stream_sink = None
+            inbox = self._inbox
+            leftovers = [x for x in inbox.items if x is not _WAKE] if inbox is not None else []
+            if inbox is not None:
+                inbox.items.clear()
+            if leftovers:  # not lost: for updates()/aupdates()
+                c._queue.extend(leftovers)  # type: ignore[arg-type]
+                c._cond.notify_all()
+            stopped = self._stopped or (not self._hands_free and any(isinstance(x, StopEvent) for x in leftovers))
+            if self._started and not stopped and c._handle is not None and not c._closing:
+                abandon = True
+                if self._hands_free:
+                    c._abandoned_listen = True
+                else:
+                    c._abandoned += 1
+                handle = c._handle
+                c._busy += 1  # as _enter(), without re-raising a callback's exception here
+        if abandon:
+            try:
+                n.spc_client_stop(handle)  # INVALID_STATE when it is stopping already: fine
+            finally:
+                c._leave()
+
+    def __del__(self) -> None:
+        try:
+            if self._done:
+                return
+            # Collected while this thread holds the client's lock (a cycle collected mid-call):
+            # finish from the loop instead of deadlocking.
+            if not self._client._cond.acquire(blocking=False):
+                if self._loop is not None and not self._loop.is_closed():
+                    self._loop.call_soon_threadsafe(self._finish)
+                return
+            self._client._cond.release()
+            self._finish()
+        except BaseException:
+            pass
