@@ -8,7 +8,8 @@
 **   spc_bench --url URL --mode updates --words N    (Tests/peers/hostile_slu_server.py --scenario Grow)
 **   paced: [--keep-samples 0] does not store latencies (a soak: memory of the library only)
 **   paced: [--thread-delivery 1] callbacks on the library's threads (the default delivery) instead
-**          of epoll + dispatch on the main thread; no latency figures then, CPU only
+**          of epoll + dispatch on the main thread; no latency figures then, CPU only;
+**          [--thread-delivery 2] the same on the shared callback threads (SPC_DELIVERY_SHARED)
 **   paced: [--io application] the clients' connections are read on the main thread too
 **          (SPC_IO_APPLICATION: spc_io_fd() in the same epoll set, spc_io_process() when ready)
 **   paced: [--io dispatch] the same with spc_io_dispatch() (0.4): the segments of the responses
@@ -177,7 +178,8 @@ static spc_options *make_options(const struct args *a, struct stream *st, int pu
     spc_options_set_start_cb(o, on_start, st);
     spc_options_set_stop_cb(o, on_stop, st);
     spc_options_set_error_cb(o, on_error, st);
-    spc_options_set_delivery(o, a->thread_delivery ? SPC_DELIVERY_THREAD : SPC_DELIVERY_APPLICATION);
+    spc_options_set_delivery(o, a->thread_delivery == 2 ? SPC_DELIVERY_SHARED
+                                : a->thread_delivery ? SPC_DELIVERY_THREAD : SPC_DELIVERY_APPLICATION);
     if (a->app_io) spc_options_set_io(o, SPC_IO_APPLICATION);
     return o;
 }
@@ -264,12 +266,12 @@ static int run_paced(const struct args *a) {
     for (int i = 0; i < n; i++) s[i].next_due = t0 + PERIOD_NS * i / n;
     int64_t win_start = t0 + (int64_t)(a->warmup * 1e9), win_end = win_start + (int64_t)(a->window * 1e9);
     double cpu0 = 0, cpu1 = 0;
-    long rss = 0, chunks = 0, ctx0 = 0, ctx1 = 0;
+    long rss = 0, chunks = 0, ctx0 = 0, ctx1 = 0, threads = 0;
     int next = 0; /* streams are due in index order within each period */
     for (;;) {
         int64_t now = now_ns();
         if (!g.measuring && now >= win_start && cpu0 == 0) { cpu0 = cpu_s(); ctx0 = ctx_switches(); g.measuring = 1; }
-        if (now >= win_end) { cpu1 = cpu_s(); ctx1 = ctx_switches(); g.measuring = 0; rss = status_kb("VmRSS"); break; }
+        if (now >= win_end) { cpu1 = cpu_s(); ctx1 = ctx_switches(); g.measuring = 0; rss = status_kb("VmRSS"); threads = status_kb("Threads"); break; }
         int64_t due = s[next].next_due;
         int64_t go = grid > 0 ? (due + grid - 1) / grid * grid : due; /* pushed from then on */
         if (go <= now) {
@@ -305,9 +307,9 @@ static int run_paced(const struct args *a) {
     qsort(g.added, m, sizeof *g.added, cmp64);
     qsort(g.raw, m, sizeof *g.raw, cmp64);
     printf("{\"client\":\"ours\",\"mode\":\"paced\",\"streams\":%d,\"window_s\":%.3f,\"cpu_s\":%.4f,\"ctx_switches\":%ld,"
-           "\"rss_kb\":%ld,\"rss_idle_kb\":%ld,\"chunks\":%ld,\"samples\":%zu,\"late\":%ld,\"errors\":%ld,"
+           "\"rss_kb\":%ld,\"rss_idle_kb\":%ld,\"threads\":%ld,\"chunks\":%ld,\"samples\":%zu,\"late\":%ld,\"errors\":%ld,"
            "\"unmatched\":%ld,\"lag_mean_ms\":%.4f,\"added_p50_ms\":%.4f,\"added_p99_ms\":%.4f,\"raw_p50_ms\":%.4f,\"raw_p99_ms\":%.4f}\n",
-           n, a->window, cpu1 - cpu0, ctx1 - ctx0, rss, rss_idle, chunks, m, g.late, g.errors, g.unmatched,
+           n, a->window, cpu1 - cpu0, ctx1 - ctx0, rss, rss_idle, threads, chunks, m, g.late, g.errors, g.unmatched,
            chunks ? g.lag_ns / 1e6 / (double)chunks : -1, pct(g.added, m, 0.5), pct(g.added, m, 0.99), pct(g.raw, m, 0.5), pct(g.raw, m, 0.99));
     return 0;
 }
@@ -433,7 +435,7 @@ int main(int argc, char **argv) {
             a.app_io = !strcmp(v, "application") || !strcmp(v, "dispatch");
             io_dispatch = !strcmp(v, "dispatch");
         }
-        else if (!strcmp(k, "--thread-delivery")) a.thread_delivery = v && atoi(v) != 0;
+        else if (!strcmp(k, "--thread-delivery")) a.thread_delivery = v ? atoi(v) : 0;
         else if (!strcmp(k, "--launch-ns")) a.launch_ns = atoll(v);
         else if (!strcmp(k, "--keep-samples")) g.keep_samples = atoi(v);
         else if (!strcmp(k, "--words")) a.words = atoi(v);

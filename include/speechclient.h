@@ -63,14 +63,15 @@
 **   - spc_options is not thread-safe: fill it from one thread, then hand it to spc_client_new().
 **   - spc_client functions may be called from any thread, concurrently.
 **   - The library owns its threads: one callback thread per client (or, with
-**     SPC_DELIVERY_SHARED, callback threads that all such clients share), plus worker, audio and
-**     network threads (with SPC_IO_APPLICATION, the application's thread does some network
-**     work, in spc_io_process() or spc_io_dispatch()). All callbacks of one client run on that
-**     client's callback thread (with SPC_DELIVERY_SHARED, on the shared callback threads; with
-**     SPC_DELIVERY_APPLICATION, on the application's thread inside spc_client_dispatch() or
-**     spc_io_dispatch()), in the order the events happened, one at a time. A slow callback
-**     delays only its own client (and, with SPC_IO_APPLICATION, the network work that its
-**     thread does in spc_io_process() or spc_io_dispatch()).
+**     SPC_DELIVERY_SHARED, callback threads that all such clients share), plus worker threads
+**     that all clients share (since 0.10; a few, more while a connect, a login or a microphone
+**     holds them up) and a network thread (with SPC_IO_APPLICATION, the application's thread
+**     does some network work, in spc_io_process() or spc_io_dispatch()). All callbacks of one
+**     client run on that client's callback thread (with SPC_DELIVERY_SHARED, on the shared
+**     callback threads; with SPC_DELIVERY_APPLICATION, on the application's thread inside
+**     spc_client_dispatch() or spc_io_dispatch()), in the order the events happened, one at a
+**     time. A slow callback delays only its own client (and, with SPC_IO_APPLICATION, the
+**     network work that its thread does in spc_io_process() or spc_io_dispatch()).
 **   - Inside a callback you may call spc_client_start(), spc_client_stop(),
 **     spc_client_suspend(), spc_client_resume(), spc_client_push_audio() and the other
 **     non-blocking functions. spc_client_free() and spc_client_wait_idle() called from inside one
@@ -804,9 +805,9 @@ SPC_API spc_status spc_client_new(const spc_options *options, spc_client **out_c
 /* Stops everything and frees the client: any open context is abandoned (its stop callback is
 ** not called), a connect or login in progress is abandoned (free does not wait for its
 ** timeout), the audio source and connections are closed, callbacks already queued are
-** delivered, and the library's threads for this client are joined. No callback of this client
-** runs after it returns. NULL returns SPC_OK. From inside one of the client's own callbacks it
-** returns SPC_ERROR_INVALID_STATE and frees nothing. */
+** delivered, the client's work on the library's shared threads ends and its callback thread is
+** joined. No callback of this client runs after it returns. NULL returns SPC_OK. From inside
+** one of the client's own callbacks it returns SPC_ERROR_INVALID_STATE and frees nothing. */
 SPC_API spc_status spc_client_free(spc_client *client);
 
 /* Requests a new audio context. Returns at once; the start callback fires when the server has

@@ -4,11 +4,17 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 #include <openssl/ssl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <alsa/asoundlib.h>
 #include "cshims.h"
+
+int speechclient_shim_thread_id(void) {
+    return (int)syscall(SYS_gettid);
+}
 
 void speechclient_shim_set_thread_name(const char *name) {
     char buf[16];

@@ -9,6 +9,8 @@
 
 /* Names the calling thread (at most 15 bytes are kept); shows in top -H and gdb. */
 void speechclient_shim_set_thread_name(const char *name);
+/* The calling thread's kernel id (gettid), as /proc/self/task and top -H show it. */
+int speechclient_shim_thread_id(void);
 
 /* OpenSSL macros (SSL_ctrl / SSL_CTX_ctrl wrappers). The types are declared opaquely so this
    header does not pull OpenSSL's headers into a second Clang module. */

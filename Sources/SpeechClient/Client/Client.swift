@@ -9,10 +9,10 @@ import Glibc
 ///
 /// Threads. API calls run on the caller's thread and only check and change `state` and queue
 /// commands. The worker thread does everything that blocks or talks to the stream: opening
-/// audio, connecting, sending, folding responses into segments. A `DeliveryPool` thread runs the
+/// audio, connecting, sending, folding responses into segments. A `ThreadPool` thread runs the
 /// application's callbacks, one at a time, with no lock held. One `ConditionLock` guards the
 /// shared fields below (hence @unchecked Sendable); it is never held across I/O or a callback.
-public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
+public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     public typealias EventHandler = @Sendable (Client, ClientEvent) -> Void
 
     enum Command {
@@ -38,11 +38,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
     private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
     private let logRelay: LogRelay
 
-    // Guarded by `lock`. Its own condition wakes wait_idle and free callers; the worker waits on
-    // a condition of its own, so that an event does not wake it (each spurious wake-up is two
-    // context switches, per chunk and per response).
+    // Guarded by `lock`. Its condition wakes wait_idle and free callers.
     private let lock: ConditionLock
-    private let workerWake: Condition
     private var state = ClientState.idle
     private var pendingStart = false
     private var commands = FIFO<Command>()
@@ -50,6 +47,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
     private var workerBusy = false
     /// Something the waiting worker waits for happened (a stream drained, audio became final).
     private var workerPoked = false
+    /// The worker's turn is queued on the worker pool or running: at most one at a time.
+    private var workerScheduled = false
+    /// The earliest deadline an event-loop timer will poke the worker at (one timer per
+    /// deadline, not one per turn that waits for it).
+    private var workerTimerAt: UInt64?
     private var contextOpen = false
     private var delivering = false
     private var closing = false
@@ -60,10 +62,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
     private var deliveryOwner: UInt = 0
     /// SPC_DELIVERY_THREAD: the client's own; SPC_DELIVERY_SHARED: the process's; nil in
     /// application delivery.
-    private let deliveryPool: DeliveryPool?
+    private let deliveryPool: ThreadPool?
 
     private var worker: ClientWorker?
-    private var workerThread: NativeThread?
 
     // Application delivery (spc_client_dispatch): an eventfd readable while events are pending,
     // the thread inside dispatch, and a lock that makes concurrent dispatch calls take turns.
@@ -95,7 +96,6 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
                 handler: EventHandler?) throws(SpeechClientError) {
         let lock = ConditionLock()
         self.lock = lock
-        workerWake = lock.makeCondition()
         try options.validateForClient()
         guard let server = options.server else {
             throw SpeechClientError(.invalidArgument, "no server URL")
@@ -111,10 +111,10 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
             deliveryPool = nil
         case .thread:
             eventFD = -1
-            deliveryPool = try DeliveryPool.privateThread()
+            deliveryPool = try ThreadPool.privateCallbackThread()
         case .shared:
             eventFD = -1
-            deliveryPool = DeliveryPool.shared
+            deliveryPool = ThreadPool.callbacks
         }
         self.makeSource = makeSource ?? Client.realSource
         let identity = DeviceIdentity.resolve(options: options)
@@ -159,12 +159,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
                 : "plaintext connection to non-loopback host \(server.host): audio and tokens are not encrypted")
         }
         if options.insecureTLS { log(.warning, "TLS certificate verification is OFF (insecure_tls)") }
-        do throws(SpeechClientError) {
-            workerThread = try NativeThread(name: "spc-worker") { [worker] in worker.run() }
-        } catch {
-            shutdownThreads(dropQueued: true)  // spc_client_new fails: no callback runs
-            throw error
-        }
+        // A first turn: commands queued meanwhile, and the deadlines of a prepared stream.
+        lock.withLock { requestWorkerTurnLocked() }
     }
 
     /// The real service: gRPC channels shared per server, login with the token cache.
@@ -398,7 +394,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
         if timeoutMilliseconds == 0 { return false }
         // From another client's callback, on a pool thread: the pool counts it out meanwhile,
         // so this client's callbacks still get a thread.
-        return DeliveryPool.shared.blocking {
+        return ThreadPool.callbacks.blocking {
             Client.blockingForTheNetwork(options) {
                 lock.withLock {
                     while !isIdleLocked {
@@ -580,42 +576,102 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
 
     private func enqueueLocked(_ command: Command) {
         commands.push(command)
-        workerWake.signal()
+        requestWorkerTurnLocked()
+    }
+
+    /// Queues a turn of the worker on the worker pool unless one is queued or running (that
+    /// one sees what was queued before it ends: `finishWorkerTurn`).
+    private func requestWorkerTurnLocked() {
+        guard !workerScheduled, worker != nil else { return }
+        workerScheduled = true
+        ThreadPool.workers.schedule(WorkerTurn(client: self))
+    }
+
+    /// A turn of the worker, on a worker-pool thread. True: queue it again.
+    func runWorkerTurn() -> Bool {
+        guard let worker = lock.withLock({ self.worker }) else {
+            return lock.withLock {
+                workerScheduled = false
+                lock.broadcast()
+                return false
+            }
+        }
+        let turn = worker.runTurn()
+        var timer: UInt64?
+        let again: Bool = lock.withLock {
+            switch turn {
+            case .more:
+                return true
+            case .closed:
+                workerScheduled = false
+                lock.broadcast()  // free waits for this
+                return false
+            case .wait(let deadline):
+                // Queued meanwhile: another turn at once (the check and the end of this one
+                // are atomic, so nothing queued is left without a turn).
+                if !commands.isEmpty || workerPoked || closing { return true }
+                workerScheduled = false
+                if workerBusy {
+                    workerBusy = false
+                }
+                wakeIdleWaitersLocked()
+                if let deadline, workerTimerAt.map({ deadline < $0 }) ?? true {
+                    workerTimerAt = deadline
+                    timer = deadline
+                }
+                return false
+            }
+        }
+        if let deadline = timer { wakeWorker(at: deadline) }
+        return again
+    }
+
+    /// A poke at `deadline` (a reconnection, a start timeout, an idle stream, a stall's bound):
+    /// an event-loop timer, rounded up to the millisecond so that it never fires early.
+    private func wakeWorker(at deadline: UInt64) {
+        guard let loop = try? EventLoop.shared() else { return }
+        let now = Clock.monotonicNanos()
+        let ms = deadline > now ? Int((deadline - now + 999_999) / 1_000_000) : 0
+        loop.post { [weak self] in
+            loop.addTimer(milliseconds: ms) { [weak self] in self?.pokeWorker(timerAt: deadline) }
+        }
+    }
+
+    enum Taken {
+        case command(Command)
+        /// No command; `poked`: something the worker waited for happened.
+        case nothing(poked: Bool)
+        case closing
+    }
+
+    /// The worker's next command, without waiting.
+    func takeCommand() -> Taken {
+        lock.withLock {
+            if workerBusy {
+                workerBusy = false
+                wakeIdleWaitersLocked()
+            }
+            if closing { return .closing }
+            let poked = workerPoked
+            workerPoked = false
+            guard let command = commands.pop() else { return .nothing(poked: poked) }
+            if poked { workerPoked = true }  // for the step after this command
+            workerBusy = true
+            return .command(command)
+        }
     }
 
     func enqueue(_ command: Command) {
         lock.withLock { enqueueLocked(command) }
     }
 
-    /// Wakes the worker from a wait for the network (a stream's backlog fell, audio became final).
-    func pokeWorker() {
+    /// Wakes the worker from a wait for the network (a stream's backlog fell, audio became
+    /// final, a deadline came).
+    func pokeWorker(timerAt: UInt64? = nil) {
         lock.withLock {
+            if let t = timerAt, workerTimerAt == t { workerTimerAt = nil }
             workerPoked = true
-            workerWake.signal()
-        }
-    }
-
-    /// The worker takes the next command. `wait`: block until one arrives, `pokeWorker()` is
-    /// called, or `deadline` (monotonic ns) passes; nil then means "nothing to do" (go on
-    /// pumping, or the deadline).
-    func nextCommand(wait: Bool, deadline: UInt64? = nil) -> Command?? {
-        lock.withLock {
-            if workerBusy {
-                workerBusy = false
-                wakeIdleWaitersLocked()
-            }
-            defer { workerPoked = false }
-            while wait && commands.isEmpty && !closing && !workerPoked {
-                if let deadline {
-                    if !workerWake.wait(untilMonotonicNanos: deadline) { break }
-                } else {
-                    workerWake.wait()
-                }
-            }
-            if closing { return .some(nil) }
-            guard let command = commands.pop() else { return nil }
-            workerBusy = true
-            return .some(command)
+            requestWorkerTurnLocked()
         }
     }
 
@@ -721,7 +777,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
     /// the others waiting.
     static let deliveryBatch = 64
 
-    func deliverFromPool() -> Bool {
+    func runOnPool() -> Bool {
         let me = UInt(pthread_self())
         let mine: Bool = lock.withLock {
             deliveryScheduled = false
@@ -758,16 +814,19 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
     /// `dropQueued`: from deinit (the last reference is gone without a free, so no pool thread
     /// holds it) or a failed init (no callback may run): what is still queued is dropped.
     private func shutdownThreads(dropQueued: Bool = false) {
-        let worker: NativeThread? = lock.withLock {
+        lock.withLock {
             closing = true
             lock.broadcast()
-            workerWake.signal()
-            let t = workerThread
-            workerThread = nil
-            return t
         }
+        // A connect or login in progress gives up; the worker's turn in progress (or queued)
+        // ends at its next step, which sees `closing`. From a shared callback thread, the pool
+        // counts this one out meanwhile.
         cancellation.cancel()
-        worker?.join()
+        ThreadPool.callbacks.blocking {
+            lock.withLock {
+                while workerScheduled { lock.wait() }
+            }
+        }
         self.worker?.shutdown()
         lock.withLock {
             callbacksClosing = true
@@ -778,19 +837,27 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolDelivery {
         } else if eventFD < 0 {
             // What was queued before free runs on the pool; then no callback runs any more.
             wakeCallbackThread()
-            DeliveryPool.shared.blocking {
+            ThreadPool.callbacks.blocking {
                 lock.withLock {
                     while !events.isEmpty || deliveryOwner != 0 { lock.wait() }
                 }
             }
         }
-        if let pool = deliveryPool, pool !== DeliveryPool.shared { pool.shutdown() }
+        if let pool = deliveryPool, pool !== ThreadPool.callbacks { pool.shutdown() }
         self.worker = nil
         if eventFD >= 0 {
             // Application delivery: what was queued before free runs now, on this thread.
             dispatchLock.withLock { _ = deliverPending(maxEvents: 0) }
         }
     }
+}
+
+/// A turn of a client's worker, queued on the worker pool. It holds the client, so a client is
+/// never released while its worker has a turn queued or running.
+final class WorkerTurn: PoolWork {
+    let client: Client
+    init(client: Client) { self.client = client }
+    func runOnPool() -> Bool { client.runWorkerTurn() }
 }
 
 /// Lets objects made before the client (the service) log through it once it exists. Set once,

@@ -2,10 +2,12 @@
 import Glibc
 #endif
 
-/// The client's worker thread: opens audio and streams, sends audio and start/stop, and folds
-/// the server's responses into segments. Only this thread touches the fields below (after
-/// `prepare` in the constructor, which runs before the thread starts), or a thread holding
-/// `audioLock` while the worker is idle.
+/// The client's worker: opens audio and streams, sends audio and start/stop, and folds the
+/// server's responses into segments. It runs in turns on the shared worker pool
+/// (`ThreadPool.workers`), one turn at a time (the client's `workerScheduled` says so), each
+/// when a command, a stream's notice or a deadline needs one. Only its turns touch the fields
+/// below (after `prepare` in the constructor, before any turn), or a thread holding `audioLock`
+/// while the worker is idle; hence @unchecked Sendable.
 final class ClientWorker: @unchecked Sendable {
     weak var client: Client?
 
@@ -134,27 +136,56 @@ final class ClientWorker: @unchecked Sendable {
     /// timeout cutting streams during a long pause must not use up the reconnect attempts.
     static let servedLongEnoughNanos: UInt64 = 5_000_000_000
 
-    // MARK: - Loop
+    // MARK: - Turns
 
-    func run() {
-        while let client {
-            // While pumping, take commands without waiting and read audio between them. A
-            // prepared stream with no context is closed after `idleStreamMilliseconds`
-            // (protocol.md: the official clients did the same) and reopened by the next start.
-            let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
-            let deadline = [reconnect?.at, idleDeadline, moveDeadline, startDeadline, stalledUntil].compactMap { $0 }.min()
-            let busy = (pumpWanted || replaying) && stalledUntil == nil
-            let next = client.nextCommand(wait: !busy, deadline: deadline)
-            // Whatever ended the wait, the pump looks again.
-            stalledUntil = nil
-            guard let next else {
-                audioLock.withLock { idleStep(idleDeadline: idleDeadline) }
-                continue
-            }
-            lastActivity = Clock.monotonicNanos()
-            guard let command = next else { return }
-            audioLock.withLock { handle(command) }
+    enum Turn {
+        /// More to do now (pumping a file): queue again, behind other clients' work.
+        case more
+        /// Nothing to do until a command, a poke, or this time (monotonic ns; nil: none).
+        case wait(until: UInt64?)
+        /// The client is being freed.
+        case closed
+    }
+
+    /// Steps taken per turn before the thread goes to other clients' work.
+    static let stepsPerTurn = 64
+
+    /// One turn: commands and the work between them (pumping, replay, deadlines), until there
+    /// is nothing to do now or the turn's steps are used up.
+    func runTurn() -> Turn {
+        for _ in 0..<Self.stepsPerTurn {
+            // The whole step under `audioLock`: a pushing thread or the event loop may fold
+            // audio or a segment in directly between steps, and the deadlines read the lanes.
+            // (Lock order: `audioLock`, then the client's lock.)
+            if let end = audioLock.withLock({ step() }) { return end }
         }
+        return .more
+    }
+
+    /// One command, or the work between commands; nil to go on with the turn.
+    private func step() -> Turn? {
+        guard let client else { return .closed }
+        // While pumping, commands are taken between reads. A prepared stream with no context
+        // is closed after `idleStreamMilliseconds` (protocol.md: the official clients did the
+        // same) and reopened by the next start.
+        let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
+        let deadline = [reconnect?.at, idleDeadline, moveDeadline, startDeadline, stalledUntil].compactMap { $0 }.min()
+        switch client.takeCommand() {
+        case .closing:
+            return .closed
+        case .command(let command):
+            stalledUntil = nil
+            lastActivity = Clock.monotonicNanos()
+            handle(command)
+        case .nothing(let poked):
+            let due = deadline.map { Clock.monotonicNanos() >= $0 } ?? false
+            // Whatever ended a stall (a poke, its time), the pump looks again.
+            if poked || due { stalledUntil = nil }
+            let busy = (pumpWanted || replaying) && stalledUntil == nil
+            guard busy || poked || due else { return .wait(until: deadline) }
+            idleStep(idleDeadline: idleDeadline)
+        }
+        return nil
     }
 
     /// A lane still has replay audio to send.

@@ -146,6 +146,9 @@ public final class NativeThread: @unchecked Sendable {
 
     public var isCurrent: Bool { pthread_equal(handle, pthread_self()) != 0 }
 
+    /// The calling thread's kernel id (what /proc/self/task and `top -H` show).
+    public static var currentKernelID: Int32 { speechclient_shim_thread_id() }
+
     /// The thread's pthread_self() value.
     public var id: UInt { UInt(handle) }
 

@@ -161,6 +161,18 @@ final class EventLoop: @unchecked Sendable {
         if wake && !isInLoop { wakeUp() }
     }
 
+    /// Queues `task` for the loop thread, never running it on this one: for a caller holding
+    /// a lock that the loop's work may take.
+    func post(_ task: @escaping @Sendable () -> Void) {
+        let wake = queue.withLock { q -> Bool in
+            q.tasks.append(task)
+            if q.wakePending { return false }
+            q.wakePending = true
+            return true
+        }
+        if wake && !isInLoop { wakeUp() }
+    }
+
     /// Runs `task` inside the loop's work and waits for it; inline when already inside it.
     func executeAndWait<T: Sendable>(_ task: @escaping @Sendable () -> T) -> T {
         if isInLoop { return task() }

@@ -15,7 +15,7 @@ func sharedOptions() throws -> ClientOptions {
     return o
 }
 
-@Suite(.serialized) struct DeliveryPoolTests {
+@Suite(.serialized) struct ThreadPoolTests {
     /// Threads of this process named `name` (what `top -H` shows).
     static func threads(named name: String) -> Int {
         guard let dir = opendir("/proc/self/task") else { return -1 }
@@ -33,7 +33,7 @@ func sharedOptions() throws -> ClientOptions {
 
     @Test func fiftyClientsShareAFewCallbackThreadsAndEachGetsItsEventsInOrder() throws {
         let logs = (0..<50).map { _ in EventLog() }
-        let before = Self.threads(named: "spc-callbacks")
+        let before = Self.threads(named: "spc-cb-shared")
         var clients: [Client] = []
         defer { for c in clients { try? c.close() } }
         for log in logs {
@@ -47,20 +47,19 @@ func sharedOptions() throws -> ClientOptions {
             let onPool = log.onCallbackThread.load(ordering: .relaxed)
             #expect(onPool)
         }
-        let after = Self.threads(named: "spc-callbacks")
-        // 50 clients used to start 50 callback threads; the pool adds at most its base.
-        #expect(after - max(before, 0) <= DeliveryPool.shared.baseThreads, "\(before) -> \(after)")
-        #expect(Self.threads(named: "spc-callbacks") == DeliveryPool.shared.threadCount)
+        let after = Self.threads(named: "spc-cb-shared")
+        // 50 clients in thread delivery start 50 callback threads; the pool adds at most its base.
+        #expect(after - max(before, 0) <= ThreadPool.callbacks.baseThreads, "\(before) -> \(after)")
+        #expect(Self.threads(named: "spc-cb-shared") == ThreadPool.callbacks.threadCount)
     }
 
     /// The default: every callback of a client on one thread of its own, joined by free.
     @Test func threadDeliveryGivesEachClientAThreadOfItsOwn() throws {
-        let seen = (0..<3).map { _ in Locked<Set<UInt>>([]) }
-        let before = Self.threads(named: "spc-callbacks")
+        let seen = (0..<3).map { _ in Locked<Set<Int32>>([]) }
         var clients: [Client] = []
         for i in 0..<3 {
             clients.append(try Client(options: try pushOptions(), service: FakeRecognitionService(), handler: { _, _ in
-                seen[i].withLock { _ = $0.insert(UInt(pthread_self())) }
+                seen[i].withLock { _ = $0.insert(NativeThread.currentKernelID) }
             }))
         }
         for c in clients { try c.start() }
@@ -69,14 +68,17 @@ func sharedOptions() throws -> ClientOptions {
         let threads = seen.map { $0.withLock { $0 } }
         #expect(threads.allSatisfy { $0.count == 1 })
         #expect(Set(threads.flatMap { $0 }).count == 3)
-        #expect(Self.threads(named: "spc-callbacks") == before)  // joined by free
+        // Joined by free: gone from the process.
+        for tid in threads.flatMap({ $0 }) {
+            #expect(Files.read("/proc/self/task/\(tid)/comm") == nil, "thread \(tid) outlived free")
+        }
     }
 
     @Test func aSlowCallbackDelaysOnlyItsOwnClient() throws {
         let release = Atomic<Bool>(false)
         let slowEntered = Atomic<Int>(0)
         // Every pool thread gets a client whose first callback blocks until released.
-        let stuck = DeliveryPool.shared.baseThreads + 1
+        let stuck = ThreadPool.callbacks.baseThreads + 1
         var slow: [Client] = []
         defer {
             release.store(true, ordering: .relaxed)
@@ -107,7 +109,7 @@ func sharedOptions() throws -> ClientOptions {
     /// free and wait_idle of one client called from another's callback, while every pool
     /// thread is inside such a callback: the waited-for callbacks still run.
     @Test func freeAndWaitIdleFromAnotherClientsCallbackDoNotDeadlock() throws {
-        let pairs = DeliveryPool.shared.baseThreads + 2
+        let pairs = ThreadPool.callbacks.baseThreads + 2
         let done = Atomic<Int>(0)
         var outer: [Client] = []
         defer { for c in outer { try? c.close() } }

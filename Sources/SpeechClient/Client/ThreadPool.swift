@@ -2,17 +2,20 @@
 import Glibc
 #endif
 
-/// A client in thread delivery with callbacks waiting, as the delivery pool sees it.
-protocol PoolDelivery: AnyObject, Sendable {
-    /// Runs some of the waiting callbacks, in order, on the calling pool thread. True when more
-    /// wait: the client is queued again, behind the others.
-    func deliverFromPool() -> Bool
+/// Work queued on a pool: a client's callbacks waiting, or its worker's next turn.
+protocol PoolWork: AnyObject, Sendable {
+    /// Runs a bounded share of the work on the calling pool thread. True when more is ready
+    /// now: it is queued again, behind the others.
+    func runOnPool() -> Bool
 }
 
-/// Threads that run clients' callbacks. A client is on at most one of them at a time
-/// (`Client.deliveryOwner`), so its callbacks run in order, one at a time.
+/// Threads shared by clients (issue 21): `workers` run the clients' workers (a turn each time a
+/// command, a stream's notice or a deadline needs one: `ClientWorker.runTurn`), `callbacks` the
+/// callbacks of clients in SPC_DELIVERY_SHARED. A client is on at most one thread of a pool at a
+/// time (its own flags say so), so its work and its callbacks stay in order, one at a time.
 ///
-/// `shared` serves every client in SPC_DELIVERY_SHARED: a few threads for the process instead
+/// Work that blocks (a connect, a login, a microphone read) holds its thread up, so a pool grows
+/// while it is held up. `callbacks` serves every client in SPC_DELIVERY_SHARED: a few threads for the process instead
 /// of one per client (issue 21). The header promises that a slow callback delays only its own
 /// client, so it grows when it is held up: clients that waited `patienceNanos` with no thread
 /// free get a new thread (a watchdog on the event loop checks), and a pool thread blocked inside
@@ -23,16 +26,18 @@ protocol PoolDelivery: AnyObject, Sendable {
 /// A client in SPC_DELIVERY_THREAD (the default) has a private pool: one thread, started with
 /// the client and joined by its free (the header promises each client a callback thread of its
 /// own), which never grows.
-final class DeliveryPool: @unchecked Sendable {  // every field below is guarded by `lock`
-    static let shared = DeliveryPool(baseThreads: 2, grows: true)
+final class ThreadPool: @unchecked Sendable {  // every field below is guarded by `lock`
+    static let callbacks = ThreadPool(name: "spc-cb-shared", baseThreads: 2, grows: true)
+    static let workers = ThreadPool(name: "spc-worker", baseThreads: 2, grows: true)
     static let patienceNanos: UInt64 = 20_000_000
     static let retireAfterNanos: UInt64 = 30_000_000_000
     let baseThreads: Int
     private let grows: Bool
+    private let name: String
 
     private let lock = ConditionLock()
     private let workWaiting: Condition
-    private var ready = FIFO<(client: any PoolDelivery, since: UInt64)>()
+    private var ready = FIFO<(work: any PoolWork, since: UInt64)>()
     /// Started and not yet exited; `idle` of them wait for work, `blocked` wait in the library.
     private var threads = 0
     private var idle = 0
@@ -44,15 +49,16 @@ final class DeliveryPool: @unchecked Sendable {  // every field below is guarded
 
     private var stopping = false
 
-    init(baseThreads: Int, grows: Bool) {
+    init(name: String, baseThreads: Int, grows: Bool) {
+        self.name = name
         self.baseThreads = baseThreads
         self.grows = grows
         workWaiting = lock.makeCondition()
     }
 
     /// A client's own pool: its thread starts now, so a failure fails spc_client_new.
-    static func privateThread() throws(SpeechClientError) -> DeliveryPool {
-        let pool = DeliveryPool(baseThreads: 1, grows: false)
+    static func privateCallbackThread() throws(SpeechClientError) -> ThreadPool {
+        let pool = ThreadPool(name: "spc-callbacks", baseThreads: 1, grows: false)
         pool.threads = 1
         let thread = try NativeThread(name: "spc-callbacks") { [pool] in pool.run() }
         pool.lock.withLock { pool.handles[thread.id] = thread }
@@ -71,10 +77,11 @@ final class DeliveryPool: @unchecked Sendable {  // every field below is guarded
         for t in joining { if t.isCurrent { t.detach() } else { t.join() } }
     }
 
-    /// Queues a client whose callbacks wait (the client makes sure it is queued at most once).
-    func schedule(_ client: any PoolDelivery) {
+    /// Queues work (its owner makes sure it is queued at most once). May be called with the
+    /// owner's lock held: it takes only the pool's, and never runs the event loop's work inline.
+    func schedule(_ work: any PoolWork) {
         let growth: Growth = lock.withLock {
-            ready.push((client, Clock.monotonicNanos()))
+            ready.push((work, Clock.monotonicNanos()))
             return wakeOrGrowLocked()
         }
         grow(growth)
@@ -128,7 +135,7 @@ final class DeliveryPool: @unchecked Sendable {  // every field below is guarded
 
     private func startThread() {
         do throws(SpeechClientError) {
-            let thread = try NativeThread(name: "spc-callbacks") { [self] in self.run() }
+            let thread = try NativeThread(name: name) { [self] in self.run() }
             lock.withLock { handles[thread.id] = thread }
         } catch {
             // Out of threads: the watchdog tries again while work waits.
@@ -151,7 +158,7 @@ final class DeliveryPool: @unchecked Sendable {  // every field below is guarded
             lock.withLock { watchdogArmed = false }
             return
         }
-        loop.execute { [self] in
+        loop.post { [self] in
             loop.addTimer(milliseconds: Int(Self.patienceNanos / 1_000_000)) { [self] in self.watchdog() }
         }
     }
@@ -178,7 +185,7 @@ final class DeliveryPool: @unchecked Sendable {  // every field below is guarded
         let me = UInt(pthread_self())
         lock.withLock { _ = members.insert(me) }
         while true {
-            let (next, growth): ((any PoolDelivery)?, Growth) = lock.withLock {
+            let (next, growth): ((any PoolWork)?, Growth) = lock.withLock {
                 while ready.isEmpty {
                     if stopping { return (nil, .none) }
                     idle += 1
@@ -186,15 +193,15 @@ final class DeliveryPool: @unchecked Sendable {  // every field below is guarded
                     idle -= 1
                     if !woken && ready.isEmpty && threads - blocked > baseThreads { return (nil, .none) }
                 }
-                let client = ready.pop()?.client
+                let work = ready.pop()?.work
                 // Others still wait and no thread is free (this one may be held up next): the
                 // watchdog looks after them.
-                return (client, !ready.isEmpty && idle == 0 && grows ? needsWatchdogLocked() : .none)
+                return (work, !ready.isEmpty && idle == 0 && grows ? needsWatchdogLocked() : .none)
             }
             grow(growth)
-            guard let client = next else { break }
-            if client.deliverFromPool() {
-                lock.withLock { _ = ready.push((client, Clock.monotonicNanos())) }
+            guard let work = next else { break }
+            if work.runOnPool() {
+                lock.withLock { _ = ready.push((work, Clock.monotonicNanos())) }
             }
         }
         // Retired: nobody joins a shared pool's thread, so it lets the system reclaim it. A
