@@ -21,8 +21,8 @@ out=$(mkdir -p "${1:-dist}" && cd "${1:-dist}" && pwd)
 version=$(tr -d " \n" < VERSION)
 lib=build/libspeechclient.so.$version
 [ -f "$lib" ] || { echo "build-wheel: $lib is missing (make lib)" >&2; exit 1; }
-grep -q "^version = \"$version\"$" bindings/python/pyproject.toml \
-    || { echo "build-wheel: bindings/python/pyproject.toml is not at the header's version $version" >&2; exit 1; }
+# The wheel's version is the binding's (pyproject.toml: dynamic), which must be VERSION's.
+scripts/stamp-version.sh --check || { echo "build-wheel: the tree does not carry VERSION's $version everywhere" >&2; exit 1; }
 
 tools=build/wheel-tools
 if ! "$tools/bin/python" -c 'import auditwheel, setuptools, wheel' 2> /dev/null; then

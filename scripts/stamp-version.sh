@@ -1,6 +1,7 @@
 #!/bin/sh
 # The one version number: VERSION holds MAJOR.MINOR.PATCH; this writes it wherever a file must
-# spell it out (the header's SPC_VERSION_* macros, the binding's copy of them, the man page), and
+# spell it out (the header's SPC_VERSION_* macros, the binding's copy of them, the man page, the
+# current-version rows of docs/ABI.md), and
 # checks the one place a person writes by hand (debian/changelog's top entry: a release needs a
 # changelog entry, which no script should invent). The Swift core reads the header's macros,
 # the .so's file name and pkg-config file come from the Makefile's $(VERSION), the wheel's
@@ -65,6 +66,11 @@ stamp bindings/python/speechclient/_native.py \
     -e "s/^SPC_VERSION_NUMBER = .*/SPC_VERSION_NUMBER = $number/"
 stamp debian/speechclient-demo.1 \
     -e "1s/\"libspeechclient [0-9.]*\"/\"libspeechclient $string\"/"
+# The "now" column of docs/ABI.md's table of names and numbers.
+stamp docs/ABI.md \
+    -e "s/^| version | \`SPC_VERSION_STRING \"[0-9.]*\"\`/| version | \`SPC_VERSION_STRING \"$string\"\`/" \
+    -e "s/^| version number | \`SPC_VERSION_NUMBER [0-9]*\`/| version number | \`SPC_VERSION_NUMBER $number\`/" \
+    -e "s/^| file | \`libspeechclient\.so\.[0-9.]*\`/| file | \`libspeechclient.so.$string\`/"
 
 changelog=$(sed -n '1s/^speechclient (\([^)]*\)).*/\1/p' debian/changelog)
 # A Debian revision (0.9.0-1) or a pre-release suffix (0.9.0~rc1) still names this version.
