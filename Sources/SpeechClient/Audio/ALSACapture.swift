@@ -31,6 +31,7 @@ import CShims
 /// the audio that elapsed (plus its buffer and 0.5 s): no real device runs that fast, and a
 /// sound card's clock that is merely off by a fraction of a percent never gets there. Real
 /// devices are never paced: their clock is the device's.
+/// Sendable: `lock` guards what `close()` may change from any thread; the rest is used by one reader at a time.
 public final class ALSACapture: AudioSource, @unchecked Sendable {
     public let device: String
 

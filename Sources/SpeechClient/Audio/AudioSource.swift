@@ -2,7 +2,7 @@
 /// A source delivers interleaved Float32 samples in [-1, 1] at its own rate and channel count;
 /// `AudioConverter` turns them into 16 kHz mono Int16 and `Chunker` cuts them into chunks.
 ///
-/// A source is used by one thread at a time (the client's audio thread), between `open()` and
+/// A source is used by one thread at a time (the client's worker), between `open()` and
 /// `close()`.
 public protocol AudioSource: AnyObject {
     /// The rate and channel count of what `read` returns; valid after `open()`.

@@ -5,13 +5,14 @@ import Glibc
 #endif
 
 /// One recognition client: an audio source, a stream to the server, and an ordered event queue
-/// delivered on a thread of the shared delivery pool (or the application's, in dispatch).
+/// delivered on a callback thread (its own, or the shared pool's) or, in dispatch, the application's.
 ///
 /// Threads. API calls run on the caller's thread and only check and change `state` and queue
-/// commands. The worker thread does everything that blocks or talks to the stream: opening
-/// audio, connecting, sending, folding responses into segments. A `ThreadPool` thread runs the
-/// application's callbacks, one at a time, with no lock held. One `ConditionLock` guards the
-/// shared fields below (hence @unchecked Sendable); it is never held across I/O or a callback.
+/// commands. The worker (`ClientWorker`, in turns on `ThreadPool.workers`) does everything that
+/// blocks or talks to the stream: opening audio, connecting, sending, folding responses into
+/// segments. A `ThreadPool` thread runs the application's callbacks, one at a time, with no lock
+/// held. Sendable: `lock` guards the shared fields below and `pushLock` guards `pushPath`; the
+/// rest is immutable, atomic or `Locked`. `lock` is never held across I/O or a callback.
 public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     public typealias EventHandler = @Sendable (Client, ClientEvent) -> Void
 
@@ -580,9 +581,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     }
 
     /// Queues a turn of the worker on the worker pool unless one is queued or running (that
-    /// one sees what was queued before it ends: `finishWorkerTurn`).
+    /// one sees what was queued before it ends: `runWorkerTurn`).
     private func requestWorkerTurnLocked() {
-        guard !workerScheduled, worker != nil else { return }
+        // Not once free has begun: it waits for the last turn, and a timer or a wake-word
+        // detection from the event loop may still poke meanwhile.
+        guard !workerScheduled, !closing, worker != nil else { return }
         workerScheduled = true
         ThreadPool.workers.schedule(WorkerTurn(client: self))
     }
@@ -844,7 +847,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
             }
         }
         if let pool = deliveryPool, pool !== ThreadPool.callbacks { pool.shutdown() }
-        self.worker = nil
+        lock.withLock { self.worker = nil }  // read under the lock by the event loop's pokes
         if eventFD >= 0 {
             // Application delivery: what was queued before free runs now, on this thread.
             dispatchLock.withLock { _ = deliverPending(maxEvents: 0) }
@@ -860,8 +863,9 @@ final class WorkerTurn: PoolWork {
     func runOnPool() -> Bool { client.runWorkerTurn() }
 }
 
-/// Lets objects made before the client (the service) log through it once it exists. Set once,
-/// before any thread that reads it starts.
+/// Lets objects made before the client (the service) log through it once it exists.
+/// Sendable: `client` is set once, in `Client.init`, before a worker turn can open a stream (the
+/// services read it only while opening one).
 final class LogRelay: @unchecked Sendable {
     weak var client: Client?
 }

@@ -5,9 +5,9 @@ import Glibc
 /// The client's worker: opens audio and streams, sends audio and start/stop, and folds the
 /// server's responses into segments. It runs in turns on the shared worker pool
 /// (`ThreadPool.workers`), one turn at a time (the client's `workerScheduled` says so), each
-/// when a command, a stream's notice or a deadline needs one. Only its turns touch the fields
-/// below (after `prepare` in the constructor, before any turn), or a thread holding `audioLock`
-/// while the worker is idle; hence @unchecked Sendable.
+/// when a command, a stream's notice or a deadline needs one. Sendable: the fields below are
+/// touched only with `audioLock` held (each step of a turn, `takeDirect`, `shutdown`), except by
+/// `prepare` and `announcePrepared` when the client's constructor calls them.
 final class ClientWorker: @unchecked Sendable {
     weak var client: Client?
 
@@ -25,7 +25,7 @@ final class ClientWorker: @unchecked Sendable {
 
     /// The file or replay cannot go on until the network takes what was sent (or audio becomes
     /// final, or a command comes): the worker waits for a poke, a command or this time
-    /// (monotonic ns) instead of polling. Worker thread only.
+    /// (monotonic ns) instead of polling. The worker's turns only.
     private var stalledUntil: UInt64?
     /// A stall is a wait for a notice; this bounds it should one be lost.
     static let stallSafetyNanos: UInt64 = 50_000_000
@@ -283,9 +283,9 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
-    /// Called after the thread was joined: releases the streams and the source. Segments of an
-    /// open context that had words are delivered final first (their words unconfirmed): a free
-    /// after a wait that gave up drops nothing heard (issue 24).
+    /// Called once the last turn has ended (free, or deinit): releases the streams and the
+    /// source. Segments of an open context that had words are delivered final first (their words
+    /// unconfirmed): a free after a wait that gave up drops nothing heard (issue 24).
     func shutdown() {
         audioLock.withLock {
             if contextOpen {
@@ -396,9 +396,12 @@ final class ClientWorker: @unchecked Sendable {
     /// After a successful prepare-on-init (which ran before the client existed, so its reports
     /// went nowhere): the application still sees connecting, then ready, as its first events.
     func announcePrepared() {
-        guard connectionState == .ready else { return }
-        client?.emit(.connection(.connecting, attempt: 0, delayMilliseconds: 0, reason: nil))
-        client?.emit(.connection(.ready, attempt: 0, delayMilliseconds: 0, reason: nil))
+        // Under `audioLock`: a turn (a stream event of the prepared stream) may report already.
+        audioLock.withLock {
+            guard connectionState == .ready else { return }
+            client?.emit(.connection(.connecting, attempt: 0, delayMilliseconds: 0, reason: nil))
+            client?.emit(.connection(.ready, attempt: 0, delayMilliseconds: 0, reason: nil))
+        }
     }
 
     /// Reports a connection state change (and every reconnection attempt).

@@ -10,9 +10,10 @@ import Synchronization
 /// server stops reading, the queue grows; once it would exceed `maxQueuedSendBytes` (default
 /// 256 KiB, about 8 s of 16 kHz 16-bit audio on top of the HTTP/2 windows) the call fails:
 /// the stream is reset (RST_STREAM CANCEL) and the handler gets `.closed` with a `.network`
-/// error saying the server stopped reading. Memory per call therefore stays bounded, the audio
-/// thread is never stalled, and the layer above learns at once that it must reconnect (it keeps
-/// its own replay buffer); audio is never dropped silently.
+/// error saying the server stopped reading. Memory per call therefore stays bounded, the thread
+/// sending audio is never stalled, and the layer above learns at once that it must reconnect (it
+/// keeps its own replay buffer); audio is never dropped silently.
+/// Sendable: `queuedBytes` is thread-safe; the other mutable fields are touched only inside the loop's work.
 final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendable {
     let path: String
     private let loop: EventLoop

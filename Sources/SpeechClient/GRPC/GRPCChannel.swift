@@ -1,5 +1,5 @@
 /// The contract between the Speechly layer and the gRPC stack (issue 3). The Speechly layer
-/// (IdentityClient, SLUSession) is written against these types only.
+/// (IdentityClient, SpeechlyService) is written against these types only.
 ///
 /// A channel is one logical connection to one server (host, port, TLS settings), shared by every
 /// client in the process that targets the same server; calls are HTTP/2 streams on it.

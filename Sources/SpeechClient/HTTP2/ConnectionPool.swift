@@ -3,6 +3,7 @@ import Synchronization
 /// The shared HTTP/2 connection to one server (host, port, TLS settings, HTTP/2 settings):
 /// opened on first use by the first caller (others wait for that attempt and share its result),
 /// replaced when it fails or receives GOAWAY. One pool per key for the whole process.
+/// Sendable: `lock` guards the connection state below; `key` is immutable and `pools` is `Locked`.
 final class ConnectionPool: @unchecked Sendable {
     private struct Key: Hashable {
         var host: String

@@ -10,7 +10,9 @@ import Synchronization
 /// streams share it. Owns the session, the byte stream and the I/O buffers.
 ///
 /// Thread-safety: everything runs inside the event loop's work (its thread, or a task run
-/// inline under its lock) except `isUsable`, which any thread may read. The connection stays alive while registered with the loop (the loop holds it).
+/// inline under its lock) except `isUsable` (atomic), which any thread may read, and
+/// `onEnhanceYourCalm`, set by `ConnectionPool` before `start`; hence Sendable. The connection
+/// stays alive while registered with the loop (the loop holds it).
 final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     let loop: EventLoop
     let peer: String

@@ -12,6 +12,7 @@ import Synchronization
 /// the next segment. Before the first stream, `GetRivaSpeechRecognitionConfig` is asked once: a
 /// server that does not answer it as Riva fails before READY. Riva has no intents or entities.
 /// Its confidences are carried: each word's, and the whole transcript's on a final result.
+/// Sendable: immutable after init; `checked` and `sequence` are atomic.
 public final class RivaService: RecognitionService, @unchecked Sendable {
     public static let streamPath = "/nvidia.riva.asr.RivaSpeechRecognition/StreamingRecognize"
     public static let configPath = "/nvidia.riva.asr.RivaSpeechRecognition/GetRivaSpeechRecognitionConfig"
@@ -68,6 +69,7 @@ public final class RivaService: RecognitionService, @unchecked Sendable {
 
 /// Turns the call's Riva responses into the SLU responses the worker understands, delivers
 /// exactly one `.closed`, and numbers the segments (one per final result).
+/// Sendable: its mutable state is in `state`, a `Locked`; `contextId` and `handler` are immutable.
 final class RivaRelay: @unchecked Sendable {
     let contextId: String
     private let handler: @Sendable (StreamEvent) -> Void
@@ -199,6 +201,7 @@ public struct RivaResult: Equatable {
 }
 
 /// A `RecognitionStream` over one StreamingRecognize call.
+/// Sendable: immutable after init; `halfClosed` is atomic and `call` is a Sendable `GRPCStreamingCall`.
 final class RivaStream: RecognitionStream, @unchecked Sendable {
     private let call: any GRPCStreamingCall
     private let relay: RivaRelay

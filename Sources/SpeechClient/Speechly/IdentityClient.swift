@@ -1,6 +1,7 @@
 /// Logs in (`IdentityAPI/Login`, v2) and keeps the token fresh: a cached token is reused while it
-/// has more than `refreshMargin` seconds left; otherwise, or after the server rejected it, a new
+/// has more than `refreshMarginSeconds` left; otherwise, or after the server rejected it, a new
 /// login is made.
+/// Sendable: immutable after init; `cache` and `channel` are thread-safe.
 public final class IdentityClient: @unchecked Sendable {
     public static let loginPath = "/speechly.identity.v2.IdentityAPI/Login"
 

@@ -2,6 +2,7 @@
 /// turns its messages into `SLUResponse`s. A stream rejected with PERMISSION_DENIED or
 /// UNAUTHENTICATED drops the cached token, so the next stream logs in afresh, and is reported as
 /// an auth error.
+/// Sendable: immutable after init; `channel` and `identity` are thread-safe.
 public final class SpeechlyService: RecognitionService, @unchecked Sendable {
     public static let streamPath = "/speechly.slu.v1.SLU/Stream"
 
@@ -36,6 +37,7 @@ public final class SpeechlyService: RecognitionService, @unchecked Sendable {
 
 /// Decodes a call's messages and makes sure the client sees exactly one `.closed`: a message
 /// that does not decode ends the stream with a parse error and cancels the call.
+/// Sendable: the lock `state` guards `closed` and `call`; `handler` and `identity` are immutable.
 final class StreamRelay: @unchecked Sendable {
     private let handler: @Sendable (StreamEvent) -> Void
     private let identity: IdentityClient
@@ -86,6 +88,7 @@ final class StreamRelay: @unchecked Sendable {
 }
 
 /// A `RecognitionStream` over one gRPC streaming call.
+/// Sendable: immutable; `call` is a Sendable `GRPCStreamingCall`.
 final class SLUStream: RecognitionStream, @unchecked Sendable {
     private let call: any GRPCStreamingCall
 

@@ -7,6 +7,7 @@ import Glibc
 /// is 0700 and each file 0600; a file owned by another user, readable by others or a symbolic
 /// link is ignored, and a directory others may write to (or owned by another user) is not used.
 /// Without a usable directory the cache lives in memory only.
+/// Sendable: `lock` guards `memory`; `directory` and `refusal` are immutable; files are replaced atomically.
 public final class TokenCache: @unchecked Sendable {
     public let directory: String?
     /// Why the directory is not used, when it is not (for a warning).

@@ -4,8 +4,8 @@ import Glibc
 
 /// A NUL-terminated copy of a Swift string, owned by this object and freed with it: the way the
 /// core hands strings to C callers that must stay valid as long as their owner.
+/// Sendable: immutable after init; the buffer is freed only in deinit.
 public final class OwnedCString: @unchecked Sendable {
-    // Immutable after init, so sharing across threads is safe.
     public let pointer: UnsafeMutablePointer<CChar>
     public let string: String
 

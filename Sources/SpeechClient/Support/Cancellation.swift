@@ -3,6 +3,7 @@
 ///
 /// Sticky: once cancelled, every blocking operation that checks it fails at once, until its
 /// owner (the client's worker) calls `reset()` after handling the request that cancelled it.
+/// Sendable: all its mutable state is in `state`, a `Locked`.
 public final class Cancellation: @unchecked Sendable {
     private struct State {
         var cancelled = false

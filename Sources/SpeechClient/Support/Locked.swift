@@ -5,6 +5,7 @@ import Glibc
 /// State behind a pthread mutex. Used instead of `Synchronization.Mutex` because
 /// ThreadSanitizer understands pthread locks but not Mutex's futex, and `make sanitize` must
 /// report real races only.
+/// Sendable: `state` is reached only inside `withLock`, under the mutex.
 public final class Locked<State>: @unchecked Sendable {
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private var state: State

@@ -5,6 +5,7 @@ import CShims
 
 /// A mutex with a condition variable, for the few places that must block a thread until
 /// another one signals (queues, waits with a timeout). `Synchronization.Mutex` has no condition.
+/// Sendable: it holds only fixed pointers to a pthread mutex and condition, which are made to be shared.
 public final class ConditionLock: @unchecked Sendable {
     // The pthread objects are heap-allocated so they never move; only this class and its
     // Conditions touch them.
@@ -52,6 +53,7 @@ public final class ConditionLock: @unchecked Sendable {
 
 /// A condition variable on a `ConditionLock`'s mutex (from `makeCondition()`); wait and signal
 /// with that lock held.
+/// Sendable: fixed pointers to a pthread condition and its lock's mutex, which are made to be shared.
 public final class Condition: @unchecked Sendable {
     private let lock: ConditionLock  // kept alive: its mutex is the one waits release
     private let cond = makeMonotonicCondition()
@@ -107,6 +109,7 @@ public enum Clock {
 
 /// A joinable native thread running a closure. Library threads are always joined by their
 /// owner, so none outlives the object that started it.
+/// Sendable: `handle` is set once in init; `joined` only by the one owner that joins or detaches the thread.
 public final class NativeThread: @unchecked Sendable {
     private final class Box {
         let body: @Sendable () -> Void

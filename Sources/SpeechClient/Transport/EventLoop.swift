@@ -42,6 +42,7 @@ protocol InlineDelivery: AnyObject {
 /// `applicationWillBlock` may be called from any thread; everything else (`register`, `modify`,
 /// `unregister`, timers) only inside the loop's work (`isInLoop`: on the loop thread, or inside
 /// a task run inline). Tasks, and what they call, must never block waiting for another thread.
+/// Sendable: loop state only under `loopLock`; `queue` is `Locked`; the rest is atomic or set before `shared()` ends.
 final class EventLoop: @unchecked Sendable {
     // Cross-thread state: the task queue, behind a mutex.
     private struct Queue {
@@ -440,6 +441,7 @@ final class EventLoop: @unchecked Sendable {
 }
 
 /// A value handed from one thread to another exactly once.
+/// Sendable: `lock` guards `value`.
 final class OneShot<T: Sendable>: @unchecked Sendable {
     private let lock = ConditionLock()
     private var value: T?

@@ -4,8 +4,8 @@ import Glibc
 
 /// A connected, non-blocking stream socket, owns its file descriptor: TCP (with TCP_NODELAY),
 /// or a Unix socket (`connectUnix`, for a Wyoming service on the same machine).
+/// Sendable: `fd` has one owner at a time (the connecting thread, then the event loop), never two at once.
 public final class TCPSocket: @unchecked Sendable {
-    // The descriptor is owned by one thread at a time (the connecting thread, then the event loop).
     public private(set) var fd: Int32
 
     private init(fd: Int32) { self.fd = fd }

@@ -8,8 +8,8 @@ import Synchronization
 /// An OpenSSL `SSL_CTX` for one set of TLS settings: TLS 1.2 or newer, ALPN offering only `h2`,
 /// peer verification against the system CA store (or the configured CA file) unless insecure.
 /// Owns the context and frees it; shared by every connection with the same settings.
+/// Sendable: `ctx` is configured in init, then only passed to `SSL_new`, thread-safe on a configured context.
 final class TLSContext: @unchecked Sendable {
-    // Configured once in init, then only read (SSL_new is thread-safe on a configured context).
     let ctx: OpaquePointer
 
     private static let cache = Locked<[TLSSettings: TLSContext]>([:])

@@ -9,6 +9,7 @@ import Synchronization
 /// (`WyomingWakeStream`). Bytes written from any thread are queued to the loop; events read are
 /// handed to `onEvent` on the loop thread; the first failure (or the peer closing) goes to
 /// `onFailure`, once, after the connection is closed. `close()` ends it quietly.
+/// Sendable: `backlog` is thread-safe; the rest is set before `start` or touched only inside the loop's work.
 final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
     let peer: String
     let loop: EventLoop

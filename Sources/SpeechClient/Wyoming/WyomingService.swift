@@ -16,6 +16,7 @@ import Synchronization
 /// What the protocol lacks is not invented: words carry no times (-1), there are no intents or
 /// entities, and a transcription is one segment (a long context gets several through the
 /// client's stream rotation at pauses).
+/// Sendable: immutable after init; `sequence` is atomic.
 public final class WyomingService: RecognitionService, @unchecked Sendable {
     private let server: ServerURL
     private let connectTimeoutMilliseconds: Int
@@ -195,9 +196,11 @@ struct WyomingHandshake {
 }
 
 /// One transcription on one connection, driven by the event loop once started. `send`,
-/// `finish` and `cancel` come from the worker thread and are posted to the loop; everything
+/// `finish` and `cancel` come from the client's worker and are posted to the loop; everything
 /// else runs on the loop. The handler hears `.response`s then exactly one `.closed`, unless
 /// cancelled.
+/// Sendable: `samplesSent` is used only in `send` (by the worker, under its `audioLock`); the rest
+/// only inside the loop's work.
 final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private let connection: WyomingConnection
     private let peer: String
@@ -210,7 +213,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private let cancelled = Atomic<Bool>(false)
     private var loop: EventLoop { connection.loop }
 
-    // Loop-thread state.
+    // Loop-thread state, except `samplesSent` (the worker's, in `send`).
     private var samplesSent = 0
     private var partial = ""
     private var resultTimer: UInt64?

@@ -19,6 +19,7 @@ enum WakeEvent: Sendable {
 /// The audio goes on for as long as the client listens (openwakeword answers `audio-stop` by
 /// discarding what it had not processed). One wake word can come back as a burst of detections
 /// (openwakeword: one per 80 ms frame over its threshold); the worker opens one context for it.
+/// Sendable: its fields are immutable after init or atomic (`samplesSent`); `handle` runs inside the loop's work.
 final class WyomingWakeStream: @unchecked Sendable {
     private let connection: WyomingConnection
     private let wanted: String?
