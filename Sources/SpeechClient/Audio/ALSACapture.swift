@@ -79,6 +79,12 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         return true
     }()
 
+    /// A message of the capture's own about the device, to the same place as ALSA's.
+    private func report(_ message: String) {
+        let sink = alsaMessages.withLock { $0.sink }
+        sink?("ALSA device '\(device)': \(message)")
+    }
+
     private func alsaSaid(_ message: String) {
         let sink = alsaMessages.withLock { m -> (@Sendable (String) -> Void)? in
             m.last = message
@@ -248,6 +254,10 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
             case EPIPE, ESTRPIPE:
                 recoveries += 1
                 if recoveries > 3 { return [] }
+                // Audio was lost: said in the client's log, never silently.
+                report(-code == EPIPE
+                       ? "overrun: the capture was not read for more than its \(Self.bufferMicroseconds / 1000) ms buffer; the audio of the gap is lost"
+                       : "the device was suspended; the audio of the gap is lost")
                 let r = snd_pcm_recover(pcm, code, 1)
                 if r < 0 { throw fail("snd_pcm_readi", code) }
                 framesDelivered = 0
