@@ -614,9 +614,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
                 // are atomic, so nothing queued is left without a turn).
                 if !commands.isEmpty || workerPoked || closing { return true }
                 workerScheduled = false
-                if workerBusy {
-                    workerBusy = false
-                }
+                workerBusy = false
                 wakeIdleWaitersLocked()
                 if let deadline, workerTimerAt.map({ deadline < $0 }) ?? true {
                     workerTimerAt = deadline

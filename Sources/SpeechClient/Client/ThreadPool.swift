@@ -99,9 +99,6 @@ final class ThreadPool: @unchecked Sendable {  // every field below is guarded b
         }
     }
 
-    /// True when the calling thread is one of the pool's.
-    var isPoolThread: Bool { lock.withLock { members.contains(UInt(pthread_self())) } }
-
     /// How many threads the pool has now (for tests and the bench).
     var threadCount: Int { lock.withLock { threads } }
 

@@ -152,14 +152,7 @@ final class EventLoop: @unchecked Sendable {
             finishInlineWork()
             return
         }
-        let wake = queue.withLock { q -> Bool in
-            q.tasks.append(task)
-            if q.wakePending { return false }
-            q.wakePending = true
-            return true
-        }
-        // Inside the loop's work, whoever runs it drains the queue before it lets go.
-        if wake && !isInLoop { wakeUp() }
+        post(task)
     }
 
     /// Queues `task` for the loop thread, never running it on this one: for a caller holding
@@ -171,6 +164,7 @@ final class EventLoop: @unchecked Sendable {
             q.wakePending = true
             return true
         }
+        // Inside the loop's work, whoever runs it drains the queue before it lets go.
         if wake && !isInLoop { wakeUp() }
     }
 
