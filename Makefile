@@ -85,6 +85,7 @@ test-c: lib
 
 test-abi: lib
 	scripts/stamp-version.sh --check
+	Tests/packaging/test-stamp-version.sh
 	Tests/c/abi-check.sh $(LIB)
 
 test-python: lib demo
