@@ -115,15 +115,16 @@ func sharedOptions() throws -> ClientOptions {
         defer { for c in outer { try? c.close() } }
         for _ in 0..<pairs {
             let innerLog = EventLog()
+            // The inner client's context runs only once the outer callback holds its pool
+            // thread, so every callback it waits for needs another shared thread.
             let inner = try Client(options: try sharedOptions(), service: FakeRecognitionService(), handler: innerLog.handler)
-            try inner.start()
-            let samples = [Int16](repeating: 1000, count: 4800)
-            samples.withUnsafeBufferPointer { try? inner.pushAudio($0) }
-            try inner.pushEnd()
             let box = Locked<Client?>(inner)
             outer.append(try Client(options: try sharedOptions(), service: FakeRecognitionService(), handler: { _, event in
                 guard case .start = event, let c = box.withLock({ $0 }) else { return }
-                _ = try? c.waitIdle(timeoutMilliseconds: 10_000)
+                let samples = [Int16](repeating: 1000, count: 4800)
+                guard (try? c.start()) != nil else { return }
+                samples.withUnsafeBufferPointer { try? c.pushAudio($0) }
+                guard (try? c.pushEnd()) != nil, (try? c.waitIdle(timeoutMilliseconds: 10_000)) == true else { return }
                 try? c.close()
                 box.withLock { $0 = nil }
                 if innerLog.lines.last?.hasPrefix("stop ") == true { done.add(1, ordering: .relaxed) }
