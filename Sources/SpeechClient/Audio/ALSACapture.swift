@@ -42,7 +42,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     private var pollFDs: [pollfd] = []
     private var reading = false
     private var closing = false
-    private var currentFormat = AudioFormat(sampleRate: 16_000, channels: 1)
+    private var currentFormat: AudioFormat = .speech
     private var clockless = false
     private var deviceBufferFrames = 0
     /// Half the device buffer: the file plugin in alsa-lib 1.2.8 fills nothing from its input
@@ -174,7 +174,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         let rc = snd_pcm_hw_params_malloc(&allocated)
         guard rc >= 0, let params = allocated else { throw fail("snd_pcm_hw_params_malloc", rc) }
         defer { snd_pcm_hw_params_free(params) }
-        var rate: UInt32 = 16_000
+        var rate = UInt32(SpeechAudio.sampleRate)
         var channels: UInt32 = 1
         var period = Self.periodMicroseconds
         var bufferTime = Self.bufferMicroseconds

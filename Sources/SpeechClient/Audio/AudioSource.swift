@@ -24,5 +24,18 @@ public struct AudioFormat: Sendable, Equatable {
         self.channels = channels
     }
     /// What the server receives: LINEAR16, 16 kHz, mono.
-    public static let speech = AudioFormat(sampleRate: 16_000, channels: 1)
+    public static let speech = AudioFormat(sampleRate: SpeechAudio.sampleRate, channels: 1)
+}
+
+/// The audio every backend receives after conversion, named once: 16 kHz, mono, 16-bit.
+/// Positions inside the library are counted in these samples.
+public enum SpeechAudio {
+    public static let sampleRate = 16_000
+    public static let samplesPerMillisecond = sampleRate / 1_000
+    public static let nanosecondsPerSample = UInt64(1_000_000_000 / sampleRate)
+    public static let bytesPerSample = 2
+
+    @inline(__always) public static func samples(milliseconds ms: Int) -> Int { ms * samplesPerMillisecond }
+    @inline(__always) public static func milliseconds(samples: Int) -> Int { samples / samplesPerMillisecond }
+    @inline(__always) public static func seconds(samples: Int) -> Double { Double(samples) / Double(sampleRate) }
 }

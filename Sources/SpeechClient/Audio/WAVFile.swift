@@ -52,7 +52,7 @@ public final class WAVFileSource: AudioSource {
 
     deinit { close() }
 
-    public var format: AudioFormat { header?.format ?? AudioFormat(sampleRate: 16_000, channels: 1) }
+    public var format: AudioFormat { header?.format ?? .speech }
 
     /// Checks a file without keeping it open; returns what `open()` would find.
     public static func validate(path: String) throws(SpeechClientError) -> Header {

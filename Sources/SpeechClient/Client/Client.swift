@@ -123,7 +123,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
         let logRelay = LogRelay()
         self.logRelay = logRelay
         self.service = service ?? Client.service(options: options, server: server, deviceId: identity.id, log: logRelay)
-        let samplesPerChunk = 16 * options.chunkMilliseconds
+        let samplesPerChunk = SpeechAudio.samples(milliseconds: options.chunkMilliseconds)
         if case .push(let rate, let channels) = options.audio {
             let converter = AudioConverter(input: AudioFormat(sampleRate: rate, channels: channels))
             pushPath = PushPath(converter: converter, chunker: Chunker(samplesPerChunk: samplesPerChunk))
@@ -314,14 +314,14 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
         guard accepting, !frames.isEmpty else { return }
         if options.pushWaitMilliseconds > 0, case .push(let rate, let channels) = options.audio {
             // The samples these frames become at 16 kHz (the chunk in progress is counted above).
-            let count = frames.count / max(channels, 1) * 16_000 / max(rate, 1)
+            let count = frames.count / max(channels, 1) * SpeechAudio.sampleRate / max(rate, 1)
             if !isOnCallbackThread, let w = lock.withLock({ worker }) {
                 // Backpressure (issue 18): wait, within the limit, while the audio not yet final would
                 // outgrow the replay buffer (a reconnection, a server falling behind), so a loss at any
                 // moment loses nothing. Not from a callback: that would wait for itself.
                 let deadline = Clock.monotonicNanos() + UInt64(options.pushWaitMilliseconds) * 1_000_000
                 let fits: Bool = w.audioLock.withLock {
-                    while !w.hasRoom(forSamples: count + 16 * options.chunkMilliseconds + pushedNotTaken.load(ordering: .relaxed)) {
+                    while !w.hasRoom(forSamples: count + SpeechAudio.samples(milliseconds: options.chunkMilliseconds) + pushedNotTaken.load(ordering: .relaxed)) {
                         let now = Clock.monotonicNanos()
                         if now >= deadline || lock.withLock({ closing }) { return false }
                         // In slices: a free or a queued command is seen within 50 ms.
@@ -571,7 +571,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     private func resetPushPath() {
         pushLock.withLock {
             guard let p = pushPath else { return }
-            pushPath = PushPath(converter: AudioConverter(input: p.converter.input), chunker: Chunker(samplesPerChunk: 16 * options.chunkMilliseconds))
+            pushPath = PushPath(converter: AudioConverter(input: p.converter.input), chunker: Chunker(samplesPerChunk: SpeechAudio.samples(milliseconds: options.chunkMilliseconds)))
         }
     }
 

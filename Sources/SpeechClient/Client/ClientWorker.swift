@@ -123,7 +123,7 @@ final class ClientWorker: @unchecked Sendable {
         self.makeSource = makeSource
         self.samplesPerChunk = samplesPerChunk
         chunker = Chunker(samplesPerChunk: samplesPerChunk)
-        replay = ReplayBuffer(capacitySamples: 16 * options.replayBufferMilliseconds)
+        replay = ReplayBuffer(capacitySamples: SpeechAudio.samples(milliseconds: options.replayBufferMilliseconds))
     }
 
     deinit { shutdown() }
@@ -521,7 +521,7 @@ final class ClientWorker: @unchecked Sendable {
         let frames = max(1, source.format.sampleRate * options.chunkMilliseconds / 1000)
         if waitsForServer {
             let backlog = current.flatMap { lanes[$0]?.stream.backlogBytes } ?? 0
-            let chunkSamples = 16 * options.chunkMilliseconds
+            let chunkSamples = SpeechAudio.samples(milliseconds: options.chunkMilliseconds)
             var full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
             if full && lanes.count == 1 && contextOpen && !stopSent && endpointer == nil {
                 // Nothing is draining that would free the buffer: end this server context (the
@@ -692,7 +692,7 @@ final class ClientWorker: @unchecked Sendable {
         var events = events
         if woken {
             woken = false
-            events.insert(.listen(.deactivate, positionMilliseconds: Int64(audioSamples / 16)), at: max(0, events.count - 1))
+            events.insert(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples))), at: max(0, events.count - 1))
         }
         if (endpointer != nil || backlogWaiting) && !suspended {
             client?.transition({ _, _ in }, contextOpen: false, events: events)
@@ -891,13 +891,13 @@ final class ClientWorker: @unchecked Sendable {
             lane.startedAt = Clock.monotonicNanos()
             lane.startDue = .max
             lanes[gen] = lane
-            timeOffsets[response.audioContext] = Int32(clamping: lane.start / 16)
+            timeOffsets[response.audioContext] = Int32(clamping: SpeechAudio.milliseconds(samples: lane.start))
             if let loss = pendingLoss {
                 // The replay was taken: now the loss is final, and reported once.
                 pendingLoss = nil
-                let lost = Double(loss.to - loss.from) / 16_000
+                let lost = SpeechAudio.seconds(samples: loss.to - loss.from)
                 client?.emit(.error(SpeechClientError(.network,
-                    "the replay buffer overflowed while reconnecting: \(Self.seconds(lost)) s of audio from \(Self.seconds(Double(loss.from) / 16_000)) s into context \(contextId) were not transcribed")))
+                    "the replay buffer overflowed while reconnecting: \(Self.seconds(lost)) s of audio from \(Self.seconds(SpeechAudio.seconds(samples: loss.from))) s into context \(contextId) were not transcribed")))
             }
             if contextId.isEmpty {
                 contextId = response.audioContext
@@ -906,7 +906,7 @@ final class ClientWorker: @unchecked Sendable {
                     if state == .starting { state = .listening }
                 }, events: [.start(contextId: response.audioContext)])
             } else {
-                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext) from \(Self.seconds(Double(lane.start) / 16_000)) s")
+                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext) from \(Self.seconds(SpeechAudio.seconds(samples: lane.start))) s")
             }
         case .finished(let code, let message):
             // Everything this lane carried is final now.
@@ -1005,7 +1005,7 @@ final class ClientWorker: @unchecked Sendable {
                 lane.openSegments.remove(segment.segmentId)
                 lossesWithoutProgress = 0
                 if let end = segment.words.map(\.endMilliseconds).max() {
-                    lane.floor = min(max(lane.floor, Int(end) * 16), lane.end ?? contextSamples)
+                    lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: Int(end))), lane.end ?? contextSamples)
                 }
             } else {
                 lane.openSegments.insert(segment.segmentId)
@@ -1018,7 +1018,7 @@ final class ClientWorker: @unchecked Sendable {
             // segments are delivered.
             guard Self.contains(segment.words.map(\.text), phrase: options.wakeword) else { return nil }
             woken = true
-            client?.emit(.listen(.activate, positionMilliseconds: Int64(audioSamples / 16), name: options.wakeword.joined(separator: " ")))
+            client?.emit(.listen(.activate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)), name: options.wakeword.joined(separator: " ")))
         }
         client?.emit(.segment(segment))
         if segment.isFinal, let client, client.isOverwhelmed {
@@ -1088,19 +1088,19 @@ final class ClientWorker: @unchecked Sendable {
         let budget = options.streamBudgetBytes
         let chunkBytes = Lane.audioBytes(samples: chunk.count)
         let sent = contextSamples - lane.start
-        let limit = 16 * options.contextRolloverMilliseconds
+        let limit = SpeechAudio.samples(milliseconds: options.contextRolloverMilliseconds)
         let now = Clock.monotonicNanos()
         let due = lane.bytes + chunkBytes > budget / 2 || sent >= limit || lane.moveBy != nil
         // Only the audio shortly before the rotation point is measured (not every chunk of a
         // stream): 2 s to learn the recent level, then the pause itself.
-        let nearlyDue = due || lane.bytes + 20 * chunkBytes > budget / 2 || sent + 32_000 >= limit
+        let nearlyDue = due || lane.bytes + 20 * chunkBytes > budget / 2 || sent + SpeechAudio.samples(milliseconds: 2_000) >= limit
         if nearlyDue {
             let energy = Self.energy(chunk)
             let quiet = energy <= Int64(chunk.count) * 200 * 200 || energy * 300 <= loudEnergy
             silentRun = quiet ? silentRun + chunk.count : 0
             loudEnergy = max(energy, loudEnergy - loudEnergy / 8)
         }
-        let forced = lane.bytes + chunkBytes > budget || sent >= limit + 16 * 20_000 || (lane.moveBy.map { now >= $0 } ?? false)
+        let forced = lane.bytes + chunkBytes > budget || sent >= limit + SpeechAudio.samples(milliseconds: 20_000) || (lane.moveBy.map { now >= $0 } ?? false)
         guard forced || (due && silentRun >= 3_200) else { return }
         let why = lane.moveBy != nil ? "the connection is closing (GOAWAY)"
             : sent >= limit ? "the server context reached \(options.contextRolloverMilliseconds / 1000) s"
@@ -1126,7 +1126,7 @@ final class ClientWorker: @unchecked Sendable {
         lanes[gen] = lane
         current = nil
         silentRun = 0
-        client?.log(.info, "context \(contextId.isEmpty ? "(not started yet)" : contextId) continues on a new stream at \(Self.seconds(Double(contextSamples) / 16_000)) s: \(reason)")
+        client?.log(.info, "context \(contextId.isEmpty ? "(not started yet)" : contextId) continues on a new stream at \(Self.seconds(SpeechAudio.seconds(samples: contextSamples))) s: \(reason)")
         do throws(SpeechClientError) {
             try openLane(from: contextSamples, end: nil)
         } catch {
@@ -1182,7 +1182,7 @@ final class ClientWorker: @unchecked Sendable {
                 }
                 return
             }
-            client?.log(.info, "reconnected; replaying \(Self.seconds(Double((repair.end ?? contextSamples) - from) / 16_000)) s of audio")
+            client?.log(.info, "reconnected; replaying \(Self.seconds(SpeechAudio.seconds(samples: (repair.end ?? contextSamples) - from))) s of audio")
         }
         report(.ready)
         _ = pumpReplay()
@@ -1223,9 +1223,9 @@ final class ClientWorker: @unchecked Sendable {
     /// The error that ends a context whose connection could not be restored: what failed and
     /// exactly which audio was not transcribed.
     private func lostAudioError(_ error: SpeechClientError, attempts: Int, from: Int) -> SpeechClientError {
-        let lost = Double(contextSamples - from) / 16_000
+        let lost = SpeechAudio.seconds(samples: contextSamples - from)
         return SpeechClientError(error.code, "reconnection failed after \(attempts) attempt(s) (\(error.message)); "
-            + "the last \(Self.seconds(lost)) s of audio, from \(Self.seconds(Double(from) / 16_000)) s into the context, were not transcribed",
+            + "the last \(Self.seconds(lost)) s of audio, from \(Self.seconds(SpeechAudio.seconds(samples: from))) s into the context, were not transcribed",
             grpcStatus: error.grpcStatus)
     }
 
@@ -1244,7 +1244,7 @@ final class ClientWorker: @unchecked Sendable {
         let at = audioSamples
         audioSamples += chunk.count
         if options.reportLevels {
-            client?.emit(.level(Float(VoiceActivityDetector.decibels(chunk)), positionMilliseconds: Int64(at / 16)))
+            client?.emit(.level(Float(VoiceActivityDetector.decibels(chunk)), positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: at))))
         }
         guard var ep = endpointer else {
             sendAudio(chunk)
@@ -1262,7 +1262,7 @@ final class ClientWorker: @unchecked Sendable {
         for action in actions {
             switch action {
             case .event(let e, let sample):
-                client?.emit(.listen(e, positionMilliseconds: Int64(sample / 16)))
+                client?.emit(.listen(e, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: sample))))
             case .open:
                 if contextOpen {
                     // The previous context is still finishing: this one waits for it.
@@ -1435,15 +1435,15 @@ final class ClientWorker: @unchecked Sendable {
             // the rest find it open, or come from before its end.
             let at = min(sample ?? audioSamples, audioSamples)
             guard !ep.isActive, !contextOpen, !backlogWaiting, at > lastActivationEnd else { return }
-            client?.log(.info, "wake word '\(name)' heard at \(Self.seconds(Double(at) / 16_000)) s")
-            client?.emit(.listen(.activate, positionMilliseconds: Int64(at / 16), name: name))
+            client?.log(.info, "wake word '\(name)' heard at \(Self.seconds(SpeechAudio.seconds(samples: at))) s")
+            client?.emit(.listen(.activate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: at)), name: name))
             let actions = ep.activate(from: at)
             endpointer = ep
             perform(actions)
             // The context it opened delivers every segment (set after: a new context starts unwoken).
             // One that could not open (its error is reported) ends the activation at once.
             woken = contextOpen
-            if !contextOpen { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(audioSamples / 16))) }
+            if !contextOpen { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
         case .closed(let error):
             wake = nil
             wakeGeneration += 1
@@ -1458,7 +1458,7 @@ final class ClientWorker: @unchecked Sendable {
         guard usesWakeService, endpointer != nil else { return 0 }
         let now = Clock.monotonicNanos()
         guard let since = pacedSince else { pacedSince = now; return 0 }
-        let due = UInt64(audioSamples) * 62_500  // ns per 16 kHz sample
+        let due = UInt64(audioSamples) * SpeechAudio.nanosecondsPerSample
         return due > now - since ? due - (now - since) : 0
     }
 

@@ -52,7 +52,7 @@ struct Lane {
 
     /// Bytes a request of `samples` audio samples takes on the wire: the samples, the protobuf
     /// field and message tags, the gRPC prefix (an upper bound: what a proxy counts).
-    static func audioBytes(samples: Int) -> Int { samples * 2 + 16 }
+    static func audioBytes(samples: Int) -> Int { samples * SpeechAudio.bytesPerSample + 16 }
 }
 
 /// The responses a lane holds, and about how many bytes they keep (`SLUResponse.heldBytes`).

@@ -68,7 +68,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
             streamID = try connection.openStream(headers: headers, delegate: self)
         } catch {
             finished = true
-            return error
+            return GRPCStatus.callError(connectionFailure: error, path: path)
         }
         if let ms = timeoutMilliseconds {
             deadlineTimer = loop.addTimer(milliseconds: ms) { [weak self] in
@@ -244,9 +244,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         connection = nil
         guard !finished else { return }
         if let connectionFailure {
-            var e = connectionFailure
-            e.message = "\(path): \(e.message)"
-            finish(e)
+            finish(GRPCStatus.callError(connectionFailure: connectionFailure, path: path))
         } else if errorCode != 0 {
             wasRefused = errorCode == 7
             let grpc = GRPCStatus.fromHTTP2ErrorCode(errorCode)

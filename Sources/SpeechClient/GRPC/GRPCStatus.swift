@@ -33,6 +33,18 @@ public enum GRPCStatus {
         }
     }
 
+    /// A call's error when its connection failed under it (the HTTP/2 and transport layers
+    /// know no gRPC): a broken or refused connection is UNAVAILABLE, so the layers above
+    /// reconnect and replay; a malformed answer (`.parse`) is INTERNAL.
+    static func callError(connectionFailure: SpeechClientError, path: String) -> SpeechClientError {
+        var e = connectionFailure
+        if !e.message.hasPrefix(path) { e.message = "\(path): \(e.message)" }
+        if e.grpcStatus == nil && e.code != .invalidState {
+            e.grpcStatus = e.code == .parse ? `internal` : unavailable
+        }
+        return e
+    }
+
     /// The gRPC status for an HTTP status other than 200 (the gRPC HTTP/2 mapping).
     static func fromHTTPStatus(_ http: Int) -> Int32 {
         switch http {

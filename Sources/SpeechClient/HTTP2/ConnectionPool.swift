@@ -106,7 +106,7 @@ final class ConnectionPool: @unchecked Sendable {
                 throw error
             }
             if !connection.isUsable {
-                throw SpeechClientError(.network, "the connection to \(key.host):\(key.port) closed as it opened", grpcStatus: GRPCStatus.unavailable)
+                throw SpeechClientError(.network, "the connection to \(key.host):\(key.port) closed as it opened")
             }
             lock.withLock {
                 current = connection
@@ -137,8 +137,7 @@ final class ConnectionPool: @unchecked Sendable {
             let now = Clock.monotonicNanos()
             if let result = answer.wait(untilMonotonicNanos: min(deadline, now + 50_000_000)) { return result }
             if Clock.monotonicNanos() >= deadline {
-                return SpeechClientError(.timeout, "\(peer): no answer within \(timeoutMilliseconds) ms: the server accepted the connection but sent no HTTP/2 settings (a hung server, or not an HTTP/2 server)",
-                                         grpcStatus: GRPCStatus.unavailable)
+                return SpeechClientError(.timeout, "\(peer): no answer within \(timeoutMilliseconds) ms: the server accepted the connection but sent no HTTP/2 settings (a hung server, or not an HTTP/2 server)")
             }
         }
     }

@@ -116,7 +116,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     /// Submits a request (HEADERS, then DATA from the delegate's body) and returns its stream id.
     func openStream(headers: [(String, String)], delegate: any HTTP2StreamDelegate) throws(SpeechClientError) -> Int32 {
         guard let session, !closed, isUsable else {
-            throw SpeechClientError(.network, "the connection to \(peer) is closing", grpcStatus: 14)
+            throw SpeechClientError(.network, "the connection to \(peer) is closing")
         }
         // One buffer for all names and values; nghttp2 copies them during submit.
         var blob: [UInt8] = []
@@ -185,20 +185,17 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
                 }
                 let rc = nghttp2_session_mem_recv(session, base.assumingMemoryBound(to: UInt8.self), n)
                 if rc < 0 {
-                    fail(SpeechClientError(.network, "HTTP/2 protocol error from \(peer): \(String(cStringOrEmpty: nghttp2_strerror(Int32(truncatingIfNeeded: rc))))",
-                                           grpcStatus: 14))
+                    fail(SpeechClientError(.network, "HTTP/2 protocol error from \(peer): \(String(cStringOrEmpty: nghttp2_strerror(Int32(truncatingIfNeeded: rc))))"))
                     return
                 }
                 if n < readBuffer.count && io.shortReadMeansDrained { return }
             case .wouldBlock:
                 return
             case .closed:
-                fail(SpeechClientError(.network, "the connection to \(peer) was closed by the server", grpcStatus: 14))
+                fail(SpeechClientError(.network, "the connection to \(peer) was closed by the server"))
                 return
             case .failed(let error):
-                var e = error
-                e.grpcStatus = 14
-                fail(e)
+                fail(error)
                 return
             }
         }
@@ -243,19 +240,17 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
                 setWantsWritable(true)
                 return
             case .closed:
-                fail(SpeechClientError(.network, "the connection to \(peer) was closed by the server", grpcStatus: 14))
+                fail(SpeechClientError(.network, "the connection to \(peer) was closed by the server"))
                 return
             case .failed(let error):
-                var e = error
-                e.grpcStatus = 14
-                fail(e)
+                fail(error)
                 return
             }
         }
         setWantsWritable(false)
         if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
             // GOAWAY exchanged and no stream left (or the session is done): close quietly.
-            fail(SpeechClientError(.network, "the connection to \(peer) was closed (GOAWAY)", grpcStatus: 14))
+            fail(SpeechClientError(.network, "the connection to \(peer) was closed (GOAWAY)"))
         }
     }
 
@@ -312,7 +307,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         } else {
             reason = "the server closed the connection without an HTTP/2 answer (\(error.message)); a TLS server dialled without TLS does that"
         }
-        var named = SpeechClientError(.network, "\(peer): \(reason)", grpcStatus: GRPCStatus.unavailable)
+        var named = SpeechClientError(.network, "\(peer): \(reason)")
         if (error.code == .timeout && b.isEmpty) || error.code == .invalidState { named = error }
         return named
     }
@@ -344,7 +339,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
             if lastReceiveNanos > sent {
                 pingSentNanos = nil  // something arrived: the peer is alive
             } else if now >= sent + timeout {
-                fail(SpeechClientError(.network, "the server \(peer) did not answer a keepalive PING within \(settings.keepaliveTimeoutMilliseconds) ms: connection considered dead", grpcStatus: 14))
+                fail(SpeechClientError(.network, "the server \(peer) did not answer a keepalive PING within \(settings.keepaliveTimeoutMilliseconds) ms: connection considered dead"))
                 return
             }
         } else if !streams.isEmpty && now >= lastReceiveNanos + interval {
@@ -427,8 +422,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         guard let delegate = streams.removeValue(forKey: id) else { return }
         if oversized {
             delegate.http2Closed(errorCode: errorCode, connectionFailure: SpeechClientError(
-                .parse, "\(peer) sent a header block over the \(HTTP2Connection.maxHeaderBlockBytes / 1024) KiB limit: the stream was reset",
-                grpcStatus: GRPCStatus.internal))
+                .parse, "\(peer) sent a header block over the \(HTTP2Connection.maxHeaderBlockBytes / 1024) KiB limit: the stream was reset"))
         } else {
             delegate.http2Closed(errorCode: errorCode, connectionFailure: nil)
         }

@@ -18,10 +18,10 @@ public struct Endpointer: Sendable {
 
     public struct Settings: Sendable {
         public var vad = VADSettings()
-        public var preRollSamples = 16 * 300
-        public var trailingSilenceSamples = 16 * 1_000
-        public var minActivationSamples = 16 * 500
-        public var maxActivationSamples = 16 * 15_000
+        public var preRollSamples = SpeechAudio.samples(milliseconds: 300)
+        public var trailingSilenceSamples = SpeechAudio.samples(milliseconds: 1_000)
+        public var minActivationSamples = SpeechAudio.samples(milliseconds: 500)
+        public var maxActivationSamples = SpeechAudio.samples(milliseconds: 15_000)
         /// Voice mode reports activate/deactivate here; wakeword mode reports them itself.
         public var announcesActivation = true
         /// Speech opens an activation (voice mode, and wakeword mode matching the transcript);
@@ -29,16 +29,16 @@ public struct Endpointer: Sendable {
         public var opensOnSpeech = true
         /// Audio kept before a detection, beyond the pre-roll: the service hears the wake word
         /// a little after it ends, and what was said right after it belongs to the context.
-        public static let detectionLatencySamples = 16 * 2_000
+        public static let detectionLatencySamples = SpeechAudio.samples(milliseconds: 2_000)
         public init() {}
 
         /// The settings a client's options describe (milliseconds of 16 kHz audio as samples).
         public init(options: ClientOptions) {
             vad = options.vad
-            preRollSamples = 16 * options.preRollMilliseconds
-            trailingSilenceSamples = 16 * options.trailingSilenceMilliseconds
-            minActivationSamples = 16 * options.minActivationMilliseconds
-            maxActivationSamples = 16 * options.maxActivationMilliseconds
+            preRollSamples = SpeechAudio.samples(milliseconds: options.preRollMilliseconds)
+            trailingSilenceSamples = SpeechAudio.samples(milliseconds: options.trailingSilenceMilliseconds)
+            minActivationSamples = SpeechAudio.samples(milliseconds: options.minActivationMilliseconds)
+            maxActivationSamples = SpeechAudio.samples(milliseconds: options.maxActivationMilliseconds)
             announcesActivation = options.activation != .wakeword
             opensOnSpeech = options.wakeService == nil || options.activation != .wakeword
         }

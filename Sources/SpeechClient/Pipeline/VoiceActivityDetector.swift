@@ -41,7 +41,7 @@ struct HighPass: Sendable {
     /// The last two outputs (readable for the tests: exactly zero once digital silence settles).
     private(set) var y1 = 0.0, y2 = 0.0
 
-    init(cutoffHertz: Double, sampleRate: Double = 16_000) {
+    init(cutoffHertz: Double, sampleRate: Double = Double(SpeechAudio.sampleRate)) {
         let w0 = 2 * Double.pi * cutoffHertz / sampleRate
         let alpha = sin(w0) / 2.0.squareRoot()  // Q = 1/sqrt(2)
         let a0 = 1 + alpha
@@ -96,7 +96,7 @@ public struct VoiceActivityDetector: Sendable {
     public init(settings: VADSettings = VADSettings()) {
         self.settings = settings
         window = [Bool](repeating: false, count: max(1, settings.windowFrames))
-        let frameMs = Double(VADSettings.frameSamples) / 16
+        let frameMs = Double(VADSettings.frameSamples) / Double(SpeechAudio.samplesPerMillisecond)
         learnRate = 1 - pow(0.5, frameMs / Double(max(1, settings.noiseLearnHalftimeMilliseconds)))
         // During speech the floor still moves, 20 times slower: a fan switched on while someone
         // talks is absorbed after a few seconds instead of holding the detector open for good.
@@ -179,7 +179,7 @@ public struct VoiceActivityDetector: Sendable {
         if isSpeech && ratio <= settings.releaseRatio {
             let since = quietSince ?? at
             quietSince = since
-            if position - since >= 16 * settings.holdMilliseconds {
+            if position - since >= SpeechAudio.samples(milliseconds: settings.holdMilliseconds) {
                 // Reported where the quiet began: the true end of the speech.
                 isSpeech = false
                 quietSince = nil

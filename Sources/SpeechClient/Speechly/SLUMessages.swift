@@ -2,11 +2,11 @@
 /// them into bytes and back; everything above it works with these.
 
 public struct SLUConfig: Sendable, Equatable {
-    public var sampleRateHertz: Int32 = 16_000
+    public var sampleRateHertz = Int32(SpeechAudio.sampleRate)
     public var channels: Int32 = 1
     public var languageCode: String = "en-US"
     public var options: [ContextOption] = []
-    public init(sampleRateHertz: Int32 = 16_000, channels: Int32 = 1, languageCode: String, options: [ContextOption] = []) {
+    public init(sampleRateHertz: Int32 = Int32(SpeechAudio.sampleRate), channels: Int32 = 1, languageCode: String, options: [ContextOption] = []) {
         self.sampleRateHertz = sampleRateHertz
         self.channels = channels
         self.languageCode = languageCode

@@ -56,7 +56,7 @@ final class WyomingWakeStream: @unchecked Sendable {
         var detect: [String: JSONValue] = [:]
         if let model { detect["names"] = .array([.string(model)]) }
         connection.send([WyomingEvent(type: "detect", data: detect),
-                         WyomingEvent(type: "audio-start", data: WyomingAudio.format(rate: 16_000, timestamp: 0))])
+                         WyomingEvent(type: "audio-start", data: WyomingAudio.format(rate: SpeechAudio.sampleRate, timestamp: 0))])
     }
 
     /// The service's model for `name`: the first whose name starts with it (case aside). A
@@ -81,7 +81,7 @@ final class WyomingWakeStream: @unchecked Sendable {
     /// Audio heard while listening, from any thread, in order (16 kHz).
     func send(_ samples: [Int16]) {
         let at = samplesSent.add(samples.count, ordering: .relaxed).newValue - samples.count
-        connection.send([WyomingAudio.chunk(samples, rate: 16_000, atSample: at)])
+        connection.send([WyomingAudio.chunk(samples, rate: SpeechAudio.sampleRate, atSample: at)])
     }
 
     var backlogBytes: Int { connection.backlogBytes }
@@ -99,7 +99,7 @@ final class WyomingWakeStream: @unchecked Sendable {
             let name = event.data["name"]?.stringValue ?? ""
             if let wanted, !name.lowercased().hasPrefix(wanted.lowercased()) { return }
             let sample = event.data["timestamp"]?.numberValue.flatMap { ms -> Int? in
-                ms.isFinite && ms >= 0 && ms < 1e12 ? origin + Int(ms) * 16 : nil
+                ms.isFinite && ms >= 0 && ms < 1e12 ? origin + SpeechAudio.samples(milliseconds: Int(ms)) : nil
             }
             handler(.detection(name: name, sample: sample))
         case "error":

@@ -74,4 +74,19 @@ import Testing
         #expect(GRPCStatus.fromHTTPStatus(401) == 16)
         #expect(GRPCStatus.fromHTTP2ErrorCode(7) == 14)
     }
+
+    /// The HTTP/2 layer reports failures without a gRPC status; the call gives them one.
+    @Test func aBrokenConnectionBecomesUnavailableInTheCallLayer() {
+        let closed = GRPCStatus.callError(connectionFailure: SpeechClientError(.network, "closed by the server"), path: "/a/B")
+        #expect(closed.grpcStatus == GRPCStatus.unavailable)
+        #expect(closed.code == .network)
+        #expect(closed.message == "/a/B: closed by the server")
+        let garbled = GRPCStatus.callError(connectionFailure: SpeechClientError(.parse, "header block too large"), path: "/a/B")
+        #expect(garbled.grpcStatus == GRPCStatus.internal)
+        let kept = GRPCStatus.callError(connectionFailure: SpeechClientError(.api, "/a/B: no", grpcStatus: 8), path: "/a/B")
+        #expect(kept.grpcStatus == 8)
+        #expect(kept.message == "/a/B: no")
+        let misuse = GRPCStatus.callError(connectionFailure: SpeechClientError(.invalidState, "from the loop"), path: "/a/B")
+        #expect(misuse.grpcStatus == nil)
+    }
 }
