@@ -16,6 +16,12 @@ public enum GRPCStatus {
                         "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
                         "UNAUTHENTICATED"]
 
+    /// PERMISSION_DENIED or UNAUTHENTICATED: the credentials were refused, so a retry with
+    /// the same ones would be refused again.
+    public static func isAuthFailure(_ error: SpeechClientError) -> Bool {
+        error.grpcStatus == permissionDenied || error.grpcStatus == unauthenticated
+    }
+
     public static func name(_ status: Int32) -> String {
         status >= 0 && Int(status) < names.count ? names[Int(status)] : "STATUS_\(status)"
     }

@@ -60,7 +60,7 @@ public final class RivaService: RecognitionService, @unchecked Sendable {
             try ProtobufReader(answer).skipAll()
             log(.debug, "\(peer) answered GetRivaSpeechRecognitionConfig (\(answer.count) bytes)")
         } catch {
-            guard error.grpcStatus == 12 else { throw RivaRelay.named(error) }
+            guard error.grpcStatus == GRPCStatus.unimplemented else { throw RivaRelay.named(error) }
             throw SpeechClientError(.invalidArgument, "\(peer) is not a Riva speech recognizer: \(error.message)",
                                     grpcStatus: error.grpcStatus)
         }
@@ -83,7 +83,7 @@ final class RivaRelay: @unchecked Sendable {
     /// PERMISSION_DENIED and UNAUTHENTICATED are what a key or header was wrong: auth errors
     /// (not retried), as for Speechly.
     static func named(_ error: SpeechClientError) -> SpeechClientError {
-        guard GRPCStatusCode.isAuthFailure(error) else { return error }
+        guard GRPCStatus.isAuthFailure(error) else { return error }
         var e = error
         e.code = .auth
         e.message = "the Riva server refused the request's credentials (see spc_options_add_header): \(error.message)"

@@ -7,12 +7,3 @@ public protocol GRPCCalling: Sendable {
     func openStreamingCall(path: String, metadata: [(String, String)], cancellation: Cancellation?,
                            handler: @escaping @Sendable (GRPCCallEvent) -> Void) throws(SpeechClientError) -> any GRPCStreamingCall
 }
-
-public enum GRPCStatusCode {
-    public static let permissionDenied: Int32 = 7
-    public static let unauthenticated: Int32 = 16
-
-    public static func isAuthFailure(_ error: SpeechClientError) -> Bool {
-        error.grpcStatus == permissionDenied || error.grpcStatus == unauthenticated
-    }
-}

@@ -77,7 +77,7 @@ final class StreamRelay: @unchecked Sendable {
         case .closed(let error):
             state.withLock { closed = true }
             guard var error else { handler(.closed(nil)); return }
-            if GRPCStatusCode.isAuthFailure(error) {
+            if GRPCStatus.isAuthFailure(error) {
                 identity.invalidate()
                 error.code = .auth
                 error.message = "the server rejected the login token: \(error.message)"

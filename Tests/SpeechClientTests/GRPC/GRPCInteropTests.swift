@@ -72,7 +72,7 @@ private func channel(_ peer: PeerProcess, host: String = "127.0.0.1",
         let unauthenticated = fail("16 bad token")
         #expect(unauthenticated?.code == .api)
         #expect(unauthenticated?.grpcStatus == 16)
-        #expect(unauthenticated.map(GRPCStatusCode.isAuthFailure) == true)
+        #expect(unauthenticated.map(GRPCStatus.isAuthFailure) == true)
     }
 
     @Test func deadlineExceeded() throws {

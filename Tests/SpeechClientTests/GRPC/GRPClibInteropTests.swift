@@ -104,7 +104,7 @@ private func grpclibChannel() throws -> GRPCChannel {
         #expect(unavailable?.grpcStatus == 14)
         let unauthenticated = fail("16 bad token")
         #expect(unauthenticated?.grpcStatus == 16)
-        #expect(unauthenticated.map(GRPCStatusCode.isAuthFailure) == true)
+        #expect(unauthenticated.map(GRPCStatus.isAuthFailure) == true)
     }
 
     @Test func unknownMethodIsUnimplementedTrailersOnly() throws {
