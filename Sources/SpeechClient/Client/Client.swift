@@ -135,8 +135,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
         }
         // A descriptor is checked (open, readable) but not read: a pipe may not have spoken yet.
         if case .descriptor(let fd, _, _) = options.audio { try DescriptorSource.check(fd: fd) }
-        let worker = ClientWorker(options: options, service: self.service, makeSource: self.makeSource,
-                                  samplesPerChunk: samplesPerChunk)
+        let worker = ClientWorker(options: options, service: self.service, makeSource: self.makeSource)
         if options.prepareOnInit {
             // Connecting and logging in wait for the network here.
             try Client.blockingForTheNetwork(options) { () throws(SpeechClientError) in try worker.prepare(client: nil) }
@@ -571,7 +570,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     private func resetPushPath() {
         pushLock.withLock {
             guard let p = pushPath else { return }
-            pushPath = PushPath(converter: AudioConverter(input: p.converter.input), chunker: Chunker(samplesPerChunk: SpeechAudio.samples(milliseconds: options.chunkMilliseconds)))
+            pushPath = PushPath(converter: AudioConverter(input: p.converter.input), chunker: Chunker(samplesPerChunk: p.chunker.samplesPerChunk))
         }
     }
 

@@ -20,8 +20,6 @@ final class ClientWorker: @unchecked Sendable {
     /// that sends its chunks itself while the worker is idle (`takeDirect`): the state of the
     /// audio path is only touched under it. Never held while waiting for commands.
     let audioLock = ConditionLock()
-    private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
-    private let samplesPerChunk: Int
 
     /// The file or replay cannot go on until the network takes what was sent (or audio becomes
     /// final, or a command comes): the worker waits for a poke, a command or this time
@@ -39,11 +37,8 @@ final class ClientWorker: @unchecked Sendable {
     private var current: Int?
     private var assembler = SegmentAssembler()
 
-    private var source: (any AudioSource)?
-    private var converter: AudioConverter?
-    /// Why a descriptor source can no longer be read (its end, or an error), for a later start.
-    private var descriptorEnded: String?
-    private var chunker: Chunker
+    /// The microphone, file or descriptor, read into chunks.
+    private let audio: AudioPump
     /// Reading the source into the open context (file or microphone).
     private var pumping = false
     /// A context was requested and its `finished` has not arrived.
@@ -67,15 +62,10 @@ final class ClientWorker: @unchecked Sendable {
     private var replay: ReplayBuffer
     /// Samples of the user's context recorded so far (sent, or held while disconnected).
     private var contextSamples = 0
-    /// Added to a server context's word times to put them in the user's context (its lane's start).
-    private var timeOffsets: [String: Int32] = [:]
-    /// User segment ids, given in order of first appearance across server contexts.
-    private var segmentMap: [String: [Int32: Int32]] = [:]
-    private var nextUserSegment: Int32 = 0
-    /// How long the audio sent on the current lane has been quiet (a rotation waits for a pause),
-    /// and the loudest recent chunk energy (a pause is quiet for absolute or relative reasons).
-    private var silentRun = 0
-    private var loudEnergy: Int64 = 0
+    /// Segment ids and word times of the server contexts, in the user's context.
+    private var numbering = ContextNumbering()
+    /// When the live lane moves to a new stream (byte budget, context limit, GOAWAY).
+    private var rotation: RotationPolicy
     /// Lanes lost and waiting to be replaced: the audio [from, end) they had not finished (end nil:
     /// the live lane), after a delay; all are reopened together.
     private var repairs: [(from: Int, end: Int?)] = []
@@ -117,13 +107,12 @@ final class ClientWorker: @unchecked Sendable {
     private var pacedSince: UInt64?
 
     init(options: ClientOptions, service: any RecognitionService,
-         makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?, samplesPerChunk: Int) {
+         makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?) {
         self.options = options
         self.service = service
-        self.makeSource = makeSource
-        self.samplesPerChunk = samplesPerChunk
-        chunker = Chunker(samplesPerChunk: samplesPerChunk)
+        audio = AudioPump(input: options.audio, chunkMilliseconds: options.chunkMilliseconds, makeSource: makeSource)
         replay = ReplayBuffer(capacitySamples: SpeechAudio.samples(milliseconds: options.replayBufferMilliseconds))
+        rotation = RotationPolicy(budgetBytes: options.streamBudgetBytes, contextLimitMilliseconds: options.contextRolloverMilliseconds)
     }
 
     deinit { shutdown() }
@@ -276,12 +265,7 @@ final class ClientWorker: @unchecked Sendable {
     }
 
     /// A file or a descriptor is read as fast as the server takes it (a microphone cannot wait).
-    private var waitsForServer: Bool {
-        switch options.audio {
-        case .file, .descriptor: return true
-        case .microphone, .push: return false
-        }
-    }
+    private var waitsForServer: Bool { audio.waitsForServer }
 
     /// Called once the last turn has ended (free, or deinit): releases the streams and the
     /// source. Segments of an open context that had words are delivered final first (their words
@@ -301,8 +285,7 @@ final class ClientWorker: @unchecked Sendable {
         current = nil
         prepared?.stream.cancel()
         prepared = nil
-        source?.close()
-        source = nil
+        audio.close()
         closeWake()
     }
 
@@ -332,15 +315,8 @@ final class ClientWorker: @unchecked Sendable {
     /// Opens the microphone (for a microphone source) and a stream. Called with `client` nil
     /// from the constructor (errors are thrown to spc_client_new) or from the worker.
     func prepare(client: Client?) throws(SpeechClientError) {
-        if case .microphone(let name) = options.audio, source == nil {
-            guard let mic = makeSource(options.audio) else { return }
-            if let alsa = mic as? ALSACapture {
-                alsa.onALSAMessage { [weak client] message in client?.log(.warning, message) }
-            }
-            try mic.open()
-            source = mic
-            converter = AudioConverter(input: mic.format)
-            client?.log(.debug, "microphone '\(name)' opened at \(mic.format.sampleRate) Hz, \(mic.format.channels) channel(s)")
+        if let opened = try audio.openMicrophone(log: { [weak client] message in client?.log(.warning, message) }) {
+            client?.log(.debug, opened)
         }
         try ensureStream()
     }
@@ -388,8 +364,7 @@ final class ClientWorker: @unchecked Sendable {
         lanes[gen] = lane
         if end == nil {
             current = gen
-            silentRun = 0
-            loudEnergy = 0
+            rotation.reset()
         }
     }
 
@@ -438,7 +413,7 @@ final class ClientWorker: @unchecked Sendable {
         audioSamples = 0
         beginContext()
         client.log(.debug, "start sent")
-        pumping = source != nil
+        pumping = audio.isOpen
     }
 
     /// Opens a context on the prepared stream: the bookkeeping, then its first lane.
@@ -452,11 +427,8 @@ final class ClientWorker: @unchecked Sendable {
         pendingLoss = nil
         replay.reset()
         contextSamples = 0
-        timeOffsets = [:]
-        segmentMap = [:]
-        nextUserSegment = 0
-        silentRun = 0
-        loudEnergy = 0
+        numbering.reset()
+        rotation.reset()
         repairs = []
         client?.transition({ _, _ in }, contextOpen: true)
         do throws(SpeechClientError) {
@@ -468,37 +440,9 @@ final class ClientWorker: @unchecked Sendable {
     }
 
     private func openAudioForContext() throws(SpeechClientError) {
-        chunker = Chunker(samplesPerChunk: samplesPerChunk)
-        switch options.audio {
-        case .push:
-            return
-        case .file:
-            guard let file = makeSource(options.audio) else { return }
-            try file.open()
-            source = file
-            converter = AudioConverter(input: file.format)
-            if let wav = file as? WAVFileSource, let h = wav.header, h.missingBytes > 0 {
-                // Issue 19 item 7: a cut-short copy is streamed, and the loss said.
-                let rate = Double(max(1, h.format.sampleRate * h.blockAlign))
-                client?.log(.warning, "\(wav.path): the data chunk declares \(h.dataBytes + h.missingBytes) bytes but the file holds \(h.dataBytes): its last \(Self.seconds(Double(h.missingBytes) / rate)) s are missing; transcribing the \(Self.seconds(Double(h.dataBytes) / rate)) s there are")
-            }
-        case .microphone:
-            if source == nil { try prepare(client: client) }
-            if let source { converter = AudioConverter(input: source.format) }
-        case .descriptor(let fd, _, _):
-            // The descriptor stays open between contexts: each start reads on from where the
-            // last one stopped. Its format may come with the audio (a WAV header): the converter
-            // is made by `pumpOnce` once samples arrive.
-            if source == nil {
-                if let why = descriptorEnded {
-                    throw SpeechClientError(.audio, "audio \(fd == 0 ? "standard input" : "fd \(fd)"): \(why); it cannot be read again")
-                }
-                guard let stream = makeSource(options.audio) else { return }
-                try stream.open()
-                source = stream
-            }
-            converter = nil
-        }
+        let client = self.client
+        try audio.openForContext(log: { [weak client] message in client?.log(.warning, message) },
+                                 warn: { client?.log(.warning, $0) })
     }
 
     /// Whether `samples` more pushed audio fit in the replay buffer beside what is not final yet
@@ -517,8 +461,7 @@ final class ClientWorker: @unchecked Sendable {
     /// (checking commands between waits) instead of sending more. The microphone is never held
     /// back: its audio cannot wait.
     private func pumpOnce() {
-        guard pumping, let source else { pumping = false; return }
-        let frames = max(1, source.format.sampleRate * options.chunkMilliseconds / 1000)
+        guard pumping, audio.isOpen else { pumping = false; return }
         if waitsForServer {
             let backlog = current.flatMap { lanes[$0]?.stream.backlogBytes } ?? 0
             let chunkSamples = SpeechAudio.samples(milliseconds: options.chunkMilliseconds)
@@ -552,11 +495,15 @@ final class ClientWorker: @unchecked Sendable {
                 if stalledUntil != nil { return }
             }
         }
-        let block: [Float]?
-        do throws(SpeechClientError) {
-            block = try source.read(maxFrames: frames)
-        } catch {
-            pumping = false
+        switch audio.read() {
+        case .chunks(let chunks):
+            for c in chunks { take(c) }
+        case .ended(let last):
+            // End of stream: send what is left and stop the context, as if the user had.
+            for c in last { take(c) }
+            closeFileSource()
+            endpointer != nil ? stopListening(auto: true) : sendStop(auto: true)
+        case .failed(let error):
             closeFileSource(failed: error.message)
             client?.emit(.error(error))
             if endpointer != nil {
@@ -564,20 +511,7 @@ final class ClientWorker: @unchecked Sendable {
             } else if contextOpen && !stopSent {
                 sendStop(auto: true)
             }
-            return
         }
-        guard let block else {
-            // End of stream: send what is left and stop the context, as if the user had.
-            if let converter { for c in chunker.append(converter.flush()) { take(c) } }
-            if let partial = chunker.flush() { take(partial) }
-            pumping = false
-            closeFileSource()
-            endpointer != nil ? stopListening(auto: true) : sendStop(auto: true)
-            return
-        }
-        guard !block.isEmpty else { return }
-        if converter?.input != source.format { converter = AudioConverter(input: source.format) }
-        if let converter { for c in chunker.append(converter.process(block)) { take(c) } }
     }
 
     private func sendStop(auto: Bool = false) {
@@ -587,10 +521,9 @@ final class ClientWorker: @unchecked Sendable {
             if pumping, waitsForServer { closeFileSource() }
             pumping = false
             // A descriptor goes on in the next context: the resampler's tail belongs to this one.
-            if case .descriptor = options.audio, let converter {
-                for c in chunker.append(converter.flush()) { sendAudio(c) }
-            }
-            if let partial = chunker.flush() { sendAudio(partial) }
+            var descriptor = false
+            if case .descriptor = options.audio { descriptor = true }
+            for c in audio.drain(resamplerTail: descriptor) { sendAudio(c) }
         }
         stopSent = true
         client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")\(replaying ? " (after the replay)" : "")")
@@ -622,24 +555,9 @@ final class ClientWorker: @unchecked Sendable {
         lane.stopSent = true
     }
 
-    /// The end of a context's reading. A file is closed (the next start reads it again from its
-    /// beginning); a descriptor stays open, its position kept for the next start, until it
-    /// ended or its reading `failed` (then a start says so).
+    /// The end of a context's reading (see `AudioPump.endContext`).
     private func closeFileSource(failed: String? = nil) {
-        switch options.audio {
-        case .file:
-            source?.close()
-            source = nil
-        case .descriptor:
-            let ended = (source as? DescriptorSource)?.exhausted == true
-            if ended || failed != nil {
-                descriptorEnded = failed.map { "its reading failed earlier (\($0))" } ?? "the stream has ended"
-                source?.close()
-                source = nil
-            }
-        case .microphone, .push:
-            break
-        }
+        audio.endContext(failed: failed)
         pumping = false
     }
 
@@ -866,15 +784,8 @@ final class ClientWorker: @unchecked Sendable {
     /// and its server context's mappings.
     private func dropSegments(of lane: Lane) {
         assembler.drop(context: contextId, segments: lane.openSegments)
-        if let id = lane.serverContext {
-            segmentMap[id] = nil
-            timeOffsets[id] = nil
-        }
-        // Reuse the ids when nothing newer was given out by another lane.
-        if let low = lane.openSegments.min(), !lanes.values.contains(where: { ($0.openSegments.max() ?? -1) > low }),
-           let high = lane.openSegments.max(), high &+ 1 == nextUserSegment {
-            nextUserSegment = low
-        }
+        if let id = lane.serverContext { numbering.forget(serverContext: id) }
+        numbering.giveBack(lane.openSegments, latestOpenElsewhere: lanes.values.compactMap { $0.openSegments.max() }.max())
     }
 
     /// Connection losses are retried; what the server or the login said no to is not.
@@ -891,7 +802,7 @@ final class ClientWorker: @unchecked Sendable {
             lane.startedAt = Clock.monotonicNanos()
             lane.startDue = .max
             lanes[gen] = lane
-            timeOffsets[response.audioContext] = Int32(clamping: SpeechAudio.milliseconds(samples: lane.start))
+            numbering.started(serverContext: response.audioContext, atSample: lane.start)
             if let loss = pendingLoss {
                 // The replay was taken: now the loss is final, and reported once.
                 pendingLoss = nil
@@ -925,10 +836,7 @@ final class ClientWorker: @unchecked Sendable {
                 }
             }
             if !lane.stopSent { lane.stream.finish() }
-            if let id = lane.serverContext {
-                segmentMap[id] = nil
-                timeOffsets[id] = nil
-            }
+            if let id = lane.serverContext { numbering.forget(serverContext: id) }
             let id = contextId.isEmpty ? response.audioContext : contextId
             if let code {
                 endEvents.append(.error(SpeechClientError(.api, "context \(id)\(response.audioContext == id ? "" : " (server context \(response.audioContext))") finished with error \(code): \(message ?? "")")))
@@ -991,8 +899,8 @@ final class ClientWorker: @unchecked Sendable {
         }
         var mapped = response
         mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
-        mapped.segmentId = userSegment(context: response.audioContext, segment: response.segmentId)
-        mapped.payload = Self.shift(response.payload, by: timeOffsets[response.audioContext] ?? 0)
+        mapped.segmentId = numbering.userSegment(serverContext: response.audioContext, segment: response.segmentId)
+        mapped.payload = numbering.userTimes(response.payload, serverContext: response.audioContext)
         let applied: Segment?
         do throws(SpeechClientError) {
             applied = try assembler.applyChecked(mapped)
@@ -1039,29 +947,6 @@ final class ClientWorker: @unchecked Sendable {
         return false
     }
 
-    private func userSegment(context: String, segment: Int32) -> Int32 {
-        if let id = segmentMap[context]?[segment] { return id }
-        let id = nextUserSegment
-        nextUserSegment &+= 1
-        segmentMap[context, default: [:]][segment] = id
-        return id
-    }
-
-    static func shift(_ payload: SLUResponse.Payload, by ms: Int32) -> SLUResponse.Payload {
-        guard ms != 0 else { return payload }
-        // Negative times are unknown ones (Wyoming gives none) and stay so.
-        func move(_ w: SLUWord) -> SLUWord {
-            SLUWord(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds < 0 ? w.startMilliseconds : w.startMilliseconds &+ ms,
-                    endMilliseconds: w.endMilliseconds < 0 ? w.endMilliseconds : w.endMilliseconds &+ ms, confidence: w.confidence)
-        }
-        switch payload {
-        case .transcript(let w): return .transcript(move(w))
-        case .tentativeTranscript(let text, let words): return .tentativeTranscript(text: text, words: words.map(move))
-        case .finalTranscript(let words, let confidence): return .finalTranscript(words.map(move), confidence: confidence)
-        default: return payload
-        }
-    }
-
     // MARK: - Audio out, bounded streams, reconnection
 
     /// Every chunk of the context is kept for replay, then sent on the current lane when it is
@@ -1077,43 +962,13 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
-    /// A stream is bounded (issue 18): proxies cap a request's bytes (nginx's default 1 MB) and
-    /// duration, and a server context lasts at most 5 minutes (protocol.md). From half the byte
-    /// budget, or past the context limit, or once the connection is going away, the current lane
-    /// moves to a new stream at the next pause in the audio sent (200 ms of quiet); at the byte
-    /// budget itself, 20 s past the context limit or at the drain deadline, it moves at once.
-    /// Decided on the audio sent, not on the server's answers: a file is sent far ahead of them.
+    /// Before each chunk of live audio: the lane moves to a new stream when `rotation` says so.
     private func rotateIfDue(before chunk: [Int16]) {
         guard let gen = current, let lane = lanes[gen], lane.cursor == nil, !stopSent else { return }
-        let budget = options.streamBudgetBytes
-        let chunkBytes = Lane.audioBytes(samples: chunk.count)
-        let sent = contextSamples - lane.start
-        let limit = SpeechAudio.samples(milliseconds: options.contextRolloverMilliseconds)
-        let now = Clock.monotonicNanos()
-        let due = lane.bytes + chunkBytes > budget / 2 || sent >= limit || lane.moveBy != nil
-        // Only the audio shortly before the rotation point is measured (not every chunk of a
-        // stream): 2 s to learn the recent level, then the pause itself.
-        let nearlyDue = due || lane.bytes + 20 * chunkBytes > budget / 2 || sent + SpeechAudio.samples(milliseconds: 2_000) >= limit
-        if nearlyDue {
-            let energy = Self.energy(chunk)
-            let quiet = energy <= Int64(chunk.count) * 200 * 200 || energy * 300 <= loudEnergy
-            silentRun = quiet ? silentRun + chunk.count : 0
-            loudEnergy = max(energy, loudEnergy - loudEnergy / 8)
+        if let why = rotation.reason(before: chunk, streamBytes: lane.bytes, sentSamples: contextSamples - lane.start,
+                                     moveBy: lane.moveBy, now: Clock.monotonicNanos()) {
+            rotate(reason: why)
         }
-        let forced = lane.bytes + chunkBytes > budget || sent >= limit + SpeechAudio.samples(milliseconds: 20_000) || (lane.moveBy.map { now >= $0 } ?? false)
-        guard forced || (due && silentRun >= 3_200) else { return }
-        let why = lane.moveBy != nil ? "the connection is closing (GOAWAY)"
-            : sent >= limit ? "the server context reached \(options.contextRolloverMilliseconds / 1000) s"
-            : forced ? "the stream carried all of its \(budget / 1024) KiB budget (no pause before it)"
-            : "at a pause after \(lane.bytes / 1024) KiB of its \(budget / 1024) KiB budget"
-        rotate(reason: why)
-    }
-
-    /// Sum of squares of a chunk (its energy).
-    static func energy(_ chunk: [Int16]) -> Int64 {
-        var sum: Int64 = 0
-        for s in chunk { sum &+= Int64(s) * Int64(s) }
-        return sum
     }
 
     /// The current lane ends here (stop, then end of stream: it drains) and a new lane on a new
@@ -1125,7 +980,7 @@ final class ClientWorker: @unchecked Sendable {
         stopLane(&lane)
         lanes[gen] = lane
         current = nil
-        silentRun = 0
+        rotation.reset()
         client?.log(.info, "context \(contextId.isEmpty ? "(not started yet)" : contextId) continues on a new stream at \(Self.seconds(SpeechAudio.seconds(samples: contextSamples))) s: \(reason)")
         do throws(SpeechClientError) {
             try openLane(from: contextSamples, end: nil)
@@ -1324,7 +1179,7 @@ final class ClientWorker: @unchecked Sendable {
         backlogWaiting = false
         client?.log(.debug, "listening (\(options.activation == .voice ? "voice" : "wakeword") activation)")
         client?.transition { state, _ in if state == .starting { state = .listening } }
-        pumping = source != nil
+        pumping = audio.isOpen
     }
 
     /// A context for an activation. Failing to open one ends that activation with an error;
@@ -1478,10 +1333,7 @@ final class ClientWorker: @unchecked Sendable {
         backlog = []
         backlogWaiting = false
         if contextOpen && !stopSent { sendStop() }
-        if case .microphone = options.audio {
-            source?.close()
-            source = nil
-        }
+        if case .microphone = options.audio { audio.close() }
         if !contextOpen {
             prepared?.stream.finish()
             prepared = nil

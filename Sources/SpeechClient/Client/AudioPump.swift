@@ -1,0 +1,143 @@
+/// The client's audio source, read into chunks of 16 kHz mono audio: the microphone (opened
+/// once, kept between contexts), a file (opened for each context, read from its start), or a
+/// descriptor (kept open, each context reading on from where the last stopped). Pushed audio
+/// has no source here: `Client.pushAudio` converts and chunks it itself.
+///
+/// Used by the worker only, with its `audioLock` held. The worker decides when to read (a file
+/// waits for the server); this type only knows how.
+final class AudioPump {
+    private let input: AudioInput
+    private let makeSource: @Sendable (AudioInput) -> (any AudioSource)?
+    private let samplesPerChunk: Int
+    private let chunkMilliseconds: Int
+
+    private var source: (any AudioSource)?
+    private var converter: AudioConverter?
+    private var chunker: Chunker
+    /// Why a descriptor can no longer be read (its end, or an error), for a later start.
+    private var descriptorEnded: String?
+
+    init(input: AudioInput, chunkMilliseconds: Int, makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?) {
+        self.input = input
+        self.makeSource = makeSource
+        self.chunkMilliseconds = chunkMilliseconds
+        samplesPerChunk = SpeechAudio.samples(milliseconds: chunkMilliseconds)
+        chunker = Chunker(samplesPerChunk: samplesPerChunk)
+    }
+
+    /// A source is open (a context has something to read).
+    var isOpen: Bool { source != nil }
+
+    /// A file or a descriptor can wait for the server; a microphone cannot.
+    var waitsForServer: Bool {
+        switch input {
+        case .file, .descriptor: return true
+        case .microphone, .push: return false
+        }
+    }
+
+    /// Opens the microphone unless it is open. Its ALSA messages go to `log`.
+    /// Returns a line for the debug log when it opened it.
+    func openMicrophone(log: @escaping @Sendable (String) -> Void) throws(SpeechClientError) -> String? {
+        guard case .microphone(let name) = input, source == nil, let mic = makeSource(input) else { return nil }
+        if let alsa = mic as? ALSACapture { alsa.onALSAMessage(log) }
+        try mic.open()
+        source = mic
+        converter = AudioConverter(input: mic.format)
+        return "microphone '\(name)' opened at \(mic.format.sampleRate) Hz, \(mic.format.channels) channel(s)"
+    }
+
+    /// Before a context: a new chunker, and the source opened (a file from its start) or kept
+    /// (a microphone, a descriptor). `warn` hears of a file cut short.
+    func openForContext(log: @escaping @Sendable (String) -> Void, warn: (String) -> Void) throws(SpeechClientError) {
+        chunker = Chunker(samplesPerChunk: samplesPerChunk)
+        switch input {
+        case .push:
+            return
+        case .file:
+            guard let file = makeSource(input) else { return }
+            try file.open()
+            source = file
+            converter = AudioConverter(input: file.format)
+            if let wav = file as? WAVFileSource, let h = wav.header, h.missingBytes > 0 {
+                // Issue 19 item 7: a cut-short copy is streamed, and the loss said.
+                let rate = Double(max(1, h.format.sampleRate * h.blockAlign))
+                warn("\(wav.path): the data chunk declares \(h.dataBytes + h.missingBytes) bytes but the file holds \(h.dataBytes): its last \(ClientWorker.seconds(Double(h.missingBytes) / rate)) s are missing; transcribing the \(ClientWorker.seconds(Double(h.dataBytes) / rate)) s there are")
+            }
+        case .microphone:
+            if source == nil, let line = try openMicrophone(log: log) { log(line) }
+            if let source { converter = AudioConverter(input: source.format) }
+        case .descriptor(let fd, _, _):
+            // The descriptor stays open between contexts. Its format may come with the audio
+            // (a WAV header): the converter is made once samples arrive.
+            if source == nil {
+                if let why = descriptorEnded {
+                    throw SpeechClientError(.audio, "audio \(fd == 0 ? "standard input" : "fd \(fd)"): \(why); it cannot be read again")
+                }
+                guard let stream = makeSource(input) else { return }
+                try stream.open()
+                source = stream
+            }
+            converter = nil
+        }
+    }
+
+    enum Read {
+        /// Chunks of the context's audio (possibly none yet).
+        case chunks([[Int16]])
+        /// The source ended: its last chunks (the resampler's tail, the partial chunk).
+        case ended(last: [[Int16]])
+        case failed(SpeechClientError)
+    }
+
+    /// Reads one block (a chunk's length at the source's rate). A microphone blocks up to
+    /// 100 ms for it; a file or descriptor returns what there is.
+    func read() -> Read {
+        guard let source else { return .ended(last: []) }
+        let frames = max(1, source.format.sampleRate * chunkMilliseconds / 1000)
+        let block: [Float]?
+        do throws(SpeechClientError) {
+            block = try source.read(maxFrames: frames)
+        } catch {
+            return .failed(error)
+        }
+        guard let block else { return .ended(last: drain(resamplerTail: true)) }
+        guard !block.isEmpty else { return .chunks([]) }
+        if converter?.input != source.format { converter = AudioConverter(input: source.format) }
+        guard let converter else { return .chunks([]) }
+        return .chunks(chunker.append(converter.process(block)))
+    }
+
+    /// What is buffered at a context's end: the partial chunk, after the resampler's tail when
+    /// `resamplerTail` (at the end of the source, or a descriptor whose next context reads on).
+    func drain(resamplerTail: Bool) -> [[Int16]] {
+        var out: [[Int16]] = []
+        if resamplerTail, let converter { out = chunker.append(converter.flush()) }
+        if let partial = chunker.flush() { out.append(partial) }
+        return out
+    }
+
+    /// The end of a context's reading. A file is closed (the next start reads it again from its
+    /// beginning); a descriptor stays open, its position kept for the next start, until it
+    /// ended or its reading `failed` (then a start says so); a microphone stays open.
+    func endContext(failed: String? = nil) {
+        switch input {
+        case .file:
+            close()
+        case .descriptor:
+            let ended = (source as? DescriptorSource)?.exhausted == true
+            if ended || failed != nil {
+                descriptorEnded = failed.map { "its reading failed earlier (\($0))" } ?? "the stream has ended"
+                close()
+            }
+        case .microphone, .push:
+            break
+        }
+    }
+
+    /// Lets the device go (suspend) or everything (free).
+    func close() {
+        source?.close()
+        source = nil
+    }
+}

@@ -1,0 +1,156 @@
+import Testing
+@testable import SpeechClient
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The worker's parts that stand alone: the numbering of server contexts, the rotation policy
+/// and the audio pump, each without a client or a server.
+@Suite struct WorkerPartsTests {
+    // MARK: ContextNumbering
+
+    @Test func segmentIdsAreGivenInOrderAcrossServerContextsAndWordTimesMoveByTheirStart() {
+        var n = ContextNumbering()
+        n.started(serverContext: "a", atSample: 0)
+        #expect(n.userSegment(serverContext: "a", segment: 0) == 0)
+        #expect(n.userSegment(serverContext: "a", segment: 1) == 1)
+        #expect(n.userSegment(serverContext: "a", segment: 0) == 0)
+        // A rotation 2.5 s in: the new server context numbers from 0, the user's ids go on.
+        n.started(serverContext: "b", atSample: SpeechAudio.samples(milliseconds: 2_500))
+        #expect(n.userSegment(serverContext: "b", segment: 0) == 2)
+        let word = SLUWord(text: "hi", index: 0, startMilliseconds: 100, endMilliseconds: 300, confidence: 1)
+        guard case .transcript(let moved) = n.userTimes(.transcript(word), serverContext: "b") else {
+            Issue.record("not a transcript")
+            return
+        }
+        #expect(moved.startMilliseconds == 2_600 && moved.endMilliseconds == 2_800)
+        // Unknown times (Wyoming's) stay unknown.
+        let unknown = SLUWord(text: "hi", index: 0, startMilliseconds: -1, endMilliseconds: -1, confidence: 1)
+        guard case .transcript(let kept) = n.userTimes(.transcript(unknown), serverContext: "b") else { return }
+        #expect(kept.startMilliseconds == -1)
+        n.reset()
+        #expect(n.userSegment(serverContext: "c", segment: 7) == 0)
+    }
+
+    @Test func aLostStreamsOpenSegmentIdsAreGivenBackOnlyWhenNothingLaterWasGiven() {
+        var n = ContextNumbering()
+        _ = n.userSegment(serverContext: "a", segment: 0)  // 0, final
+        _ = n.userSegment(serverContext: "a", segment: 1)  // 1, open when "a" is lost
+        n.forget(serverContext: "a")
+        n.giveBack([1], latestOpenElsewhere: nil)
+        #expect(n.nextUserSegment == 1)
+        #expect(n.userSegment(serverContext: "a2", segment: 0) == 1)
+        // Another stream holds a later open segment: the ids are not given twice.
+        _ = n.userSegment(serverContext: "b", segment: 0)  // 2
+        n.giveBack([1], latestOpenElsewhere: 2)
+        #expect(n.nextUserSegment == 3)
+    }
+
+    // MARK: RotationPolicy
+
+    private let loud = [Int16](repeating: 8_000, count: 1_600)
+    private let quiet = [Int16](repeating: 10, count: 1_600)
+
+    @Test func pastHalfTheBudgetTheStreamMovesAtThe200msPauseAndNotInSpeech() {
+        var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
+        #expect(p.reason(before: loud, streamBytes: 10_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        // Past half: speech goes on on the same stream...
+        for _ in 0..<5 { #expect(p.reason(before: loud, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil) }
+        // ...and 200 ms of quiet (two 100 ms chunks) move it.
+        #expect(p.reason(before: quiet, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        let why = p.reason(before: quiet, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0)
+        #expect(why?.contains("at a pause") == true)
+        p.reset()
+        #expect(p.reason(before: quiet, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+    }
+
+    @Test func theFullBudgetTheContextLimitAndTheDrainDeadlineMoveTheStreamAtOnce() {
+        var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 10_000)
+        #expect(p.reason(before: loud, streamBytes: 99_000, sentSamples: 0, moveBy: nil, now: 0)?.contains("all of its") == true)
+        let late = SpeechAudio.samples(milliseconds: 30_000)
+        #expect(p.reason(before: loud, streamBytes: 0, sentSamples: late, moveBy: nil, now: 0)?.contains("reached 10 s") == true)
+        #expect(p.reason(before: loud, streamBytes: 0, sentSamples: 0, moveBy: 5, now: 4) == nil)
+        #expect(p.reason(before: loud, streamBytes: 0, sentSamples: 0, moveBy: 5, now: 5)?.contains("GOAWAY") == true)
+    }
+
+    @Test func aPauseIsAlsoQuietAgainstTheSpeechBeforeIt() {
+        // A noisy room: nothing is under the absolute threshold, but 25 dB under the speech is a pause.
+        var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
+        let noise = [Int16](repeating: 400, count: 1_600)
+        _ = p.reason(before: loud, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0)
+        #expect(p.reason(before: noise, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        #expect(p.reason(before: noise, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) != nil)
+    }
+
+    // MARK: AudioPump
+
+    private func wavFile(seconds: Double, rate: UInt32 = 16_000) -> String {
+        let frames = Int(Double(rate) * seconds)
+        var data: [UInt8] = []
+        for i in 0..<frames { data += AudioFixtures.le16(UInt16(bitPattern: Int16(truncatingIfNeeded: (i % 200) * 100))) }
+        return AudioFixtures.writeTemp(AudioFixtures.wav(rate: rate, data: data), name: "pump.wav")
+    }
+
+    @Test func aFileIsReadIntoChunksThenItsTailAndEachContextReadsItFromItsStart() throws {
+        let path = wavFile(seconds: 0.25, rate: 8_000)
+        let pump = AudioPump(input: .file(path: path), chunkMilliseconds: 100, makeSource: Client.realSource)
+        for _ in 0..<2 {
+            try pump.openForContext(log: { _ in }, warn: { Issue.record("unexpected warning \($0)") })
+            #expect(pump.isOpen && pump.waitsForServer)
+            var chunks: [[Int16]] = []
+            var ended = false
+            for _ in 0..<20 where !ended {
+                switch pump.read() {
+                case .chunks(let c): chunks += c
+                case .ended(let last): chunks += last; ended = true
+                case .failed(let e): Issue.record("\(e)"); return
+                }
+            }
+            #expect(ended)
+            #expect(chunks.dropLast().allSatisfy { $0.count == 1_600 })
+            // 0.25 s at 8 kHz is 4,000 samples at 16 kHz, whole (the resampler's tail included).
+            #expect(chunks.reduce(0) { $0 + $1.count } == 4_000)
+            pump.endContext()
+            #expect(!pump.isOpen)
+        }
+    }
+
+    @Test func aFileCutShortIsStreamedAndTheLossSaid() throws {
+        let bytes = AudioFixtures.wav(data: [UInt8](repeating: 0, count: 3_200), declaredDataSize: 32_000)
+        let path = AudioFixtures.writeTemp(bytes, name: "short.wav")
+        let pump = AudioPump(input: .file(path: path), chunkMilliseconds: 100, makeSource: Client.realSource)
+        var warnings: [String] = []
+        try pump.openForContext(log: { _ in }, warn: { warnings.append($0) })
+        #expect(warnings.count == 1)
+        #expect(warnings.first?.contains("its last 0.9 s are missing") == true)
+    }
+
+    @Test func anEndedDescriptorCannotBeReadByALaterContextAndSaysWhy() throws {
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        defer { close(fds[0]) }
+        var pcm = [Int16](repeating: 100, count: 1_600)
+        _ = pcm.withUnsafeMutableBytes { write(fds[1], $0.baseAddress, $0.count) }
+        close(fds[1])
+        let pump = AudioPump(input: .descriptor(fd: fds[0], sampleRate: 16_000, channels: 1), chunkMilliseconds: 100,
+                             makeSource: Client.realSource)
+        try pump.openForContext(log: { _ in }, warn: { _ in })
+        var total = 0
+        var ended = false
+        for _ in 0..<200 where !ended {
+            switch pump.read() {
+            case .chunks(let c): total += c.reduce(0) { $0 + $1.count }
+            case .ended(let last): total += last.reduce(0) { $0 + $1.count }; ended = true
+            case .failed(let e): Issue.record("\(e)"); return
+            }
+        }
+        #expect(ended && total == 1_600)
+        pump.endContext()
+        #expect(throws: SpeechClientError.self) { try pump.openForContext(log: { _ in }, warn: { _ in }) }
+        do {
+            try pump.openForContext(log: { _ in }, warn: { _ in })
+        } catch {
+            #expect(error.message.contains("the stream has ended; it cannot be read again"))
+        }
+    }
+}
