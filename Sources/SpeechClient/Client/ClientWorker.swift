@@ -87,20 +87,13 @@ final class ClientWorker: @unchecked Sendable {
     private var endpointer: Endpointer?
     /// Samples taken since the start (positions of listen and level events).
     private var audioSamples = 0
-    private var backlog: [[Int16]] = []
-    private var backlogWaiting = false
-    private var backlogClosed = false
-    private var backlogOverflowed = false
-    /// 60 s of 100 ms chunks.
-    static let maxBacklogChunks = 600
+    private var backlog = ActivationBacklog()
     /// Wakeword mode: the current context's phrase was heard; its segments are delivered.
     private var woken = false
-    /// Wakeword mode with a wake-word service: the connection that hears the listening audio,
-    /// its generation (events of an older one are stale), when to try again after losing it,
-    /// and where the last activation ended (a detection from before it belongs to its burst).
-    private var wake: WyomingWakeStream?
-    private var wakeGeneration = 0
-    private var wakeRetryAt: UInt64?
+    /// Wakeword mode with a wake-word service: the connection that hears the listening audio
+    /// (nil without one), and where the last activation ended (a detection from before it
+    /// belongs to its burst).
+    private var wake: WakeListener?
     private var lastActivationEnd = 0
     /// A file heard by a wake-word service is read at real time from here (monotonic ns): a
     /// service locates the wake word only in audio that arrives about as fast as it is spoken.
@@ -113,6 +106,13 @@ final class ClientWorker: @unchecked Sendable {
         audio = AudioPump(input: options.audio, chunkMilliseconds: options.chunkMilliseconds, makeSource: makeSource)
         replay = ReplayBuffer(capacitySamples: SpeechAudio.samples(milliseconds: options.replayBufferMilliseconds))
         rotation = RotationPolicy(budgetBytes: options.streamBudgetBytes, contextLimitMilliseconds: options.contextRolloverMilliseconds)
+        if let server = options.wakeService, options.activation == .wakeword {
+            let cancellation = self.cancellation
+            wake = WakeListener(server: server, name: options.wakeName, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
+                                applicationDriven: options.io == .application, cancellation: cancellation) { [weak self] event, gen in
+                self?.client?.wakeEvent(event, generation: gen)
+            }
+        }
     }
 
     deinit { shutdown() }
@@ -306,7 +306,7 @@ final class ClientWorker: @unchecked Sendable {
         case .stream(let event, let gen):
             handleStream(event, generation: gen)
         case .wake(let event, let gen):
-            if gen == wakeGeneration { handleWake(event) }
+            if gen == wake?.generation { handleWake(event) }
         }
     }
 
@@ -463,7 +463,7 @@ final class ClientWorker: @unchecked Sendable {
     private func pumpOnce() {
         guard pumping, audio.isOpen else { pumping = false; return }
         if waitsForServer {
-            let backlog = current.flatMap { lanes[$0]?.stream.backlogBytes } ?? 0
+            let unsent = current.flatMap { lanes[$0]?.stream.backlogBytes } ?? 0
             let chunkSamples = SpeechAudio.samples(milliseconds: options.chunkMilliseconds)
             var full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
             if full && lanes.count == 1 && contextOpen && !stopSent && endpointer == nil {
@@ -482,7 +482,7 @@ final class ClientWorker: @unchecked Sendable {
             // A file also waits while an activation waits for the previous context to finish
             // (a command ends that), for audio to become final (`releaseReplay` pokes), or for
             // the current lane's replay to catch up (its stream drains).
-            if backlogWaiting || full {
+            if backlog.isWaiting || full {
                 stall(waitingFor: [])
                 return
             }
@@ -490,7 +490,7 @@ final class ClientWorker: @unchecked Sendable {
                 stall(waitingFor: lanes.values.filter { $0.cursor != nil }.map(\.stream))
                 return
             }
-            if backlog > Self.fileBacklogLimit, let stream = current.flatMap({ lanes[$0]?.stream }) {
+            if unsent > Self.fileBacklogLimit, let stream = current.flatMap({ lanes[$0]?.stream }) {
                 stall(waitingFor: [stream])
                 if stalledUntil != nil { return }
             }
@@ -612,10 +612,10 @@ final class ClientWorker: @unchecked Sendable {
             woken = false
             events.insert(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples))), at: max(0, events.count - 1))
         }
-        if (endpointer != nil || backlogWaiting) && !suspended {
+        if (endpointer != nil || backlog.isWaiting) && !suspended {
             client?.transition({ _, _ in }, contextOpen: false, events: events)
-            if backlogWaiting { openWaitingActivation() }
-            if endpointer == nil && !backlogWaiting && !contextOpen { finishListening() }
+            if backlog.isWaiting { openWaitingActivation() }
+            if endpointer == nil && !backlog.isWaiting && !contextOpen { finishListening() }
             return
         }
         var restart = false
@@ -1105,7 +1105,7 @@ final class ClientWorker: @unchecked Sendable {
             sendAudio(chunk)
             return
         }
-        if usesWakeService { hearForWake(chunk) }
+        if let wake { hearForWake(chunk, at: at, on: wake) }
         let actions = ep.process(chunk)
         endpointer = ep
         perform(actions)
@@ -1121,30 +1121,22 @@ final class ClientWorker: @unchecked Sendable {
             case .open:
                 if contextOpen {
                     // The previous context is still finishing: this one waits for it.
-                    backlogWaiting = true
-                    backlogClosed = false
+                    backlog.wait()
                 } else {
                     openListeningContext()
                 }
             case .audio(let chunk):
-                if backlogWaiting {
-                    // Bounded: a server that never finishes the previous context cannot make
-                    // the microphone's audio pile up here.
-                    if backlog.count >= Self.maxBacklogChunks {
-                        backlog.removeFirst()
-                        if !backlogOverflowed {
-                            backlogOverflowed = true
-                            client?.emit(.error(SpeechClientError(.network, "the server has not finished the previous context; speech heard meanwhile is being dropped")))
-                        }
+                if backlog.isWaiting {
+                    if backlog.append(chunk) {
+                        client?.emit(.error(SpeechClientError(.network, "the server has not finished the previous context; speech heard meanwhile is being dropped")))
                     }
-                    backlog.append(chunk)
                 } else if contextOpen && !stopSent {
                     sendAudio(chunk)
                 }
             case .close:
                 lastActivationEnd = audioSamples
-                if backlogWaiting {
-                    backlogClosed = true
+                if backlog.isWaiting {
+                    backlog.close()
                 } else if contextOpen && !stopSent {
                     sendStop()
                 }
@@ -1165,9 +1157,9 @@ final class ClientWorker: @unchecked Sendable {
         audioSamples = 0
         lastActivationEnd = 0
         pacedSince = nil
-        if usesWakeService {
+        if let wake {
             do throws(SpeechClientError) {
-                try openWake()
+                client?.log(.info, try wake.open(origin: audioSamples))
             } catch {
                 closeFileSource()
                 if cancellation.isCancelled { abandonContext() } else { failContext(error) }
@@ -1175,8 +1167,7 @@ final class ClientWorker: @unchecked Sendable {
             }
         }
         endpointer = Endpointer(settings: Endpointer.Settings(options: options))
-        backlog = []
-        backlogWaiting = false
+        backlog.clear()
         client?.log(.debug, "listening (\(options.activation == .voice ? "voice" : "wakeword") activation)")
         client?.transition { state, _ in if state == .starting { state = .listening } }
         pumping = audio.isOpen
@@ -1193,8 +1184,7 @@ final class ClientWorker: @unchecked Sendable {
                 perform(ep.abandon())
                 endpointer = ep
             }
-            backlog = []
-            backlogWaiting = false
+            backlog.clear()
             return
         }
         beginContext()
@@ -1202,12 +1192,7 @@ final class ClientWorker: @unchecked Sendable {
 
     /// The previous context has ended: the activation that waited for it opens its own.
     private func openWaitingActivation() {
-        let chunks = backlog
-        let closed = backlogClosed
-        backlogOverflowed = false
-        backlog = []
-        backlogWaiting = false
-        backlogClosed = false
+        let (chunks, closed) = backlog.take()
         openListeningContext()
         guard contextOpen else { return }
         for c in chunks { sendAudio(c) }
@@ -1229,7 +1214,7 @@ final class ClientWorker: @unchecked Sendable {
                 if state == .starting || state == .listening { state = .stopping }
             }
         }
-        if !contextOpen && !backlogWaiting { finishListening() }
+        if !contextOpen && !backlog.isWaiting { finishListening() }
     }
 
     /// Listening is over and no context is open: idle (or a start queued meanwhile runs).
@@ -1239,47 +1224,23 @@ final class ClientWorker: @unchecked Sendable {
 
     // MARK: - Wake-word service
 
-    private var usesWakeService: Bool { options.wakeService != nil && options.activation == .wakeword }
-
-    /// Connects to the wake-word service (blocking, within the connect timeout).
-    private func openWake() throws(SpeechClientError) {
-        guard let server = options.wakeService else { return }
-        wakeGeneration += 1
-        let gen = wakeGeneration
-        wakeRetryAt = nil
-        wake = try WyomingWakeStream(server: server, name: options.wakeName, origin: audioSamples,
-                                     connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
-                                     cancellation: cancellation, applicationDriven: options.io == .application) { [weak self] event in
-            self?.client?.wakeEvent(event, generation: gen)
+    /// Every chunk heard while listening goes to the service (see `WakeListener`).
+    private func hearForWake(_ chunk: [Int16], at: Int, on wake: WakeListener) {
+        switch wake.hear(chunk, at: at) {
+        case .sent: break
+        case .back(let line): client?.log(.info, line)
+        case .stillDown(let line): if !line.isEmpty { client?.log(.debug, line) }
+        case .stalled(let error): reportWakeLost(error)
         }
-        client?.log(.info, "listening for the wake word \(wake?.model.map { "'\($0)'" } ?? "(any)") at \(server)")
     }
 
     private func closeWake() {
         wake?.close()
-        wake = nil
-        wakeGeneration += 1
-        wakeRetryAt = nil
     }
 
-    /// Every chunk heard while listening goes to the service, also during a context (its
-    /// detector's state stays continuous). Lost, it is tried again every 2 s.
-    private func hearForWake(_ chunk: [Int16]) {
-        if wake == nil, let at = wakeRetryAt, Clock.monotonicNanos() >= at {
-            do throws(SpeechClientError) {
-                try openWake()
-                client?.log(.info, "the wake-word service is back: listening for the wake word again")
-            } catch {
-                wakeRetryAt = Clock.monotonicNanos() + 2_000_000_000
-                client?.log(.debug, "the wake-word service is still unavailable: \(error.message)")
-            }
-        }
-        // A service that stops reading must not make the audio pile up here: 1 MiB is 30 s.
-        if let w = wake, w.backlogBytes > 1 << 20 {
-            w.close()
-            handleWake(.closed(SpeechClientError(.timeout, "\(options.wakeService?.description ?? "it") took none of the last 30 s of audio")))
-        }
-        wake?.send(chunk)
+    /// The service is gone until it is back: said once per loss.
+    private func reportWakeLost(_ error: SpeechClientError) {
+        client?.emit(.error(SpeechClientError(error.code, "the wake-word service: \(error.message); the wake word is not heard until it is back (tried every 2 s)", grpcStatus: error.grpcStatus)))
     }
 
     private func handleWake(_ event: WakeEvent) {
@@ -1289,7 +1250,7 @@ final class ClientWorker: @unchecked Sendable {
             // One wake word comes back as a burst of detections: the first opens the context,
             // the rest find it open, or come from before its end.
             let at = min(sample ?? audioSamples, audioSamples)
-            guard !ep.isActive, !contextOpen, !backlogWaiting, at > lastActivationEnd else { return }
+            guard !ep.isActive, !contextOpen, !backlog.isWaiting, at > lastActivationEnd else { return }
             client?.log(.info, "wake word '\(name)' heard at \(Self.seconds(SpeechAudio.seconds(samples: at))) s")
             client?.emit(.listen(.activate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: at)), name: name))
             let actions = ep.activate(from: at)
@@ -1300,17 +1261,15 @@ final class ClientWorker: @unchecked Sendable {
             woken = contextOpen
             if !contextOpen { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
         case .closed(let error):
-            wake = nil
-            wakeGeneration += 1
-            wakeRetryAt = Clock.monotonicNanos() + 2_000_000_000
-            client?.emit(.error(SpeechClientError(error.code, "the wake-word service: \(error.message); the wake word is not heard until it is back (tried every 2 s)", grpcStatus: error.grpcStatus)))
+            wake?.lost()
+            reportWakeLost(error)
         }
     }
 
     /// A file heard by a wake-word service: how far (ns) the audio read so far is ahead of the
     /// time since listening began; 0 when it is not.
     private func aheadOfRealTime() -> UInt64 {
-        guard usesWakeService, endpointer != nil else { return 0 }
+        guard wake != nil, endpointer != nil else { return 0 }
         let now = Clock.monotonicNanos()
         guard let since = pacedSince else { pacedSince = now; return 0 }
         let due = UInt64(audioSamples) * SpeechAudio.nanosecondsPerSample
@@ -1330,8 +1289,7 @@ final class ClientWorker: @unchecked Sendable {
         if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
         endpointer = nil
         closeWake()
-        backlog = []
-        backlogWaiting = false
+        backlog.clear()
         if contextOpen && !stopSent { sendStop() }
         if case .microphone = options.audio { audio.close() }
         if !contextOpen {

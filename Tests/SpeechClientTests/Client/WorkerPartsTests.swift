@@ -1,4 +1,5 @@
 import Testing
+import Synchronization
 @testable import SpeechClient
 #if canImport(Glibc)
 import Glibc
@@ -147,10 +148,52 @@ import Glibc
         #expect(ended && total == 1_600)
         pump.endContext()
         #expect(throws: SpeechClientError.self) { try pump.openForContext(log: { _ in }, warn: { _ in }) }
-        do {
+        do throws(SpeechClientError) {
             try pump.openForContext(log: { _ in }, warn: { _ in })
         } catch {
             #expect(error.message.contains("the stream has ended; it cannot be read again"))
         }
+    }
+
+    // MARK: ActivationBacklog
+
+    @Test func aWaitingActivationKeepsItsAudioBoundedAndSaysTheFirstDropOnce() {
+        var b = ActivationBacklog()
+        #expect(!b.isWaiting)
+        b.wait()
+        #expect(b.isWaiting)
+        var said = 0
+        for i in 0..<(ActivationBacklog.maxChunks + 5) where b.append([Int16(truncatingIfNeeded: i)]) { said += 1 }
+        #expect(said == 1)
+        b.close()
+        let (chunks, closed) = b.take()
+        #expect(closed && chunks.count == ActivationBacklog.maxChunks)
+        // The oldest went: the newest are kept, in order.
+        #expect(chunks.first == [5] && chunks.last == [Int16(ActivationBacklog.maxChunks + 4)])
+        #expect(!b.isWaiting)
+        b.wait()
+        #expect(b.take().closed == false)
+    }
+
+    // MARK: WakeListener
+
+    @Test func anUnreachableWakeServiceIsANamedErrorAndIsNotRetriedBeforeItsTime() throws {
+        let events = Mutex<Int>(0)
+        let w = WakeListener(server: try ServerURL(parsing: "wyoming://127.0.0.1:1"), name: "hey_jarvis", connectTimeoutMilliseconds: 500,
+                             applicationDriven: false, cancellation: Cancellation()) { _, _ in events.withLock { $0 += 1 } }
+        do throws(SpeechClientError) {
+            _ = try w.open(origin: 0)
+            Issue.record("connected to port 1")
+        } catch {
+            #expect(error.code == .network && error.message.contains("127.0.0.1:1"), "\(error)")
+        }
+        #expect(!w.isConnected)
+        let before = w.generation
+        w.lost()
+        #expect(w.generation == before + 1)
+        // Lost a moment ago: the next chunks are not heard, and no connect is tried (it would block).
+        guard case .stillDown(let line) = w.hear([0, 0], at: 0) else { Issue.record("not still down"); return }
+        #expect(line.isEmpty)
+        #expect(events.withLock { $0 } == 0)
     }
 }
