@@ -1,0 +1,267 @@
+/// Contexts: start, stop, the audio read into them, and every way a context ends.
+extension ClientWorker {
+    // MARK: - Contexts
+
+    func handleStart() {
+        guard let client else { return }
+        if contextOpen {
+            deferredStart = true
+            return
+        }
+        if options.activation != .manual {
+            startListening()
+            return
+        }
+        do throws(SpeechClientError) {
+            try openAudioForContext()
+            try ensureStream()
+        } catch {
+            closeFileSource()
+            if cancellation.isCancelled {
+                abandonContext()
+            } else {
+                failContext(error)
+            }
+            return
+        }
+        audioSamples = 0
+        beginContext()
+        client.log(.debug, "start sent")
+        pumping = audio.isOpen
+    }
+
+    /// Opens a context on the prepared stream: the bookkeeping, then its first lane.
+    func beginContext() {
+        contextOpen = true
+        stopSent = false
+        woken = false
+        contextId = ""
+        endEvents = []
+        lossesWithoutProgress = 0
+        pendingLoss = nil
+        replay.reset()
+        contextSamples = 0
+        numbering.reset()
+        rotation.reset()
+        repairs = []
+        client?.transition({ _, _ in }, contextOpen: true)
+        do throws(SpeechClientError) {
+            try openLane(from: 0, end: nil)
+        } catch {
+            // Only reached when the prepared stream vanished in between: retried as a loss.
+            laneLost(from: 0, end: nil, cause: error, servedLongEnough: false)
+        }
+    }
+
+    func openAudioForContext() throws(SpeechClientError) {
+        let client = self.client
+        try audio.openForContext(log: { [weak client] message in client?.log(.warning, message) },
+                                 warn: { client?.log(.warning, $0) })
+    }
+
+    /// Whether `samples` more pushed audio fit in the replay buffer beside what is not final yet
+    /// (the caller holds `audioLock`). Outside a context everything fits (it is dropped).
+    func hasRoom(forSamples samples: Int) -> Bool {
+        (contextOpen && !stopSent ? unfinishedSamples : 0) + samples <= replay.capacitySamples
+    }
+
+    /// Audio recorded and not yet final (in flight at the server, or waiting): a file is never
+    /// let ahead of what the replay buffer can hold, so a stream lost at any moment loses nothing.
+    private var unfinishedSamples: Int { contextSamples - replayPoint }
+
+    /// Reads one block from the source into the context; at the end of a file, stops it.
+    /// A file is read as fast as the server takes it: while the stream's backlog is above
+    /// `fileBacklogLimit`, or the audio in flight fills the replay buffer, the worker waits
+    /// (checking commands between waits) instead of sending more. The microphone is never held
+    /// back: its audio cannot wait.
+    func pumpOnce() {
+        guard pumping, audio.isOpen else { pumping = false; return }
+        if waitsForServer {
+            let unsent = current.flatMap { lanes[$0]?.stream.backlogBytes } ?? 0
+            let chunkSamples = SpeechAudio.samples(milliseconds: options.chunkMilliseconds)
+            var full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
+            if full && lanes.count == 1 && contextOpen && !stopSent && endpointer == nil {
+                // Nothing is draining that would free the buffer: end this server context (the
+                // server then finishes every word of it) and go on in a new one.
+                rotate(reason: "the audio in flight filled the replay buffer")
+                full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
+            }
+            // A file heard by a wake-word service is not read ahead of real time (a command
+            // still ends the wait).
+            let ahead = aheadOfRealTime()
+            if ahead > 0 {
+                stalledUntil = Clock.monotonicNanos() + ahead
+                return
+            }
+            // A file also waits while an activation waits for the previous context to finish
+            // (a command ends that), for audio to become final (`releaseReplay` pokes), or for
+            // the current lane's replay to catch up (its stream drains).
+            if backlog.isWaiting || full {
+                stall(waitingFor: [])
+                return
+            }
+            if current.flatMap({ lanes[$0]?.cursor }) != nil {
+                stall(waitingFor: lanes.values.filter { $0.cursor != nil }.map(\.stream))
+                return
+            }
+            if unsent > Self.fileBacklogLimit, let stream = current.flatMap({ lanes[$0]?.stream }) {
+                stall(waitingFor: [stream])
+                if stalledUntil != nil { return }
+            }
+        }
+        switch audio.read() {
+        case .chunks(let chunks):
+            for c in chunks { take(c) }
+        case .ended(let last):
+            // End of stream: send what is left and stop the context, as if the user had.
+            for c in last { take(c) }
+            closeFileSource()
+            endpointer != nil ? stopListening(auto: true) : sendStop(auto: true)
+        case .failed(let error):
+            closeFileSource(failed: error.message)
+            client?.emit(.error(error))
+            if endpointer != nil {
+                stopListening(auto: true)
+            } else if contextOpen && !stopSent {
+                sendStop(auto: true)
+            }
+        }
+    }
+
+    func sendStop(auto: Bool = false) {
+        guard contextOpen, !stopSent else { return }
+        // While listening, the audio goes on after a context: only the context ends.
+        if endpointer == nil {
+            if pumping, waitsForServer { closeFileSource() }
+            pumping = false
+            // A descriptor goes on in the next context: the resampler's tail belongs to this one.
+            var descriptor = false
+            if case .descriptor = options.audio { descriptor = true }
+            for c in audio.drain(resamplerTail: descriptor) { sendAudio(c) }
+        }
+        stopSent = true
+        client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")\(replaying ? " (after the replay)" : "")")
+        endLiveAudio()
+        if auto {
+            client?.transition { state, _ in
+                if state == .starting || state == .listening { state = .stopping }
+            }
+        }
+    }
+
+    /// The live audio ends here: the current lane (or the repair waiting to replace it) gets its
+    /// end, and its stop goes out once its replay has caught up.
+    private func endLiveAudio() {
+        if let gen = current, var lane = lanes[gen] {
+            lane.end = contextSamples
+            if lane.cursor == nil { stopLane(&lane) }
+            lanes[gen] = lane
+            current = nil
+        }
+        for i in repairs.indices where repairs[i].end == nil { repairs[i].end = contextSamples }
+    }
+
+    /// Stop, then the end of the request side: the server finishes the words and ends the stream.
+    func stopLane(_ lane: inout Lane) {
+        guard !lane.stopSent else { return }
+        lane.stream.send(.stop)
+        lane.stream.finish()
+        lane.stopSent = true
+    }
+
+    /// The end of a context's reading (see `AudioPump.endContext`).
+    func closeFileSource(failed: String? = nil) {
+        audio.endContext(failed: failed)
+        pumping = false
+    }
+
+    /// A context could not run: report the error, then the stop. A start queued behind it still
+    /// happens (the header promises it after the pending stop completes; an error completes it).
+    /// `pendingLoss` is not reported: the error names everything from the last final segment on.
+    func failContext(_ error: SpeechClientError) {
+        endContext(events: closeUnfinishedSegments(why: "the context failed") + [.error(error), .stop(contextId: contextId)], startQueued: true)
+    }
+
+    /// A context whose start a suspend (or free) interrupted before the server opened it: it
+    /// ends with the stop callback alone. It had no start callback and no results; the audio
+    /// pushed into it is dropped, as audio pushed while suspended is.
+    func abandonContext() {
+        client?.log(.info, "a context that had not started yet was abandoned (suspend or free)")
+        endContext(events: [.stop(contextId: "")], startQueued: false)
+    }
+
+    /// Segments that had words and never got their final update (the server never ended them):
+    /// each is delivered final, its unconfirmed words flagged `final` false, so nothing heard is
+    /// dropped silently. Returns the events, with a warning per context.
+    func closeUnfinishedSegments(why: String) -> [ClientEvent] {
+        guard !contextId.isEmpty else { return [] }
+        let closed = assembler.closeUnfinished(context: contextId)
+        guard !closed.isEmpty else { return [] }
+        let words = closed.reduce(0) { $0 + $1.words.count }
+        client?.log(.warning, "context \(contextId): \(why) with \(closed.count) segment(s) the server never ended; their \(words) word(s) are delivered as a final update with the words marked unconfirmed")
+        return closed.map { .segment($0) }
+    }
+
+    /// Every way a context ends (finished, failed, abandoned): the per-context state is reset,
+    /// `events` are queued with the state change, and then, with `startQueued`, a start the
+    /// application queued behind this context (or made during a resume) begins.
+    func endContext(events: [ClientEvent], startQueued: Bool) {
+        pendingLoss = nil
+        authRetried = false
+        reconnect = nil
+        repairs = []
+        for lane in lanes.values where !lane.stopSent { lane.stream.cancel() }
+        lanes = [:]
+        current = nil
+        replay.reset()
+        contextOpen = false
+        stopSent = false
+        endEvents = []
+        // While listening the source keeps being read between contexts.
+        if endpointer == nil { pumping = false }
+        if !contextId.isEmpty { _ = assembler.apply(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))) }
+        contextId = ""
+        var events = events
+        if woken {
+            woken = false
+            events.insert(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples))), at: max(0, events.count - 1))
+        }
+        if (endpointer != nil || backlog.isWaiting) && !suspended {
+            client?.transition({ _, _ in }, contextOpen: false, events: events)
+            if backlog.isWaiting { openWaitingActivation() }
+            if endpointer == nil && !backlog.isWaiting && !contextOpen { finishListening() }
+            return
+        }
+        var restart = false
+        client?.transition({ state, pending in
+            if state == .suspended { pending = false; return }
+            if pending && startQueued {
+                state = .starting
+                restart = true
+            } else {
+                state = .idle
+            }
+            pending = false
+        }, contextOpen: false, events: events)
+        let deferred = deferredStart && startQueued
+        deferredStart = false
+        if suspended {
+            prepared?.stream.finish()
+            prepared = nil
+            if suspendReportPending {
+                suspendReportPending = false
+                report(.suspended)
+            }
+        } else if restart || deferred {
+            handleStart()
+        }
+    }
+
+    /// The context ends once the user's stop was sent and every lane has finished.
+    func endContextIfDone() {
+        guard contextOpen, stopSent, current == nil, lanes.isEmpty, repairs.isEmpty, reconnect == nil else { return }
+        let id = contextId
+        client?.log(.debug, "context \(id) finished")
+        endContext(events: closeUnfinishedSegments(why: "the context ended") + endEvents + [.stop(contextId: id)], startQueued: true)
+    }
+}

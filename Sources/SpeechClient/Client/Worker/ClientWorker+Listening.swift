@@ -1,0 +1,190 @@
+/// Audio in: each chunk taken, hands-free listening (the endpointer, an activation waiting for
+/// the previous context) and the wake-word service.
+extension ClientWorker {
+    // MARK: - Audio in, hands-free listening
+
+    /// One chunk of the source (or pushed): its level, then into the open context (manual) or
+    /// through the endpointer (listening).
+    func take(_ chunk: [Int16]) {
+        let listening = endpointer != nil
+        guard listening || (contextOpen && !stopSent) else { return }
+        let at = audioSamples
+        audioSamples += chunk.count
+        if options.reportLevels {
+            client?.emit(.level(Float(VoiceActivityDetector.decibels(chunk)), positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: at))))
+        }
+        guard var ep = endpointer else {
+            sendAudio(chunk)
+            return
+        }
+        if let wake { hearForWake(chunk, at: at, on: wake) }
+        let actions = ep.process(chunk)
+        endpointer = ep
+        perform(actions)
+    }
+
+    /// Carries out the endpointer's actions. Its sample positions are ours: both count from the
+    /// start of listening.
+    private func perform(_ actions: [Endpointer.Action]) {
+        for action in actions {
+            switch action {
+            case .event(let e, let sample):
+                client?.emit(.listen(e, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: sample))))
+            case .open:
+                if contextOpen {
+                    // The previous context is still finishing: this one waits for it.
+                    backlog.wait()
+                } else {
+                    openListeningContext()
+                }
+            case .audio(let chunk):
+                if backlog.isWaiting {
+                    if backlog.append(chunk) {
+                        client?.emit(.error(SpeechClientError(.network, "the server has not finished the previous context; speech heard meanwhile is being dropped")))
+                    }
+                } else if contextOpen && !stopSent {
+                    sendAudio(chunk)
+                }
+            case .close:
+                lastActivationEnd = audioSamples
+                if backlog.isWaiting {
+                    backlog.close()
+                } else if contextOpen && !stopSent {
+                    sendStop()
+                }
+            }
+        }
+    }
+
+    /// Start in voice or wakeword mode: open the audio and the stream, then listen.
+    func startListening() {
+        do throws(SpeechClientError) {
+            try openAudioForContext()
+            try ensureStream()
+        } catch {
+            closeFileSource()
+            if cancellation.isCancelled { abandonContext() } else { failContext(error) }
+            return
+        }
+        audioSamples = 0
+        lastActivationEnd = 0
+        pacedSince = nil
+        if let wake {
+            do throws(SpeechClientError) {
+                client?.log(.info, try wake.open(origin: audioSamples))
+            } catch {
+                closeFileSource()
+                if cancellation.isCancelled { abandonContext() } else { failContext(error) }
+                return
+            }
+        }
+        endpointer = Endpointer(settings: Endpointer.Settings(options: options))
+        backlog.clear()
+        client?.log(.debug, "listening (\(options.activation == .voice ? "voice" : "wakeword") activation)")
+        client?.transition { state, _ in if state == .starting { state = .listening } }
+        pumping = audio.isOpen
+    }
+
+    /// A context for an activation. Failing to open one ends that activation with an error;
+    /// listening goes on.
+    private func openListeningContext() {
+        do throws(SpeechClientError) {
+            try ensureStream()
+        } catch {
+            client?.emit(.error(SpeechClientError(error.code, "a context could not be opened for the speech heard: \(error.message)", grpcStatus: error.grpcStatus)))
+            if var ep = endpointer, ep.isActive {
+                perform(ep.abandon())
+                endpointer = ep
+            }
+            backlog.clear()
+            return
+        }
+        beginContext()
+    }
+
+    /// The previous context has ended: the activation that waited for it opens its own.
+    func openWaitingActivation() {
+        let (chunks, closed) = backlog.take()
+        openListeningContext()
+        guard contextOpen else { return }
+        for c in chunks { sendAudio(c) }
+        if closed { sendStop() }
+    }
+
+    /// Stop (or the end of the audio) while listening: the open activation ends, its context
+    /// delivers its last results, then the client is idle.
+    func stopListening(auto: Bool) {
+        guard var ep = endpointer else { return }
+        let actions = ep.finish()
+        endpointer = nil
+        closeWake()
+        perform(actions)
+        pumping = false
+        closeFileSource()
+        if auto {
+            client?.transition { state, _ in
+                if state == .starting || state == .listening { state = .stopping }
+            }
+        }
+        if !contextOpen && !backlog.isWaiting { finishListening() }
+    }
+
+    /// Listening is over and no context is open: idle (or a start queued meanwhile runs).
+    func finishListening() {
+        endContext(events: [], startQueued: true)
+    }
+
+    // MARK: - Wake-word service
+
+    /// Every chunk heard while listening goes to the service (see `WakeListener`).
+    private func hearForWake(_ chunk: [Int16], at: Int, on wake: WakeListener) {
+        switch wake.hear(chunk, at: at) {
+        case .sent: break
+        case .back(let line): client?.log(.info, line)
+        case .stillDown(let line): if !line.isEmpty { client?.log(.debug, line) }
+        case .stalled(let error): reportWakeLost(error)
+        }
+    }
+
+    func closeWake() {
+        wake?.close()
+    }
+
+    /// The service is gone until it is back: said once per loss.
+    private func reportWakeLost(_ error: SpeechClientError) {
+        client?.emit(.error(SpeechClientError(error.code, "the wake-word service: \(error.message); the wake word is not heard until it is back (tried every 2 s)", grpcStatus: error.grpcStatus)))
+    }
+
+    func handleWake(_ event: WakeEvent) {
+        switch event {
+        case .detection(let name, let sample):
+            guard var ep = endpointer else { return }
+            // One wake word comes back as a burst of detections: the first opens the context,
+            // the rest find it open, or come from before its end.
+            let at = min(sample ?? audioSamples, audioSamples)
+            guard !ep.isActive, !contextOpen, !backlog.isWaiting, at > lastActivationEnd else { return }
+            client?.log(.info, "wake word '\(name)' heard at \(Self.seconds(SpeechAudio.seconds(samples: at))) s")
+            client?.emit(.listen(.activate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: at)), name: name))
+            let actions = ep.activate(from: at)
+            endpointer = ep
+            perform(actions)
+            // The context it opened delivers every segment (set after: a new context starts unwoken).
+            // One that could not open (its error is reported) ends the activation at once.
+            woken = contextOpen
+            if !contextOpen { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
+        case .closed(let error):
+            wake?.lost()
+            reportWakeLost(error)
+        }
+    }
+
+    /// A file heard by a wake-word service: how far (ns) the audio read so far is ahead of the
+    /// time since listening began; 0 when it is not.
+    func aheadOfRealTime() -> UInt64 {
+        guard wake != nil, endpointer != nil else { return 0 }
+        let now = Clock.monotonicNanos()
+        guard let since = pacedSince else { pacedSince = now; return 0 }
+        let due = UInt64(audioSamples) * SpeechAudio.nanosecondsPerSample
+        return due > now - since ? due - (now - since) : 0
+    }
+}

@@ -1,0 +1,297 @@
+/// The server's side: stream events, responses held behind an earlier lane, segments folded
+/// into the user's context, lanes lost.
+extension ClientWorker {
+    // MARK: - Responses
+
+    func handleStream(_ event: StreamEvent, generation gen: Int) {
+        if let p = prepared, p.generation == gen {
+            // The prepared stream, before any context: only its loss matters.
+            switch event {
+            case .closed(let error):
+                prepared = nil
+                if let error {
+                    client?.log(.warning, "stream closed: \(error.message)")
+                    report(.unavailable, reason: error)
+                }
+            case .goingAway:
+                // A new context goes to a new connection.
+                p.stream.finish()
+                prepared = nil
+            case .response(let response):
+                if case .rttRequest(let id) = response.payload { p.stream.send(.rttResponse(id: id)) }
+            }
+            return
+        }
+        guard var lane = lanes[gen] else { return }
+        if isHeld(gen) {
+            switch event {
+            case .response(let response):
+                if case .started = response.payload { lanes[gen]?.startDue = .max }  // acknowledged, applied later
+                if case .rttRequest(let id) = response.payload {
+                    lane.stream.send(.rttResponse(id: id))
+                } else if let error = hold(response, lane: gen) {
+                    lane.stream.cancel()
+                    handleStream(.closed(error), generation: gen)
+                }
+                return
+            case .closed(nil):
+                lanes[gen]?.endedWhileHeld = true
+                return
+            default:
+                break
+            }
+        }
+        switch event {
+        case .closed(let error):
+            lanes[gen] = nil
+            defer { releaseHeld() }
+            let wasCurrent = current == gen
+            if wasCurrent { current = nil }
+            let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
+            dropSegments(of: lane)
+            // A rejected token (expired, or a server restarted with a new secret), before the
+            // context started or during it: the relay has dropped the cached token. Once, log in
+            // afresh and replay the lane's audio, as after a connection loss.
+            if !authRetried, cause.code == .auth {
+                authRetried = true
+                client?.log(.info, "the server rejected the token\(contextId.isEmpty ? "" : " during context \(contextId)"); logging in again")
+                repairs.append((lane.floor, wasCurrent ? nil : lane.end))
+                scheduleReconnect(attempt: 1, cause: cause)
+                return
+            }
+            let served = lane.startedAt.map { Clock.monotonicNanos() &- $0 >= Self.servedLongEnoughNanos } ?? false
+            laneLost(from: lane.floor, end: wasCurrent ? nil : lane.end, cause: cause, servedLongEnough: served)
+        case .goingAway:
+            // The server or a proxy worker is draining: a lane still taking audio moves to a new
+            // connection at its next pause, within the drain timeout.
+            if gen == current && lane.moveBy == nil {
+                lane.moveBy = Clock.monotonicNanos() + UInt64(options.drainTimeoutMilliseconds) * 1_000_000
+                lanes[gen] = lane
+                client?.log(.info, "the connection is closing (GOAWAY): context \(contextId) moves to a new connection at its next pause")
+            }
+        case .response(let response):
+            handleResponse(response, lane: gen)
+        }
+    }
+
+    /// Keeps a response of a lane that waits for an earlier one; an error past the byte bound.
+    func hold(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
+        guard let held = lanes[gen]?.held else { return nil }
+        // Across the context's lanes: each one may be short (a rotation every few seconds).
+        let total = lanes.values.reduce(0) { $0 + $1.held.bytes }
+        if total + response.heldBytes > Lane.maxHeldBytes {
+            return SpeechClientError(.parse, "the server sent more than \(Lane.maxHeldBytes >> 20) MiB of results on later streams while an earlier stream of the context was still open; the stream was ended")
+        }
+        held.push(response)
+        return nil
+    }
+
+    /// Whether a lane's responses wait: an earlier lane (by its audio) is still open.
+    func isHeld(_ gen: Int) -> Bool {
+        guard let lane = lanes[gen] else { return false }
+        // A lost earlier lane waiting to be replaced holds it as well: its words come first.
+        return lanes.contains { $0.key != gen && ($0.value.start, $0.key) < (lane.start, gen) }
+            || repairs.contains { $0.from < lane.start }
+    }
+
+    /// After a lane ended: the earliest open lane applies the responses it was holding, in order
+    /// (which may end it too, and so on).
+    private func releaseHeld() {
+        if releasingHeld { return }
+        releasingHeld = true
+        defer { releasingHeld = false }
+        while contextOpen, let (gen, lane) = lanes.min(by: { ($0.value.start, $0.key) < ($1.value.start, $1.key) }) {
+            if isHeld(gen) { return }
+            if let response = lane.held.pop() {
+                handleResponse(response, lane: gen)
+                continue
+            }
+            guard lane.endedWhileHeld else { return }
+            lanes[gen]?.endedWhileHeld = false
+            handleStream(.closed(nil), generation: gen)
+        }
+    }
+
+    /// A lane was lost: its unfinished audio [from, end) is replayed on a new stream after a
+    /// delay when the loss is retryable and attempts remain; otherwise the context fails.
+    func laneLost(from: Int, end: Int?, cause: SpeechClientError, servedLongEnough: Bool) {
+        if servedLongEnough { lossesWithoutProgress = 0 }
+        lossesWithoutProgress += 1
+        let unlimited = options.reconnectAttempts == ClientOptions.unlimitedReconnects
+        if Self.isRetryable(cause) && (unlimited || lossesWithoutProgress <= options.reconnectAttempts) {
+            repairs.append((from, end))
+            if reconnect == nil { scheduleReconnect(attempt: lossesWithoutProgress, cause: cause) }
+        } else if Self.isRetryable(cause) && options.reconnectAttempts > 0 {
+            failContext(lostAudioError(cause, attempts: lossesWithoutProgress - 1, from: from))
+        } else {
+            failContext(cause)
+        }
+    }
+
+    /// Forgets a lost lane's unfinished segments (its replacement recognises that audio again)
+    /// and its server context's mappings.
+    private func dropSegments(of lane: Lane) {
+        assembler.drop(context: contextId, segments: lane.openSegments)
+        if let id = lane.serverContext { numbering.forget(serverContext: id) }
+        numbering.giveBack(lane.openSegments, latestOpenElsewhere: lanes.values.compactMap { $0.openSegments.max() }.max())
+    }
+
+    /// Connection losses are retried; what the server or the login said no to is not.
+    static func isRetryable(_ error: SpeechClientError) -> Bool {
+        error.code == .network || error.code == .timeout
+    }
+
+    private func handleResponse(_ response: SLUResponse, lane gen: Int) {
+        guard var lane = lanes[gen] else { return }
+        switch response.payload {
+        case .started:
+            authRetried = false
+            lane.serverContext = response.audioContext
+            lane.startedAt = Clock.monotonicNanos()
+            lane.startDue = .max
+            lanes[gen] = lane
+            numbering.started(serverContext: response.audioContext, atSample: lane.start)
+            if let loss = pendingLoss {
+                // The replay was taken: now the loss is final, and reported once.
+                pendingLoss = nil
+                let lost = SpeechAudio.seconds(samples: loss.to - loss.from)
+                client?.emit(.error(SpeechClientError(.network,
+                    "the replay buffer overflowed while reconnecting: \(Self.seconds(lost)) s of audio from \(Self.seconds(SpeechAudio.seconds(samples: loss.from))) s into context \(contextId) were not transcribed")))
+            }
+            if contextId.isEmpty {
+                contextId = response.audioContext
+                client?.log(.debug, "context \(contextId) started")
+                client?.transition({ state, _ in
+                    if state == .starting { state = .listening }
+                }, events: [.start(contextId: response.audioContext)])
+            } else {
+                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext) from \(Self.seconds(SpeechAudio.seconds(samples: lane.start))) s")
+            }
+        case .finished(let code, let message):
+            // Everything this lane carried is final now.
+            lanes[gen] = nil
+            if gen == current {
+                // The server ended the context by itself (a limit, an error): no more audio.
+                current = nil
+                if !stopSent {
+                    stopSent = true
+                    if endpointer == nil {
+                        closeFileSource()
+                        client?.transition { state, _ in
+                            if state == .starting || state == .listening { state = .stopping }
+                        }
+                    }
+                }
+            }
+            if !lane.stopSent { lane.stream.finish() }
+            if let id = lane.serverContext { numbering.forget(serverContext: id) }
+            let id = contextId.isEmpty ? response.audioContext : contextId
+            if let code {
+                endEvents.append(.error(SpeechClientError(.api, "context \(id)\(response.audioContext == id ? "" : " (server context \(response.audioContext))") finished with error \(code): \(message ?? "")")))
+            }
+            lossesWithoutProgress = 0
+            releaseReplay()
+            releaseHeld()
+            endContextIfDone()
+        case .rttRequest(let id):
+            lane.stream.send(.rttResponse(id: id))
+        default:
+            if let error = applySegmentUpdate(response, lane: gen) {
+                // A server past the assembler's bounds: end the stream as for a malformed message.
+                lane.stream.cancel()
+                handleStream(.closed(error), generation: gen)
+            }
+        }
+    }
+
+    /// Forgets audio every lane has finished with, and wakes a push waiting for room (and a
+    /// file waiting for it: this may run on the thread that received the final segment).
+    func releaseReplay() {
+        replay.release(upTo: replayPoint)
+        audioLock.broadcast()
+        if pumping && waitsForServer { client?.pokeWorker() }
+    }
+
+    /// The pump waits: until one of `streams` has drained to `fileBacklogLimit` (each is asked
+    /// to say so), a command, a poke, or the safety bound. A stream that has drained already
+    /// means no wait.
+    func stall(waitingFor streams: [any RecognitionStream]) {
+        let client = self.client
+        for stream in streams where !stream.notifyWhenBacklog(atMost: Self.fileBacklogLimit, { [weak client] in client?.pokeWorker() }) {
+            stalledUntil = nil
+            return
+        }
+        stalledUntil = Clock.monotonicNanos() + Self.stallSafetyNanos
+    }
+
+    /// The first sample not yet final in every lane (and every lane waiting to be replaced): the
+    /// replay buffer keeps audio from here, and a file is not let further ahead than it holds.
+    var replayPoint: Int {
+        var point = contextSamples
+        for lane in lanes.values { point = min(point, lane.floor) }
+        for r in repairs { point = min(point, r.from) }
+        return point
+    }
+
+    /// Folds a segment update into the user's context (its id, continuous segment ids and word
+    /// times) and emits the segment. Returns the error when the assembler refuses it.
+    func applySegmentUpdate(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
+        // A result for another context than the one this stream carries was filed under the
+        // current one (issue 23 item 3): it is a protocol error that ends the stream.
+        if let expected = lanes[gen]?.serverContext, response.audioContext != expected {
+            let named = String(response.audioContext.unicodeScalars.prefix(64).map {
+                $0.properties.generalCategory == .control ? "?" : Character($0)
+            })
+            return SpeechClientError(.parse, "the server sent a result for audio context '\(named)' on the stream of context '\(expected)'; the stream was ended",
+                                     grpcStatus: GRPCStatus.internal)
+        }
+        var mapped = response
+        mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
+        mapped.segmentId = numbering.userSegment(serverContext: response.audioContext, segment: response.segmentId)
+        mapped.payload = numbering.userTimes(response.payload, serverContext: response.audioContext)
+        let applied: Segment?
+        do throws(SpeechClientError) {
+            applied = try assembler.applyChecked(mapped)
+        } catch {
+            return error
+        }
+        guard let segment = applied else { return nil }
+        if var lane = lanes[gen] {
+            if segment.isFinal {
+                lane.openSegments.remove(segment.segmentId)
+                lossesWithoutProgress = 0
+                if let end = segment.words.map(\.endMilliseconds).max() {
+                    lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: Int(end))), lane.end ?? contextSamples)
+                }
+            } else {
+                lane.openSegments.insert(segment.segmentId)
+            }
+            lanes[gen] = lane
+            if segment.isFinal { releaseReplay() }
+        }
+        if options.activation == .wakeword && !woken {
+            // Withheld until the phrase is heard; from that snapshot on, the context's
+            // segments are delivered.
+            guard Self.contains(segment.words.map(\.text), phrase: options.wakeword) else { return nil }
+            woken = true
+            client?.emit(.listen(.activate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)), name: options.wakeword.joined(separator: " ")))
+        }
+        client?.emit(.segment(segment))
+        if segment.isFinal, let client, client.isOverwhelmed {
+            // Finals are never dropped, so the queue is bounded by ending the context.
+            return SpeechClientError(.noMemory, "the application has not taken its results: \(client.pendingMebibytes) MiB of them wait for its callbacks, over the \(Client.maxPendingFinalBytes >> 20) MiB limit; the context was ended (what waits is still delivered)")
+        }
+        return nil
+    }
+
+    /// Whether the words hold the phrase (normalised words, contiguous).
+    static func contains(_ words: [String], phrase: [String]) -> Bool {
+        guard !phrase.isEmpty else { return true }
+        let normalized = words.flatMap { ClientOptions.normalizedWords($0) }
+        guard normalized.count >= phrase.count else { return false }
+        for i in 0...(normalized.count - phrase.count) where Array(normalized[i..<i + phrase.count]) == phrase {
+            return true
+        }
+        return false
+    }
+}

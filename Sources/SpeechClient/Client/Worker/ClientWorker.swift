@@ -1,0 +1,440 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The client's worker: opens audio and streams, sends audio and start/stop, and folds the
+/// server's responses into segments. It runs in turns on the shared worker pool
+/// (`ThreadPool.workers`), one turn at a time (the client's `workerScheduled` says so), each
+/// when a command, a stream's notice or a deadline needs one. Sendable: the fields below are
+/// touched only with `audioLock` held (each step of a turn, `takeDirect`, `shutdown`), except by
+/// `prepare` and `announcePrepared` when the client's constructor calls them.
+///
+/// This file holds its state, its turns, the commands, preparing and suspend/resume. The rest,
+/// by concern:
+/// - `ClientWorker+Contexts`: start, stop, reading the source into a context, a context's end;
+/// - `ClientWorker+Responses`: stream events, held responses, segments, lost lanes;
+/// - `ClientWorker+Lanes`: audio out, rotation, reconnection and replay;
+/// - `ClientWorker+Listening`: each chunk taken, hands-free listening, the wake-word service.
+/// The parts that stand alone (and are tested alone): `AudioPump`, `RotationPolicy`,
+/// `ContextNumbering`, `WakeListener`, `ActivationBacklog`, `Lane`, `ReplayBuffer`.
+final class ClientWorker: @unchecked Sendable {
+    weak var client: Client?
+
+    let options: ClientOptions
+    let service: any RecognitionService
+    /// Cancelled by suspend and free (from the API thread) to interrupt a connect or login in
+    /// progress; reset here once the suspend is handled.
+    let cancellation = Cancellation()
+    /// Held by the worker while it handles a command or pumps, and by a thread pushing audio
+    /// that sends its chunks itself while the worker is idle (`takeDirect`): the state of the
+    /// audio path is only touched under it. Never held while waiting for commands.
+    let audioLock = ConditionLock()
+
+    /// The file or replay cannot go on until the network takes what was sent (or audio becomes
+    /// final, or a command comes): the worker waits for a poke, a command or this time
+    /// (monotonic ns) instead of polling. The worker's turns only.
+    var stalledUntil: UInt64?
+    /// A stall is a wait for a notice; this bounds it should one be lost.
+    static let stallSafetyNanos: UInt64 = 50_000_000
+
+    /// Every stream has a generation; events of streams that are no longer ours are ignored.
+    var generation = 0
+    /// A stream opened before a context (prepare-on-init, resume): the next context's first lane.
+    var prepared: (generation: Int, stream: any RecognitionStream)?
+    /// The streams of the open context, by generation (see `Lane`), and the one taking live audio.
+    var lanes: [Int: Lane] = [:]
+    var current: Int?
+    var assembler = SegmentAssembler()
+
+    /// The microphone, file or descriptor, read into chunks.
+    let audio: AudioPump
+    /// Reading the source into the open context (file or microphone).
+    var pumping = false
+    /// A context was requested and its `finished` has not arrived.
+    var contextOpen = false
+    /// The user's context is over (stop, end of audio, or the server ended it): no more audio.
+    var stopSent = false
+    var contextId = ""
+    /// Events to deliver with the stop, once every lane has finished (errors the server sent).
+    var endEvents: [ClientEvent] = []
+    /// A start that arrived while the previous context was still finishing (after resume).
+    var deferredStart = false
+    var suspended = false
+    private var lastActivity = Clock.monotonicNanos()
+    /// A suspend came while a context was open: SUSPENDED is reported when that context ends.
+    var suspendReportPending = false
+    /// The current context was already retried once after the server rejected the token.
+    var authRetried = false
+
+    // Reconnection with replay (issue 5). The user sees one context: the id of the first
+    // `started`, segment ids and word times continuous across the server contexts that carry it.
+    var replay: ReplayBuffer
+    /// Samples of the user's context recorded so far (sent, or held while disconnected).
+    var contextSamples = 0
+    /// Segment ids and word times of the server contexts, in the user's context.
+    var numbering = ContextNumbering()
+    /// When the live lane moves to a new stream (byte budget, context limit, GOAWAY).
+    var rotation: RotationPolicy
+    /// Lanes lost and waiting to be replaced: the audio [from, end) they had not finished (end nil:
+    /// the live lane), after a delay; all are reopened together.
+    var repairs: [(from: Int, end: Int?)] = []
+    var reconnect: (attempt: Int, at: UInt64, cause: SpeechClientError)?
+    /// Connection losses since the context last made progress (a final segment, or a lane the
+    /// server served for a while): a server that accepts the reconnection but fails again still
+    /// runs out of attempts.
+    var lossesWithoutProgress = 0
+    /// Audio (user-context samples) the replay buffer no longer held at a reconnection, reported
+    /// once the server has taken the replay (its `started`), so an outage with several attempts
+    /// gives one error naming the whole loss.
+    var pendingLoss: (from: Int, to: Int)?
+    /// `releaseHeld` is running (it may end lanes, which would call it again).
+    var releasingHeld = false
+    /// The last connection state reported, so that only changes are.
+    private var connectionState: ConnectionState?
+
+    // Hands-free listening (issue 8): between a start and a stop the audio goes through the
+    // endpointer, which opens and closes contexts. An activation that begins while the previous
+    // context is still finishing waits in `backlog` (bounded by the maximum activation).
+    var endpointer: Endpointer?
+    /// Samples taken since the start (positions of listen and level events).
+    var audioSamples = 0
+    var backlog = ActivationBacklog()
+    /// Wakeword mode: the current context's phrase was heard; its segments are delivered.
+    var woken = false
+    /// Wakeword mode with a wake-word service: the connection that hears the listening audio
+    /// (nil without one), and where the last activation ended (a detection from before it
+    /// belongs to its burst).
+    var wake: WakeListener?
+    var lastActivationEnd = 0
+    /// A file heard by a wake-word service is read at real time from here (monotonic ns): a
+    /// service locates the wake word only in audio that arrives about as fast as it is spoken.
+    var pacedSince: UInt64?
+
+    init(options: ClientOptions, service: any RecognitionService,
+         makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?) {
+        self.options = options
+        self.service = service
+        audio = AudioPump(input: options.audio, chunkMilliseconds: options.chunkMilliseconds, makeSource: makeSource)
+        replay = ReplayBuffer(capacitySamples: SpeechAudio.samples(milliseconds: options.replayBufferMilliseconds))
+        rotation = RotationPolicy(budgetBytes: options.streamBudgetBytes, contextLimitMilliseconds: options.contextRolloverMilliseconds)
+        if let server = options.wakeService, options.activation == .wakeword {
+            let cancellation = self.cancellation
+            wake = WakeListener(server: server, name: options.wakeName, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
+                                applicationDriven: options.io == .application, cancellation: cancellation) { [weak self] event, gen in
+                self?.client?.wakeEvent(event, generation: gen)
+            }
+        }
+    }
+
+    deinit { shutdown() }
+
+    /// Below the 256 KiB at which a call fails (GRPCChannel.Configuration.maxQueuedSendBytes)
+    /// by far more than one block; 64 KiB with 2 ms naps capped files at ~1,000x real time.
+    static let fileBacklogLimit = 160 * 1024
+
+    /// A lane the server served this long before it was lost counts as progress: a proxy's idle
+    /// timeout cutting streams during a long pause must not use up the reconnect attempts.
+    static let servedLongEnoughNanos: UInt64 = 5_000_000_000
+
+    // MARK: - Turns
+
+    enum Turn {
+        /// More to do now (pumping a file): queue again, behind other clients' work.
+        case more
+        /// Nothing to do until a command, a poke, or this time (monotonic ns; nil: none).
+        case wait(until: UInt64?)
+        /// The client is being freed.
+        case closed
+    }
+
+    /// Steps taken per turn before the thread goes to other clients' work.
+    static let stepsPerTurn = 64
+
+    /// One turn: commands and the work between them (pumping, replay, deadlines), until there
+    /// is nothing to do now or the turn's steps are used up.
+    func runTurn() -> Turn {
+        for _ in 0..<Self.stepsPerTurn {
+            // The whole step under `audioLock`: a pushing thread or the event loop may fold
+            // audio or a segment in directly between steps, and the deadlines read the lanes.
+            // (Lock order: `audioLock`, then the client's lock.)
+            if let end = audioLock.withLock({ step() }) { return end }
+        }
+        return .more
+    }
+
+    /// One command, or the work between commands; nil to go on with the turn.
+    private func step() -> Turn? {
+        guard let client else { return .closed }
+        // While pumping, commands are taken between reads. A prepared stream with no context
+        // is closed after `idleStreamMilliseconds` (protocol.md: the official clients did the
+        // same) and reopened by the next start.
+        let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
+        let deadline = [reconnect?.at, idleDeadline, moveDeadline, startDeadline, stalledUntil].compactMap { $0 }.min()
+        switch client.takeCommand() {
+        case .closing:
+            return .closed
+        case .command(let command):
+            stalledUntil = nil
+            lastActivity = Clock.monotonicNanos()
+            handle(command)
+        case .nothing(let poked):
+            let due = deadline.map { Clock.monotonicNanos() >= $0 } ?? false
+            // Whatever ended a stall (a poke, its time), the pump looks again.
+            if poked || due { stalledUntil = nil }
+            let busy = (pumpWanted || replaying) && stalledUntil == nil
+            guard busy || poked || due else { return .wait(until: deadline) }
+            idleStep(idleDeadline: idleDeadline)
+        }
+        return nil
+    }
+
+    /// A lane still has replay audio to send.
+    var replaying: Bool { lanes.values.contains { $0.cursor != nil } }
+
+    /// The source is being read and can take audio now (a file waits while a reconnection is
+    /// pending: nothing would take its audio but the replay buffer; a microphone is read all the same).
+    private var pumpWanted: Bool { pumping && !(waitsForServer && (reconnect != nil || (contextOpen && !stopSent && current == nil))) }
+
+    /// The earliest time a lane on a going-away connection must move.
+    private var moveDeadline: UInt64? { lanes.values.compactMap(\.moveBy).min() }
+
+    /// The earliest start acknowledgement due (lanes the server has not acknowledged yet).
+    private var startDeadline: UInt64? { lanes.values.map(\.startDue).filter { $0 != .max }.min() }
+
+    /// A stream whose start the server did not acknowledge in time is lost (issue 19 item 1: a
+    /// hung server once left a context STARTING for 40 s): it is retried like a lost connection,
+    /// its audio replayed, until the reconnect attempts run out.
+    private func expireUnacknowledgedStarts(now: UInt64) {
+        for (gen, lane) in lanes.sorted(by: { $0.key < $1.key }) where now >= lane.startDue {
+            lane.stream.cancel()
+            handleStream(.closed(SpeechClientError(.timeout, "the server did not acknowledge the start of the context within \(options.startTimeoutMilliseconds) ms",
+                                                   grpcStatus: GRPCStatus.unavailable)), generation: gen)
+        }
+    }
+
+    /// What the worker does between commands: reconnect, replay, pump the source, move a lane
+    /// off a closing connection, close an idle stream.
+    private func idleStep(idleDeadline: UInt64?) {
+        guard let client else { return }
+        let now = Clock.monotonicNanos()
+        if let due = startDeadline, now >= due {
+            expireUnacknowledgedStarts(now: now)
+        } else if let r = reconnect, now >= r.at {
+            attemptReconnect()
+        } else if replaying || pumping {
+            let replayed = replaying && pumpReplay()
+            if pumpWanted { pumpOnce() } else if !replayed {
+                // Replay lanes wait for their streams to drain; a file waits for a reconnection.
+                stall(waitingFor: lanes.values.filter { $0.cursor != nil }.map(\.stream))
+            }
+        } else if let by = moveDeadline, now >= by {
+            rotate(reason: "the connection is closing (GOAWAY)")
+        } else if let idleDeadline, now >= idleDeadline {
+            client.log(.debug, "closing the idle SLU stream")
+            prepared?.stream.finish()
+            prepared = nil
+        }
+    }
+
+    /// Chunks pushed while the worker is idle, sent from the pushing thread with `audioLock`
+    /// held (the caller took it): the same as the worker taking them, without a thread hand-off
+    /// per chunk. Only in manual activation, where taking a chunk never blocks (listening may
+    /// have to connect to open a context).
+    var takesDirect: Bool { options.activation == .manual }
+
+    func takeDirect(_ chunks: [[Int16]]) {
+        for c in chunks { take(c) }
+    }
+
+    /// Segment updates (nearly all of a stream's traffic) that may be folded in by the thread
+    /// that received them, with `audioLock` held, while the worker is idle: one thread hand-off
+    /// less per response. They change none of the state the worker's loop decides on (streams,
+    /// context, pumping, reconnection); everything else goes through the worker.
+    static func isDirectUpdate(_ event: StreamEvent) -> Bool {
+        guard case .response(let response) = event else { return false }
+        switch response.payload {
+        case .started, .finished, .rttRequest: return false
+        default: return true
+        }
+    }
+
+    /// A segment update taken on the receiving thread (see `isDirectUpdate`); the caller holds
+    /// `audioLock`. A response the assembler refuses ends the stream through the worker.
+    func takeDirect(_ event: StreamEvent, generation gen: Int) {
+        guard let lane = lanes[gen], case .response(let response) = event else { return }
+        if isHeld(gen) {
+            if let error = hold(response, lane: gen) {
+                lane.stream.cancel()
+                client?.enqueue(.stream(.closed(error), generation: gen))
+            }
+            return
+        }
+        if let error = applySegmentUpdate(response, lane: gen) {
+            lane.stream.cancel()
+            client?.enqueue(.stream(.closed(error), generation: gen))
+        }
+    }
+
+    /// A file or a descriptor is read as fast as the server takes it (a microphone cannot wait).
+    var waitsForServer: Bool { audio.waitsForServer }
+
+    /// Called once the last turn has ended (free, or deinit): releases the streams and the
+    /// source. Segments of an open context that had words are delivered final first (their words
+    /// unconfirmed): a free after a wait that gave up drops nothing heard (issue 24).
+    func shutdown() {
+        audioLock.withLock {
+            if contextOpen {
+                for event in closeUnfinishedSegments(why: "the client was freed before the context finished") { client?.emit(event, whileClosing: true) }
+            }
+            releaseAll()
+        }
+    }
+
+    private func releaseAll() {
+        for lane in lanes.values { lane.stream.cancel() }
+        lanes = [:]
+        current = nil
+        prepared?.stream.cancel()
+        prepared = nil
+        audio.close()
+        closeWake()
+    }
+
+    private func handle(_ command: Client.Command) {
+        switch command {
+        case .start: handleStart()
+        case .stop: endpointer != nil ? stopListening(auto: false) : sendStop()
+        case .audio(let chunks):
+            for c in chunks { take(c) }
+            if options.pushWaitMilliseconds > 0 {
+                client?.pushedNotTaken.subtract(chunks.reduce(0) { $0 + $1.count }, ordering: .relaxed)
+            }
+        case .pushEnd(let rest):
+            for c in rest { take(c) }
+            endpointer != nil ? stopListening(auto: false) : sendStop()
+        case .suspend: handleSuspend()
+        case .resume: handleResume()
+        case .stream(let event, let gen):
+            handleStream(event, generation: gen)
+        case .wake(let event, let gen):
+            if gen == wake?.generation { handleWake(event) }
+        }
+    }
+
+    // MARK: - Preparing
+
+    /// Opens the microphone (for a microphone source) and a stream. Called with `client` nil
+    /// from the constructor (errors are thrown to spc_client_new) or from the worker.
+    func prepare(client: Client?) throws(SpeechClientError) {
+        if let opened = try audio.openMicrophone(log: { [weak client] message in client?.log(.warning, message) }) {
+            client?.log(.debug, opened)
+        }
+        try ensureStream()
+    }
+
+    /// A stream ready for the next lane (`prepared`): opened now unless one is waiting.
+    func ensureStream() throws(SpeechClientError) {
+        if prepared != nil { return }
+        generation += 1
+        let gen = generation
+        let config = SLUConfig(languageCode: options.language)
+        if reconnect == nil && contextOpen == false { report(.connecting) }
+        client?.log(.debug, "opening an SLU stream (language \(options.language))")
+        let stream: any RecognitionStream
+        do throws(SpeechClientError) {
+            stream = try service.openStream(config: config, cancellation: cancellation) { [weak self] event in
+                self?.client?.streamEvent(event, generation: gen)
+            }
+        } catch {
+            if reconnect == nil && !contextOpen && !cancellation.isCancelled { report(.unavailable, reason: error) }
+            throw error
+        }
+        stream.send(.config(config))
+        prepared = (gen, stream)
+        client?.log(.debug, "SLU stream open")
+        report(.ready)
+    }
+
+    /// A new lane on a new stream for the audio [from, end) (end nil: live audio), its start sent.
+    /// Audio before what was recorded so far is replayed from the replay buffer as the stream drains.
+    func openLane(from: Int, end: Int?) throws(SpeechClientError) {
+        try ensureStream()
+        guard let (gen, stream) = prepared else { return }
+        prepared = nil
+        let replayFrom = from < (end ?? contextSamples) ? from : nil
+        var lane = Lane(stream: stream, start: from, end: end, replayFrom: replayFrom)
+        lane.startDue = Clock.monotonicNanos() + UInt64(options.startTimeoutMilliseconds) * 1_000_000
+        let start = SLURequest.start(appId: options.appId ?? "", options: options.contextOptions)
+        stream.send(start)
+        lane.bytes = start.encoded().count + 5  // the gRPC prefix
+        if end != nil && replayFrom == nil {
+            stream.send(.stop)
+            stream.finish()
+            lane.stopSent = true
+        }
+        lanes[gen] = lane
+        if end == nil {
+            current = gen
+            rotation.reset()
+        }
+    }
+
+    /// After a successful prepare-on-init (which ran before the client existed, so its reports
+    /// went nowhere): the application still sees connecting, then ready, as its first events.
+    func announcePrepared() {
+        // Under `audioLock`: a turn (a stream event of the prepared stream) may report already.
+        audioLock.withLock {
+            guard connectionState == .ready else { return }
+            client?.emit(.connection(.connecting, attempt: 0, delayMilliseconds: 0, reason: nil))
+            client?.emit(.connection(.ready, attempt: 0, delayMilliseconds: 0, reason: nil))
+        }
+    }
+
+    /// Reports a connection state change (and every reconnection attempt).
+    func report(_ state: ConnectionState, attempt: Int = 0, delayMilliseconds: Int = 0, reason: SpeechClientError? = nil) {
+        if state == connectionState && state != .reconnecting { return }
+        connectionState = state
+        client?.emit(.connection(state, attempt: Int32(clamping: attempt), delayMilliseconds: Int32(clamping: delayMilliseconds), reason: reason))
+    }
+
+    // MARK: - Suspend / resume
+
+    private func handleSuspend() {
+        // Whatever the suspend interrupted has given up by now; later work may block again.
+        cancellation.reset()
+        suspended = true
+        // SUSPENDED once the connection is really let go: after the stop of a context still
+        // open (its last results come first), at once otherwise (issue 19 item 5).
+        if contextOpen { suspendReportPending = true } else { report(.suspended) }
+        deferredStart = false
+        if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
+        endpointer = nil
+        closeWake()
+        backlog.clear()
+        if contextOpen && !stopSent { sendStop() }
+        if case .microphone = options.audio { audio.close() }
+        if !contextOpen {
+            prepared?.stream.finish()
+            prepared = nil
+        }
+    }
+
+    /// Resumed: IDLE. With prepare-on-init the microphone and a stream are opened at once (as
+    /// in the constructor); otherwise the next start opens them (issue 19 item 5: the header
+    /// promised a reopening that only prepare-on-init does).
+    private func handleResume() {
+        suspended = false
+        if suspendReportPending {
+            // Resumed while the suspended context still drained: SUSPENDED was never reported.
+            suspendReportPending = false
+            report(.suspended)
+        }
+        guard options.prepareOnInit else { return }
+        do throws(SpeechClientError) {
+            try prepare(client: client)
+        } catch {
+            // A suspend right after the resume interrupted it: nothing to report.
+            if !cancellation.isCancelled { client?.emit(.error(error)) }
+        }
+    }
+}
