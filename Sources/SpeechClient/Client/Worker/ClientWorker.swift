@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Synchronization
 
 /// The client's worker: opens audio and streams, sends audio and start/stop, and folds the
 /// server's responses into segments. It runs in turns on the shared worker pool
@@ -18,7 +19,15 @@ import Glibc
 /// The parts that stand alone (and are tested alone): `AudioPump`, `RotationPolicy`,
 /// `ContextNumbering`, `WakeListener`, `ActivationBacklog`, `Lane`, `ReplayBuffer`.
 final class ClientWorker: @unchecked Sendable {
-    weak var client: Client?
+    /// The client, set once by its constructor. Under a lock because the event loop reads it
+    /// too (a prepared stream's or the wake service's events), possibly while the constructor
+    /// sets it: prepare-on-init opens the stream before the client is complete.
+    var client: Client? {
+        get { clientLink.withLock { $0.client } }
+        set { clientLink.withLock { $0.client = newValue } }
+    }
+    private let clientLink = Mutex(WeakClient())
+    struct WeakClient: Sendable { weak var client: Client? }
 
     let options: ClientOptions
     let service: any RecognitionService
