@@ -174,6 +174,7 @@ static int event_count(struct record *r) {
 ** resets the connection, which ends the context with an error at once. */
 struct silent {
     int fd;
+    int conn; /* the client's connection, once accepted by silent_wait_request() */
     char url[64];
 };
 
@@ -184,6 +185,7 @@ static int silent_open(struct silent *s) {
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     a.sin_port = 0;
+    s->conn = -1;
     s->fd = socket(AF_INET, SOCK_STREAM, 0);
     if (s->fd < 0) return -1;
     if (bind(s->fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(s->fd, 16) != 0 ||
@@ -195,9 +197,21 @@ static int silent_open(struct silent *s) {
     return 0;
 }
 
+/* Waits (up to 10 s) until a client has connected and sent its first bytes: from then on it
+** waits for an answer that never comes. An event to wait on, where a sleep would only guess. */
+static int silent_wait_request(struct silent *s) {
+    struct pollfd p = { s->fd, POLLIN, 0 };
+    if (poll(&p, 1, 10000) != 1) return -1;
+    s->conn = accept(s->fd, NULL, NULL);
+    if (s->conn < 0) return -1;
+    struct pollfd q = { s->conn, POLLIN, 0 };
+    return poll(&q, 1, 10000) == 1 ? 0 : -1;
+}
+
 static void silent_close(struct silent *s) {
+    if (s->conn >= 0) close(s->conn);
     if (s->fd >= 0) close(s->fd);
-    s->fd = -1;
+    s->fd = s->conn = -1;
 }
 
 static void record_init(struct record *r) {
@@ -954,7 +968,7 @@ static void test_states_on_a_silent_server(void) {
     CHECK_STATUS(spc_client_push_audio(c, pcm, 0), SPC_OK);
     CHECK_STATUS(spc_client_push_audio(c, NULL, 0), SPC_OK);
     CHECK_STATUS(spc_client_push_audio(c, NULL, 1), SPC_ERROR_INVALID_ARGUMENT);
-    sleep_ms(100); /* the worker is now waiting for the login answer */
+    CHECK(silent_wait_request(&srv) == 0); /* the worker now waits for the server's answer */
     CHECK_STATUS(spc_client_stop(c), SPC_OK);
     CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
     CHECK(state == SPC_STATE_STOPPING);
@@ -992,7 +1006,7 @@ static void test_states_on_a_silent_server(void) {
     CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
     spc_options_free(o);
     CHECK_STATUS(spc_client_start(c), SPC_OK);
-    sleep_ms(100);
+    CHECK(silent_wait_request(&srv) == 0);
     CHECK_STATUS(spc_client_suspend(c), SPC_OK);
     CHECK_STATUS(spc_client_get_state(c, &state), SPC_OK);
     CHECK(state == SPC_STATE_SUSPENDED);
@@ -1029,7 +1043,7 @@ static void test_queued_start_after_a_failed_context(void) {
     CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
     spc_options_free(o);
     CHECK_STATUS(spc_client_start(c), SPC_OK);
-    sleep_ms(100);
+    CHECK(silent_wait_request(&srv) == 0);
     CHECK_STATUS(spc_client_stop(c), SPC_OK);
     CHECK_STATUS(spc_client_start(c), SPC_OK);
     silent_close(&srv);
@@ -1051,7 +1065,7 @@ static void test_free_with_an_open_context(void) {
     CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
     spc_options_free(o);
     CHECK_STATUS(spc_client_start(c), SPC_OK);
-    sleep_ms(100);
+    CHECK(silent_wait_request(&srv) == 0);
     /* The login in flight is abandoned: free does not wait for its 10 s deadline. */
     double t0 = now_s();
     CHECK_STATUS(spc_client_free(c), SPC_OK);

@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <speechclient.h>
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,9 +248,11 @@ static void run_application_delivery(void) {
     /* The abandoned context's stop is pending until dispatched; wait_idle does not wait for it. */
     CHECKF(spc_client_wait_idle(c, 5000) == SPC_OK, "wait_idle after suspend");
     stops_seen = 0;
+    /* As an application's loop would: poll the event fd, dispatch when it is readable. */
+    struct pollfd p = { spc_client_event_fd(c), POLLIN, 0 };
     for (int i = 0; i < 100 && stops_seen == 0; i++) {
+        if (poll(&p, 1, 1000) < 0) break;
         if (spc_client_dispatch(c, 0, &n) != SPC_OK) break;
-        if (stops_seen == 0) sleep_ms(10);
     }
     CHECKF(stops_seen == 1, "the stop of the abandoned context was dispatched once (%d)", stops_seen);
     CHECKF(spc_client_free(c) == SPC_OK, "free");
