@@ -12,7 +12,7 @@ import Glibc
 /// up to the end of the file, in whole frames, whatever it declares (`missingBytes` says how
 /// much a cut-short file lacks: the client warns about it). A file whose data chunk holds not
 /// even one of its declared frames is rejected as truncated.
-public final class WAVFileSource: AudioSource {
+public final class WAVFileSource: Int16AudioSource {
     public enum SampleKind: Equatable, Sendable { case int16, int24, int32, float32 }
 
     public struct Header: Equatable, Sendable {
@@ -94,6 +94,24 @@ public final class WAVFileSource: AudioSource {
     }
 
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+        guard let header, let samples = try readBlock(maxFrames: maxFrames) else { return nil }
+        return Self.decode(buffer, count: samples, kind: header.kind)
+    }
+
+    public var deliversInt16: Bool { header?.kind == .int16 }
+
+    public func readInt16(maxFrames: Int) throws(SpeechClientError) -> [Int16]? {
+        guard header?.kind == .int16, let samples = try readBlock(maxFrames: maxFrames) else { return nil }
+        return buffer.withUnsafeBytes { raw in
+            [Int16](unsafeUninitializedCapacity: samples) { out, count in
+                for i in 0..<samples { out[i] = Int16(littleEndian: raw.loadUnaligned(fromByteOffset: 2 * i, as: Int16.self)) }
+                count = samples
+            }
+        }
+    }
+
+    /// Reads up to `maxFrames` whole frames into `buffer`; returns how many samples, nil at the end.
+    private func readBlock(maxFrames: Int) throws(SpeechClientError) -> Int? {
         guard let file, let header, header.blockAlign > 0 else { return nil }
         let frames = min(max(1, maxFrames), Self.maxFramesPerRead, remaining / header.blockAlign)
         guard frames > 0 else { return nil }
@@ -107,7 +125,7 @@ public final class WAVFileSource: AudioSource {
         let whole = got / header.blockAlign
         remaining = whole < frames ? 0 : remaining - got
         guard whole > 0 else { return nil }
-        return Self.decode(buffer, count: whole * header.format.channels, kind: header.kind)
+        return whole * header.format.channels
     }
 
     public func close() {

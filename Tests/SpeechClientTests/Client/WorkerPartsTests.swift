@@ -116,6 +116,35 @@ import Glibc
         }
     }
 
+    /// A 16-bit file at 16 kHz mono goes out sample for sample (no round trip through Float),
+    /// and a 16-bit stereo file gives what the Float path gives.
+    @Test func sixteenBitFilesAreHandedOverAsTheyAre() throws {
+        let samples: [Int16] = (0..<4_000).map { Int16(truncatingIfNeeded: $0 &* 7_919) }
+        let mono = AudioFixtures.writeTemp(AudioFixtures.wav(data: samples.flatMap { AudioFixtures.le16(UInt16(bitPattern: $0)) }), name: "mono.wav")
+        func readAll(_ path: String) throws -> [Int16] {
+            let pump = AudioPump(input: .file(path: path), chunkMilliseconds: 100, makeSource: Client.realSource)
+            try pump.openForContext(log: { _ in }, warn: { _ in })
+            var out: [Int16] = []
+            for _ in 0..<100 {
+                switch pump.read() {
+                case .chunks(let c): out += c.joined()
+                case .ended(let last): return out + last.joined()
+                case .failed(let e): throw e
+                }
+            }
+            return out
+        }
+        #expect(try readAll(mono) == samples)
+        let stereoData = samples.flatMap { AudioFixtures.le16(UInt16(bitPattern: $0)) + AudioFixtures.le16(UInt16(bitPattern: $0 / 2)) }
+        let stereo = AudioFixtures.writeTemp(AudioFixtures.wav(channels: 2, data: stereoData), name: "stereo.wav")
+        let source = WAVFileSource(path: stereo)
+        try source.open()
+        #expect(source.deliversInt16)
+        let floats = try AudioFixtures.readAll(source, block: 1_000)
+        source.close()
+        #expect(try readAll(stereo) == AudioConverter(input: AudioFormat(sampleRate: 16_000, channels: 2)).process(floats))
+    }
+
     @Test func aFileCutShortIsStreamedAndTheLossSaid() throws {
         let bytes = AudioFixtures.wav(data: [UInt8](repeating: 0, count: 3_200), declaredDataSize: 32_000)
         let path = AudioFixtures.writeTemp(bytes, name: "short.wav")

@@ -95,17 +95,20 @@ final class AudioPump {
     func read() -> Read {
         guard let source else { return .ended(last: []) }
         let frames = max(1, source.format.sampleRate * chunkMilliseconds / 1000)
-        let block: [Float]?
+        if converter?.input != source.format { converter = AudioConverter(input: source.format) }
+        guard let converter else { return .chunks([]) }
         do throws(SpeechClientError) {
-            block = try source.read(maxFrames: frames)
+            if let pcm = source as? Int16AudioSource, pcm.deliversInt16 {
+                // 16-bit already: at 16 kHz mono the samples go out as they are.
+                guard let block = try pcm.readInt16(maxFrames: frames) else { return .ended(last: drain(resamplerTail: true)) }
+                return .chunks(chunker.append(block.withUnsafeBufferPointer { converter.process(int16: $0) }))
+            }
+            guard let block = try source.read(maxFrames: frames) else { return .ended(last: drain(resamplerTail: true)) }
+            guard !block.isEmpty else { return .chunks([]) }
+            return .chunks(chunker.append(converter.process(block)))
         } catch {
             return .failed(error)
         }
-        guard let block else { return .ended(last: drain(resamplerTail: true)) }
-        guard !block.isEmpty else { return .chunks([]) }
-        if converter?.input != source.format { converter = AudioConverter(input: source.format) }
-        guard let converter else { return .chunks([]) }
-        return .chunks(chunker.append(converter.process(block)))
     }
 
     /// What is buffered at a context's end: the partial chunk, after the resampler's tail when
