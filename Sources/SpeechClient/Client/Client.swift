@@ -138,7 +138,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
         let worker = ClientWorker(options: options, service: self.service, makeSource: self.makeSource)
         if options.prepareOnInit {
             // Connecting and logging in wait for the network here.
-            try Client.blockingForTheNetwork(options) { () throws(SpeechClientError) in try worker.prepare(client: nil) }
+            try Client.blockingForTheNetwork(options) { () throws(SpeechClientError) in try worker.prepare() }
         }
         cancellation = worker.cancellation
         // Under the lock: with prepare-on-init the stream is open and the event loop may

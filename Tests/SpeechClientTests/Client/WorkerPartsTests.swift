@@ -96,7 +96,7 @@ import Glibc
         let path = wavFile(seconds: 0.25, rate: 8_000)
         let pump = AudioPump(input: .file(path: path), chunkMilliseconds: 100, makeSource: Client.realSource)
         for _ in 0..<2 {
-            try pump.openForContext(log: { _ in }, warn: { Issue.record("unexpected warning \($0)") })
+            try pump.openForContext(log: { level, m in if level == .warning { Issue.record("unexpected warning \(m)") } })
             #expect(pump.isOpen && pump.waitsForServer)
             var chunks: [[Int16]] = []
             var ended = false
@@ -123,7 +123,7 @@ import Glibc
         let mono = AudioFixtures.writeTemp(AudioFixtures.wav(data: samples.flatMap { AudioFixtures.le16(UInt16(bitPattern: $0)) }), name: "mono.wav")
         func readAll(_ path: String) throws -> [Int16] {
             let pump = AudioPump(input: .file(path: path), chunkMilliseconds: 100, makeSource: Client.realSource)
-            try pump.openForContext(log: { _ in }, warn: { _ in })
+            try pump.openForContext(log: { _, _ in })
             var out: [Int16] = []
             for _ in 0..<100 {
                 switch pump.read() {
@@ -149,10 +149,10 @@ import Glibc
         let bytes = AudioFixtures.wav(data: [UInt8](repeating: 0, count: 3_200), declaredDataSize: 32_000)
         let path = AudioFixtures.writeTemp(bytes, name: "short.wav")
         let pump = AudioPump(input: .file(path: path), chunkMilliseconds: 100, makeSource: Client.realSource)
-        var warnings: [String] = []
-        try pump.openForContext(log: { _ in }, warn: { warnings.append($0) })
-        #expect(warnings.count == 1)
-        #expect(warnings.first?.contains("its last 0.9 s are missing") == true)
+        let warnings = Mutex<[String]>([])
+        try pump.openForContext(log: { level, m in if level == .warning { warnings.withLock { $0.append(m) } } })
+        #expect(warnings.withLock { $0.count } == 1)
+        #expect(warnings.withLock { $0.first }?.contains("its last 0.9 s are missing") == true)
     }
 
     @Test func anEndedDescriptorCannotBeReadByALaterContextAndSaysWhy() throws {
@@ -164,7 +164,7 @@ import Glibc
         close(fds[1])
         let pump = AudioPump(input: .descriptor(fd: fds[0], sampleRate: 16_000, channels: 1), chunkMilliseconds: 100,
                              makeSource: Client.realSource)
-        try pump.openForContext(log: { _ in }, warn: { _ in })
+        try pump.openForContext(log: { _, _ in })
         var total = 0
         var ended = false
         for _ in 0..<200 where !ended {
@@ -176,9 +176,9 @@ import Glibc
         }
         #expect(ended && total == 1_600)
         pump.endContext()
-        #expect(throws: SpeechClientError.self) { try pump.openForContext(log: { _ in }, warn: { _ in }) }
+        #expect(throws: SpeechClientError.self) { try pump.openForContext(log: { _, _ in }) }
         do throws(SpeechClientError) {
-            try pump.openForContext(log: { _ in }, warn: { _ in })
+            try pump.openForContext(log: { _, _ in })
         } catch {
             #expect(error.message.contains("the stream has ended; it cannot be read again"))
         }

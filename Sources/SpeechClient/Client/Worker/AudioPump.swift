@@ -36,20 +36,20 @@ final class AudioPump {
         }
     }
 
-    /// Opens the microphone unless it is open. Its ALSA messages go to `log`.
-    /// Returns a line for the debug log when it opened it.
-    func openMicrophone(log: @escaping @Sendable (String) -> Void) throws(SpeechClientError) -> String? {
-        guard case .microphone(let name) = input, source == nil, let mic = makeSource(input) else { return nil }
-        if let alsa = mic as? ALSACapture { alsa.onALSAMessage(log) }
+    /// Opens the microphone unless it is open. `log` hears of it, and ALSA's own messages
+    /// (as warnings) for as long as the device is open.
+    func openMicrophone(log: @escaping @Sendable (LogLevel, String) -> Void) throws(SpeechClientError) {
+        guard case .microphone(let name) = input, source == nil, let mic = makeSource(input) else { return }
+        if let alsa = mic as? ALSACapture { alsa.onALSAMessage { log(.warning, $0) } }
         try mic.open()
         source = mic
         converter = AudioConverter(input: mic.format)
-        return "microphone '\(name)' opened at \(mic.format.sampleRate) Hz, \(mic.format.channels) channel(s)"
+        log(.debug, "microphone '\(name)' opened at \(mic.format.sampleRate) Hz, \(mic.format.channels) channel(s)")
     }
 
     /// Before a context: a new chunker, and the source opened (a file from its start) or kept
-    /// (a microphone, a descriptor). `warn` hears of a file cut short.
-    func openForContext(log: @escaping @Sendable (String) -> Void, warn: (String) -> Void) throws(SpeechClientError) {
+    /// (a microphone, a descriptor). `log` hears of a file cut short (a warning).
+    func openForContext(log: @escaping @Sendable (LogLevel, String) -> Void) throws(SpeechClientError) {
         chunker = Chunker(samplesPerChunk: samplesPerChunk)
         switch input {
         case .push:
@@ -62,10 +62,10 @@ final class AudioPump {
             if let wav = file as? WAVFileSource, let h = wav.header, h.missingBytes > 0 {
                 // Issue 19 item 7: a cut-short copy is streamed, and the loss said.
                 let rate = Double(max(1, h.format.sampleRate * h.blockAlign))
-                warn("\(wav.path): the data chunk declares \(h.dataBytes + h.missingBytes) bytes but the file holds \(h.dataBytes): its last \(ClientWorker.seconds(Double(h.missingBytes) / rate)) s are missing; transcribing the \(ClientWorker.seconds(Double(h.dataBytes) / rate)) s there are")
+                log(.warning, "\(wav.path): the data chunk declares \(h.dataBytes + h.missingBytes) bytes but the file holds \(h.dataBytes): its last \(ClientWorker.seconds(Double(h.missingBytes) / rate)) s are missing; transcribing the \(ClientWorker.seconds(Double(h.dataBytes) / rate)) s there are")
             }
         case .microphone:
-            if source == nil, let line = try openMicrophone(log: log) { log(line) }
+            if source == nil { try openMicrophone(log: log) }
             if let source { converter = AudioConverter(input: source.format) }
         case .descriptor(let fd, _, _):
             // The descriptor stays open between contexts. Its format may come with the audio

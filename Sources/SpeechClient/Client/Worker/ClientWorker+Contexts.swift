@@ -54,9 +54,7 @@ extension ClientWorker {
     }
 
     func openAudioForContext() throws(SpeechClientError) {
-        let client = self.client
-        try audio.openForContext(log: { [weak client] message in client?.log(.warning, message) },
-                                 warn: { client?.log(.warning, $0) })
+        try audio.openForContext(log: { [weak self] level, message in self?.client?.log(level, message) })
     }
 
     /// Whether `samples` more pushed audio fit in the replay buffer beside what is not final yet

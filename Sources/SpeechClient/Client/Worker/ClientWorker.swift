@@ -332,12 +332,12 @@ final class ClientWorker: @unchecked Sendable {
 
     // MARK: - Preparing
 
-    /// Opens the microphone (for a microphone source) and a stream. Called with `client` nil
-    /// from the constructor (errors are thrown to spc_client_new) or from the worker.
-    func prepare(client: Client?) throws(SpeechClientError) {
-        if let opened = try audio.openMicrophone(log: { [weak client] message in client?.log(.warning, message) }) {
-            client?.log(.debug, opened)
-        }
+    /// Opens the microphone (for a microphone source) and a stream. Called by the constructor
+    /// before `client` is set (errors are thrown to spc_client_new), or by the worker on resume.
+    func prepare() throws(SpeechClientError) {
+        // Through the worker: with prepare-on-init the client is not set yet, and ALSA's later
+        // messages must still reach it.
+        try audio.openMicrophone(log: { [weak self] level, message in self?.client?.log(level, message) })
         try ensureStream()
     }
 
@@ -440,7 +440,7 @@ final class ClientWorker: @unchecked Sendable {
         }
         guard options.prepareOnInit else { return }
         do throws(SpeechClientError) {
-            try prepare(client: client)
+            try prepare()
         } catch {
             // A suspend right after the resume interrupted it: nothing to report.
             if !cancellation.isCancelled { client?.emit(.error(error)) }
