@@ -155,6 +155,32 @@ import Glibc
         #expect(warnings.withLock { $0.first }?.contains("its last 0.9 s are missing") == true)
     }
 
+    /// A WAV stream's format arrives with its first block: that block is converted with it.
+    @Test func aDescriptorsWAVFormatAppliesFromItsFirstBlock() throws {
+        let frames = 2_000  // 0.25 s at 8 kHz: 4,000 samples at 16 kHz
+        var data: [UInt8] = []
+        for i in 0..<frames { data += AudioFixtures.le16(UInt16(bitPattern: Int16(truncatingIfNeeded: (i % 80) * 300))) }
+        let bytes = AudioFixtures.wav(rate: 8_000, data: data)
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        defer { close(fds[0]) }
+        _ = bytes.withUnsafeBytes { write(fds[1], $0.baseAddress, $0.count) }
+        close(fds[1])
+        let pump = AudioPump(input: .descriptor(fd: fds[0], sampleRate: 0, channels: 0), chunkMilliseconds: 100,
+                             makeSource: Client.realSource)
+        try pump.openForContext(log: { _, _ in })
+        var total = 0
+        var ended = false
+        for _ in 0..<200 where !ended {
+            switch pump.read() {
+            case .chunks(let c): total += c.reduce(0) { $0 + $1.count }
+            case .ended(let last): total += last.reduce(0) { $0 + $1.count }; ended = true
+            case .failed(let e): Issue.record("\(e)"); return
+            }
+        }
+        #expect(ended && total == 4_000)
+    }
+
     @Test func anEndedDescriptorCannotBeReadByALaterContextAndSaysWhy() throws {
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)

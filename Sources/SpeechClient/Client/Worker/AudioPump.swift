@@ -95,20 +95,27 @@ final class AudioPump {
     func read() -> Read {
         guard let source else { return .ended(last: []) }
         let frames = max(1, source.format.sampleRate * chunkMilliseconds / 1000)
-        if converter?.input != source.format { converter = AudioConverter(input: source.format) }
-        guard let converter else { return .chunks([]) }
         do throws(SpeechClientError) {
             if let pcm = source as? Int16AudioSource, pcm.deliversInt16 {
                 // 16-bit already: at 16 kHz mono the samples go out as they are.
                 guard let block = try pcm.readInt16(maxFrames: frames) else { return .ended(last: drain(resamplerTail: true)) }
+                let converter = converter(for: source.format)
                 return .chunks(chunker.append(block.withUnsafeBufferPointer { converter.process(int16: $0) }))
             }
             guard let block = try source.read(maxFrames: frames) else { return .ended(last: drain(resamplerTail: true)) }
             guard !block.isEmpty else { return .chunks([]) }
-            return .chunks(chunker.append(converter.process(block)))
+            // The format is asked after the read: a descriptor's may come with its first block.
+            return .chunks(chunker.append(converter(for: source.format).process(block)))
         } catch {
             return .failed(error)
         }
+    }
+
+    private func converter(for format: AudioFormat) -> AudioConverter {
+        if let converter, converter.input == format { return converter }
+        let made = AudioConverter(input: format)
+        converter = made
+        return made
     }
 
     /// What is buffered at a context's end: the partial chunk, after the resampler's tail when
