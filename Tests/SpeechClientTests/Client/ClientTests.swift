@@ -7,7 +7,8 @@ import Testing
 
 /// Records events in delivery order, with the thread they ran on.
 final class EventLog: @unchecked Sendable {
-    let events = Locked<[String]>([])
+    private let lock = ConditionLock()
+    private var recorded: [String] = []
     let onCallbackThread = Atomic<Bool>(true)
     let recordStates: Bool
     init(recordStates: Bool = false) { self.recordStates = recordStates }
@@ -26,10 +27,26 @@ final class EventLog: @unchecked Sendable {
             guard recordStates else { return }
             line = "state \(state)" + (attempt > 0 ? " \(attempt)" : "")
         }
-        events.withLock { $0.append(line) }
+        lock.withLock {
+            recorded.append(line)
+            lock.broadcast()
+        }
     }
 
-    var lines: [String] { events.withLock { $0 } }
+    var lines: [String] { lock.withLock { recorded } }
+
+    /// Waits until the lines recorded so far satisfy `done` (woken by each new line, not by
+    /// polling), at most `timeoutMs`; returns whether they do.
+    @discardableResult
+    func waitFor(timeoutMs: Int = 2_000, _ done: ([String]) -> Bool) -> Bool {
+        let deadline = Clock.monotonicNanos() + UInt64(timeoutMs) * 1_000_000
+        lock.lock()
+        defer { lock.unlock() }
+        while !done(recorded) {
+            if !lock.wait(untilMonotonicNanos: deadline) { return done(recorded) }
+        }
+        return true
+    }
 }
 
 func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
@@ -311,7 +328,7 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         try client.start()
         let chunk = [Int16](repeating: 1000, count: 1600)
         for _ in 0..<2 { chunk.withUnsafeBufferPointer { try? client.pushAudio($0) } }
-        for _ in 0..<400 where !log.lines.contains("stop ctx-1") { usleepMs(5) }
+        log.waitFor { $0.contains("stop ctx-1") }
         #expect(log.lines.filter { !$0.hasPrefix("segment") } == ["start ctx-1", "error parse", "stop ctx-1"], "\(log.lines)")
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))
     }

@@ -29,7 +29,7 @@ import Testing
         pipe.write(Self.chunks(1...3))
         try client.start()
         // The three chunks reach the server, then the pipe is silent: the context waits.
-        for _ in 0..<400 where !log.lines.contains(where: { $0.hasSuffix("a1 a2 a3") }) { usleepMs(5) }
+        log.waitFor { $0.contains(where: { $0.hasSuffix("a1 a2 a3") }) }
         #expect(client.currentState == .listening)
         try client.stop()
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))

@@ -108,10 +108,10 @@ import Testing
         try client.start()
         var g = Signals.Noise()
         Self.push(client, Self.utterance(&g))
-        for _ in 0..<400 where !log.lines.contains("stop ctx-1") { usleepMs(5) }
+        log.waitFor { $0.contains("stop ctx-1") }
         usleepMs(50)  // the server's close after finished
         Self.push(client, Self.utterance(&g, leadingNoise: 0))
-        for _ in 0..<400 where !log.lines.contains("error network") { usleepMs(5) }
+        log.waitFor { $0.contains("error network") }
         #expect(client.currentState == .listening)
         try client.stop()
         #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
@@ -131,7 +131,7 @@ import Testing
         var g = Signals.Noise()
         Self.push(client, Self.utterance(&g))
         for _ in 0..<70 { Self.push(client, Signals.speech(ms: 1_000, dbfs: -25, &g)) }
-        for _ in 0..<400 where !log.lines.contains("error network") { usleepMs(5) }
+        log.waitFor { $0.contains("error network") }
         #expect(log.lines.filter { $0 == "error network" }.count == 1, "\(log.lines.suffix(10))")
         #expect(log.lines.filter { $0.hasPrefix("start") } == ["start ctx-1"])
         #expect(client.currentState == .listening)
