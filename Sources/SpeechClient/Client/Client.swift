@@ -61,6 +61,14 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     /// callbacks now (0: none). At most one thread at a time, so they run in order.
     private var deliveryScheduled = false
     private var deliveryOwner: UInt = 0
+    /// The thread running a worker turn (0: none). Its events wake the callback thread once,
+    /// at the end of the turn or before the worker may block (`flushDeferredWake`), instead of
+    /// once per event: a file's answers arrive while the worker pumps, and a wake per answer
+    /// was most of a file transcription's context switches (each preempts the worker on a
+    /// shared core). Other threads' events wake it at once, as before.
+    private var turnThread: UInt = 0
+    /// An event of the turn is waiting for that wake.
+    private var wakeDeferred = false
     /// SPC_DELIVERY_THREAD: the client's own; SPC_DELIVERY_SHARED: the process's; nil in
     /// application delivery.
     private let deliveryPool: ThreadPool?
@@ -556,6 +564,30 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     private func wakeCallbackThread() {
         guard eventFD < 0 else { return }
         let schedule: Bool = lock.withLock {
+            if turnThread != 0 && turnThread == UInt(pthread_self()) {
+                wakeDeferred = true
+                return false
+            }
+            guard !deliveryScheduled, deliveryOwner == 0, !events.isEmpty else { return false }
+            deliveryScheduled = true
+            return true
+        }
+        if schedule { deliveryPool?.schedule(self) }
+    }
+
+    /// The worker's turn is over, or its next step may block (a microphone or descriptor read,
+    /// a connect, a login): the callback thread is woken for what the turn queued.
+    func flushDeferredWake() {
+        guard eventFD < 0, lock.withLock({ () -> Bool in
+            defer { wakeDeferred = false }
+            return wakeDeferred
+        }) else { return }
+        scheduleDelivery()
+    }
+
+    /// Queues the client's callbacks on its pool now, unless they are there or running.
+    private func scheduleDelivery() {
+        let schedule: Bool = lock.withLock {
             guard !deliveryScheduled, deliveryOwner == 0, !events.isEmpty else { return false }
             deliveryScheduled = true
             return true
@@ -598,7 +630,10 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
                 return false
             }
         }
+        lock.withLock { turnThread = UInt(pthread_self()) }
         let turn = worker.runTurn()
+        lock.withLock { turnThread = 0 }
+        flushDeferredWake()
         var timer: UInt64?
         let again: Bool = lock.withLock {
             switch turn {

@@ -89,11 +89,15 @@ final class ThreadPool: @unchecked Sendable {  // every field below is guarded b
 
     /// What to do once the lock is released (never under it: posting to the event loop may run
     /// the loop's work inline on this thread, and that work may schedule a client).
-    private enum Growth { case none, startThread, armWatchdog }
+    private enum Growth { case none, wakeIdleThread, startThread, armWatchdog }
 
     private func grow(_ growth: Growth) {
         switch growth {
         case .none: break
+        // Signalled after the lock is released: a thread woken while the scheduler still held
+        // it ran into that lock and slept again, two context switches per callback batch
+        // instead of one (the whole cost of a file's answers on a shared core).
+        case .wakeIdleThread: workWaiting.signal()
         case .startThread: startThread()
         case .armWatchdog: armWatchdog()
         }
@@ -119,10 +123,7 @@ final class ThreadPool: @unchecked Sendable {  // every field below is guarded b
     /// Work is queued: wakes an idle thread, or says a thread must be started (counted already),
     /// or leaves it to the watchdog.
     private func wakeOrGrowLocked() -> Growth {
-        if idle > 0 {
-            workWaiting.signal()
-            return .none
-        }
+        if idle > 0 { return .wakeIdleThread }
         if threads - blocked < baseThreads {
             threads += 1
             return .startThread

@@ -28,6 +28,14 @@ final class AudioPump {
     /// A source is open (a context has something to read).
     var isOpen: Bool { source != nil }
 
+    /// A read may wait for audio (a microphone, a pipe); a file's returns at once.
+    var readMayWait: Bool {
+        switch input {
+        case .microphone, .descriptor: return true
+        case .file, .push: return false
+        }
+    }
+
     /// A file or a descriptor can wait for the server; a microphone cannot.
     var waitsForServer: Bool {
         switch input {

@@ -54,6 +54,7 @@ extension ClientWorker {
     }
 
     func openAudioForContext() throws(SpeechClientError) {
+        client?.flushDeferredWake()  // opening a device may block
         try audio.openForContext(log: { [weak self] level, message in self?.client?.log(level, message) })
     }
 
@@ -107,6 +108,8 @@ extension ClientWorker {
                 if stalledUntil != nil { return }
             }
         }
+        // A microphone or a pipe may block in the read: the callbacks queued so far go first.
+        if audio.readMayWait { client?.flushDeferredWake() }
         switch audio.read() {
         case .chunks(let chunks):
             for c in chunks { take(c) }

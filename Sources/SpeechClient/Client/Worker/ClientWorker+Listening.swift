@@ -71,6 +71,7 @@ extension ClientWorker {
         pacedSince = nil
         if let wake {
             do throws(SpeechClientError) {
+                client?.flushDeferredWake()  // a connect: callbacks first
                 client?.log(.info, try wake.open(origin: audioSamples))
             } catch {
                 closeFileSource()
@@ -138,6 +139,7 @@ extension ClientWorker {
 
     /// Every chunk heard while listening goes to the service (see `WakeListener`).
     private func hearForWake(_ chunk: [Int16], at: Int, on wake: WakeListener) {
+        if !wake.isConnected { client?.flushDeferredWake() }  // it may reconnect (blocking)
         switch wake.hear(chunk, at: at) {
         case .sent: break
         case .back(let line): client?.log(.info, line)

@@ -335,6 +335,7 @@ final class ClientWorker: @unchecked Sendable {
     /// Opens the microphone (for a microphone source) and a stream. Called by the constructor
     /// before `client` is set (errors are thrown to spc_client_new), or by the worker on resume.
     func prepare() throws(SpeechClientError) {
+        client?.flushDeferredWake()  // opening a device may block
         // Through the worker: with prepare-on-init the client is not set yet, and ALSA's later
         // messages must still reach it.
         try audio.openMicrophone(log: { [weak self] level, message in self?.client?.log(level, message) })
@@ -344,6 +345,7 @@ final class ClientWorker: @unchecked Sendable {
     /// A stream ready for the next lane (`prepared`): opened now unless one is waiting.
     func ensureStream() throws(SpeechClientError) {
         if prepared != nil { return }
+        client?.flushDeferredWake()  // a connect and a login may take a while: callbacks first
         generation += 1
         let gen = generation
         let config = SLUConfig(languageCode: options.language)
