@@ -85,6 +85,29 @@ import Glibc
 
     // MARK: AudioPump
 
+    /// Reads until the source ends (at most `reads` reads): every chunk, the last ones included.
+    /// Nil when it did not end; a read's error is thrown.
+    private func readToEnd(_ pump: AudioPump, reads: Int = 200) throws -> [[Int16]]? {
+        var chunks: [[Int16]] = []
+        for _ in 0..<reads {
+            switch pump.read() {
+            case .chunks(let c): chunks += c
+            case .ended(let last): return chunks + last
+            case .failed(let e): throw e
+            }
+        }
+        return nil
+    }
+
+    /// A pipe holding `bytes`, its writing end closed; returns the reading end.
+    private func pipeHolding(_ bytes: [UInt8]) -> Int32 {
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        _ = bytes.withUnsafeBytes { write(fds[1], $0.baseAddress, $0.count) }
+        close(fds[1])
+        return fds[0]
+    }
+
     private func wavFile(seconds: Double, rate: UInt32 = 16_000) -> String {
         let frames = Int(Double(rate) * seconds)
         var data: [UInt8] = []
@@ -98,16 +121,9 @@ import Glibc
         for _ in 0..<2 {
             try pump.openForContext(log: { level, m in if level == .warning { Issue.record("unexpected warning \(m)") } })
             #expect(pump.isOpen && pump.waitsForServer)
-            var chunks: [[Int16]] = []
-            var ended = false
-            for _ in 0..<20 where !ended {
-                switch pump.read() {
-                case .chunks(let c): chunks += c
-                case .ended(let last): chunks += last; ended = true
-                case .failed(let e): Issue.record("\(e)"); return
-                }
-            }
-            #expect(ended)
+            let read = try readToEnd(pump, reads: 20)
+            #expect(read != nil)
+            let chunks = read ?? []
             #expect(chunks.dropLast().allSatisfy { $0.count == 1_600 })
             // 0.25 s at 8 kHz is 4,000 samples at 16 kHz, whole (the resampler's tail included).
             #expect(chunks.reduce(0) { $0 + $1.count } == 4_000)
@@ -121,18 +137,10 @@ import Glibc
     @Test func sixteenBitFilesAreHandedOverAsTheyAre() throws {
         let samples: [Int16] = (0..<4_000).map { Int16(truncatingIfNeeded: $0 &* 7_919) }
         let mono = AudioFixtures.writeTemp(AudioFixtures.wav(data: samples.flatMap { AudioFixtures.le16(UInt16(bitPattern: $0)) }), name: "mono.wav")
-        func readAll(_ path: String) throws -> [Int16] {
+        func readAll(_ path: String) throws -> [Int16]? {
             let pump = AudioPump(input: .file(path: path), chunkMilliseconds: 100, makeSource: Client.realSource)
             try pump.openForContext(log: { _, _ in })
-            var out: [Int16] = []
-            for _ in 0..<100 {
-                switch pump.read() {
-                case .chunks(let c): out += c.joined()
-                case .ended(let last): return out + last.joined()
-                case .failed(let e): throw e
-                }
-            }
-            return out
+            return try readToEnd(pump).map { Array($0.joined()) }
         }
         #expect(try readAll(mono) == samples)
         let stereoData = samples.flatMap { AudioFixtures.le16(UInt16(bitPattern: $0)) + AudioFixtures.le16(UInt16(bitPattern: $0 / 2)) }
@@ -160,54 +168,24 @@ import Glibc
         let frames = 2_000  // 0.25 s at 8 kHz: 4,000 samples at 16 kHz
         var data: [UInt8] = []
         for i in 0..<frames { data += AudioFixtures.le16(UInt16(bitPattern: Int16(truncatingIfNeeded: (i % 80) * 300))) }
-        let bytes = AudioFixtures.wav(rate: 8_000, data: data)
-        var fds: [Int32] = [0, 0]
-        #expect(pipe(&fds) == 0)
-        defer { close(fds[0]) }
-        _ = bytes.withUnsafeBytes { write(fds[1], $0.baseAddress, $0.count) }
-        close(fds[1])
-        let pump = AudioPump(input: .descriptor(fd: fds[0], sampleRate: 0, channels: 0), chunkMilliseconds: 100,
+        let fd = pipeHolding(AudioFixtures.wav(rate: 8_000, data: data))
+        defer { close(fd) }
+        let pump = AudioPump(input: .descriptor(fd: fd, sampleRate: 0, channels: 0), chunkMilliseconds: 100,
                              makeSource: Client.realSource)
         try pump.openForContext(log: { _, _ in })
-        var total = 0
-        var ended = false
-        for _ in 0..<200 where !ended {
-            switch pump.read() {
-            case .chunks(let c): total += c.reduce(0) { $0 + $1.count }
-            case .ended(let last): total += last.reduce(0) { $0 + $1.count }; ended = true
-            case .failed(let e): Issue.record("\(e)"); return
-            }
-        }
-        #expect(ended && total == 4_000)
+        #expect(try readToEnd(pump)?.reduce(0) { $0 + $1.count } == 4_000)
     }
 
     @Test func anEndedDescriptorCannotBeReadByALaterContextAndSaysWhy() throws {
-        var fds: [Int32] = [0, 0]
-        #expect(pipe(&fds) == 0)
-        defer { close(fds[0]) }
-        var pcm = [Int16](repeating: 100, count: 1_600)
-        _ = pcm.withUnsafeMutableBytes { write(fds[1], $0.baseAddress, $0.count) }
-        close(fds[1])
-        let pump = AudioPump(input: .descriptor(fd: fds[0], sampleRate: 16_000, channels: 1), chunkMilliseconds: 100,
+        let fd = pipeHolding([Int16](repeating: 100, count: 1_600).flatMap { AudioFixtures.le16(UInt16(bitPattern: $0)) })
+        defer { close(fd) }
+        let pump = AudioPump(input: .descriptor(fd: fd, sampleRate: 16_000, channels: 1), chunkMilliseconds: 100,
                              makeSource: Client.realSource)
         try pump.openForContext(log: { _, _ in })
-        var total = 0
-        var ended = false
-        for _ in 0..<200 where !ended {
-            switch pump.read() {
-            case .chunks(let c): total += c.reduce(0) { $0 + $1.count }
-            case .ended(let last): total += last.reduce(0) { $0 + $1.count }; ended = true
-            case .failed(let e): Issue.record("\(e)"); return
-            }
-        }
-        #expect(ended && total == 1_600)
+        #expect(try readToEnd(pump)?.reduce(0) { $0 + $1.count } == 1_600)
         pump.endContext()
-        #expect(throws: SpeechClientError.self) { try pump.openForContext(log: { _, _ in }) }
-        do throws(SpeechClientError) {
-            try pump.openForContext(log: { _, _ in })
-        } catch {
-            #expect(error.message.contains("the stream has ended; it cannot be read again"))
-        }
+        let error = #expect(throws: SpeechClientError.self) { try pump.openForContext(log: { _, _ in }) }
+        #expect(error?.message.contains("the stream has ended; it cannot be read again") == true)
     }
 
     // MARK: ActivationBacklog
