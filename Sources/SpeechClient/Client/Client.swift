@@ -568,31 +568,31 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
                 wakeDeferred = true
                 return false
             }
-            guard !deliveryScheduled, deliveryOwner == 0, !events.isEmpty else { return false }
-            deliveryScheduled = true
-            return true
+            return takeDeliveryLocked()
         }
         if schedule { deliveryPool?.schedule(self) }
     }
 
-    /// The worker's turn is over, or its next step may block (a microphone or descriptor read,
-    /// a connect, a login): the callback thread is woken for what the turn queued.
+    /// The worker's next step may block (a microphone or descriptor read, a connect, a login):
+    /// the callback thread is woken for what the turn queued so far.
     func flushDeferredWake() {
-        guard eventFD < 0, lock.withLock({ () -> Bool in
-            defer { wakeDeferred = false }
-            return wakeDeferred
-        }) else { return }
-        scheduleDelivery()
+        guard eventFD < 0 else { return }
+        if lock.withLock({ takeDeferredWakeLocked() }) { deliveryPool?.schedule(self) }
     }
 
-    /// Queues the client's callbacks on its pool now, unless they are there or running.
-    private func scheduleDelivery() {
-        let schedule: Bool = lock.withLock {
-            guard !deliveryScheduled, deliveryOwner == 0, !events.isEmpty else { return false }
-            deliveryScheduled = true
-            return true
-        }
-        if schedule { deliveryPool?.schedule(self) }
+    /// A wake the turn deferred is due: whether the caller must queue the callbacks on the pool.
+    private func takeDeferredWakeLocked() -> Bool {
+        guard wakeDeferred else { return false }
+        wakeDeferred = false
+        return takeDeliveryLocked()
+    }
+
+    /// Whether the caller must queue the client's callbacks on its pool (they are neither
+    /// queued nor running, and some wait); marks them queued.
+    private func takeDeliveryLocked() -> Bool {
+        guard !deliveryScheduled, deliveryOwner == 0, !events.isEmpty else { return false }
+        deliveryScheduled = true
+        return true
     }
 
     private func checkOpen() throws(SpeechClientError) {
@@ -623,19 +623,23 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
 
     /// A turn of the worker, on a worker-pool thread. True: queue it again.
     func runWorkerTurn() -> Bool {
-        guard let worker = lock.withLock({ self.worker }) else {
-            return lock.withLock {
+        let turnWorker: ClientWorker? = lock.withLock {
+            guard let w = self.worker else {
                 workerScheduled = false
                 lock.broadcast()
-                return false
+                return nil
             }
+            turnThread = UInt(pthread_self())
+            return w
         }
-        lock.withLock { turnThread = UInt(pthread_self()) }
+        guard let worker = turnWorker else { return false }
         let turn = worker.runTurn()
-        lock.withLock { turnThread = 0 }
-        flushDeferredWake()
         var timer: UInt64?
+        var deliver = false
         let again: Bool = lock.withLock {
+            // The turn's callbacks are woken for once, now (before idle waiters are woken).
+            turnThread = 0
+            deliver = eventFD < 0 && takeDeferredWakeLocked()
             switch turn {
             case .more:
                 return true
@@ -657,6 +661,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
                 return false
             }
         }
+        if deliver { deliveryPool?.schedule(self) }
         if let deadline = timer { wakeWorker(at: deadline) }
         return again
     }
