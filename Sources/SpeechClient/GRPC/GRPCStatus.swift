@@ -44,7 +44,7 @@ public enum GRPCStatus {
     /// reconnect and replay; a malformed answer (`.parse`) is INTERNAL.
     static func callError(connectionFailure: SpeechClientError, path: String) -> SpeechClientError {
         var e = connectionFailure
-        if !e.message.hasPrefix(path) { e.message = "\(path): \(e.message)" }
+        e.message = "\(path): \(e.message)"
         if e.grpcStatus == nil && e.code != .invalidState {
             e.grpcStatus = e.code == .parse ? `internal` : unavailable
         }

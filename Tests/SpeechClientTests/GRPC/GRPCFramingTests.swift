@@ -83,7 +83,7 @@ import Testing
         #expect(closed.message == "/a/B: closed by the server")
         let garbled = GRPCStatus.callError(connectionFailure: SpeechClientError(.parse, "header block too large"), path: "/a/B")
         #expect(garbled.grpcStatus == GRPCStatus.internal)
-        let kept = GRPCStatus.callError(connectionFailure: SpeechClientError(.api, "/a/B: no", grpcStatus: 8), path: "/a/B")
+        let kept = GRPCStatus.callError(connectionFailure: SpeechClientError(.api, "no", grpcStatus: 8), path: "/a/B")
         #expect(kept.grpcStatus == 8)
         #expect(kept.message == "/a/B: no")
         let misuse = GRPCStatus.callError(connectionFailure: SpeechClientError(.invalidState, "from the loop"), path: "/a/B")
