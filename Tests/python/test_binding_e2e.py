@@ -452,20 +452,28 @@ def cli_and_demo(own_server, wav, tmp_path, *flags):
     return runs
 
 
+def sources(out):
+    """The lines of each source in order, context ids normalised. The detector, the level meter
+    and the server's answers reach the output in an order that differs from run to run in the C
+    demo itself (a file is read ahead of the answers), so each is compared apart."""
+    lines = [re.sub(r'"context_id":"[^"]*"', '"context_id":"*"', line) for line in out.splitlines()]
+    kind = lambda line: re.match(r'\{"type":"(\w+)"', line).group(1)
+    return {k: [line for line in lines if (kind(line) if kind(line) in ("listen", "level") else "rest") == k]
+            for k in ("listen", "level", "rest")}
+
+
 @pytest.mark.parametrize("extra", [[], ["--levels"]])
 def test_cli_hands_free_json_is_the_c_demos(extra, own_server, two_phrases, tmp_path):
     wav, _ = two_phrases
-    outputs = [r.stdout for r in cli_and_demo(own_server, wav, tmp_path, "--hands-free", "--json", *extra)]
-
-    def sources(out):
-        """The lines of each source in order, context ids normalised. The detector, the level
-        meter and the server's answers reach the output in an order that differs from run to run
-        in the C demo itself (a file is read ahead of the answers), so each is compared apart."""
-        lines = [re.sub(r'"context_id":"[^"]*"', '"context_id":"*"', line) for line in out.splitlines()]
-        kind = lambda line: re.match(r'\{"type":"(\w+)"', line).group(1)
-        return {k: [line for line in lines if (kind(line) if kind(line) in ("listen", "level") else "rest") == k]
-                for k in ("listen", "level", "rest")}
-
+    # Each pair of runs gets fresh servers, but a server's tentative updates still depend on
+    # when the audio arrives (a file is sent as fast as the server takes it), so on a loaded
+    # machine a pair can differ in a tentative update (about 1 pair in 5 in CI). Up to three
+    # pairs: the first identical one is compared below. A formatting difference between the CLI
+    # and the demo would make every pair differ, so nothing the test is for is let through.
+    for attempt in range(3):
+        outputs = [r.stdout for r in cli_and_demo(own_server, wav, tmp_path / str(attempt), "--hands-free", "--json", *extra)]
+        if sources(outputs[0]) == sources(outputs[1]):
+            break
     py, c = sources(outputs[0]), sources(outputs[1])
     assert py == c
     events = [json.loads(line)["event"] for line in py["listen"]]
