@@ -105,10 +105,10 @@ extern "C" {
 ** MAJOR * 1000000 + MINOR * 1000 + PATCH.
 */
 #define SPC_VERSION_MAJOR 0
-#define SPC_VERSION_MINOR 10
+#define SPC_VERSION_MINOR 11
 #define SPC_VERSION_PATCH 0
-#define SPC_VERSION_STRING "0.10.0"
-#define SPC_VERSION_NUMBER 10000
+#define SPC_VERSION_STRING "0.11.0"
+#define SPC_VERSION_NUMBER 11000
 
 /* The loaded library's version as "MAJOR.MINOR.PATCH". Static text, never NULL. */
 SPC_API const char *spc_version(void);
@@ -448,6 +448,17 @@ typedef void (*spc_listen_cb)(spc_client *client, spc_listen_event event, int64_
 typedef void (*spc_level_cb)(spc_client *client, float level_dbfs, int64_t position_ms,
                              void *user_data);
 
+/* The client became idle: the work that spc_client_start() or spc_client_suspend() began has
+** ended, the client is IDLE or SUSPENDED with no start queued, and the callbacks of every event
+** before this one have returned. Once per such stretch of work: after its last stop callback
+** (hands-free, after the listening ends, also when no context opened), or after a suspend took
+** effect. While it runs, the client counts as idle: spc_client_wait_idle() in another thread
+** returns SPC_OK (unless the callback starts the client again). An application that waits for
+** the end of its work (an event loop watching spc_client_event_fd(), a thread waiting on its
+** own condition variable) learns it from this event instead of polling
+** spc_client_wait_idle(client, 0). Since 0.11. */
+typedef void (*spc_idle_cb)(spc_client *client, void *user_data);
+
 /* ---------------------------------------------------------------------------------------------
 ** OPTIONS
 **
@@ -780,6 +791,9 @@ SPC_API spc_status spc_options_set_listen_cb(spc_options *options, spc_listen_cb
 SPC_API spc_status spc_options_set_level_cb(spc_options *options, spc_level_cb cb,
                                             void *user_data);
 
+/* The idle callback (see spc_idle_cb). Default none: then no idle event is queued. Since 0.11. */
+SPC_API spc_status spc_options_set_idle_cb(spc_options *options, spc_idle_cb cb, void *user_data);
+
 /* Inside a listen callback for SPC_LISTEN_ACTIVATE: what was heard. With a wake-word service,
 ** the name of the wake word it detected, as the service reports it (for example
 ** "hey_jarvis_v0.1"); with the transcript wakeword, the phrase. NULL for other events, other
@@ -870,7 +884,8 @@ SPC_API spc_status spc_client_push_audio(spc_client *client, const int16_t *fram
 SPC_API spc_status spc_client_push_end(spc_client *client);
 
 /* Blocks until the client is IDLE or SUSPENDED with no start queued and every callback for the
-** events so far has returned, or until timeout_ms passes (negative: no limit).
+** events so far has returned (the idle callback excepted: see spc_idle_cb), or until timeout_ms
+** passes (negative: no limit).
 ** SPC_OK when idle, SPC_ERROR_TIMEOUT otherwise. From inside one of the client's own callbacks:
 ** SPC_ERROR_INVALID_STATE. */
 SPC_API spc_status spc_client_wait_idle(spc_client *client, int32_t timeout_ms);

@@ -39,6 +39,9 @@ extension CCallbacks {
         case .level(let level, let position):
             guard let levelCallback = self.level else { return }
             levelCallback(handle, level, position, levelData)
+        case .idle:
+            guard let idleCallback = self.idle else { return }
+            idleCallback(handle, idleData)
         }
     }
 }

@@ -295,3 +295,10 @@ public func spc_options_set_level_cb(_ options: OpaquePointer?, _ cb: spc_level_
     if let h = OptionsHandle.from(options) { h.options.reportLevels = cb != nil }
     return setCallback(options) { $0.level = cb; $0.levelData = userData }
 }
+
+@c @implementation
+public func spc_options_set_idle_cb(_ options: OpaquePointer?, _ cb: spc_idle_cb?, _ userData: UnsafeMutableRawPointer?) -> spc_status {
+    // Queued only for an application that takes it: one event more per context otherwise.
+    if let h = OptionsHandle.from(options) { h.options.reportIdle = cb != nil }
+    return setCallback(options) { $0.idle = cb; $0.idleData = userData }
+}

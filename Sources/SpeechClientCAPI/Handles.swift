@@ -39,6 +39,8 @@ struct CCallbacks: @unchecked Sendable {
     var listenData: UnsafeMutableRawPointer?
     var level: spc_level_cb?
     var levelData: UnsafeMutableRawPointer?
+    var idle: spc_idle_cb?
+    var idleData: UnsafeMutableRawPointer?
 }
 
 /// `spc_error`.

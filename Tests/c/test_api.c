@@ -342,6 +342,7 @@ static void test_null_handles(void) {
     CHECK_STATUS(spc_options_set_endpointing(NULL, 300, 1000, 500, 15000), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_listen_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_level_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_idle_cb(NULL, NULL, NULL), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_io(NULL, SPC_IO_APPLICATION), SPC_ERROR_INVALID_ARGUMENT);
     /* Every client function with a NULL handle. */
     spc_state state = SPC_STATE_IDLE;
@@ -580,6 +581,7 @@ static void test_option_values(void) {
     CHECK_STATUS(spc_options_set_endpointing(o, 0, 1000, 0, 500), SPC_OK);
     CHECK_STATUS(spc_options_set_listen_cb(o, NULL, NULL), SPC_OK);
     CHECK_STATUS(spc_options_set_level_cb(o, NULL, NULL), SPC_OK);
+    CHECK_STATUS(spc_options_set_idle_cb(o, NULL, NULL), SPC_OK);
     spc_options_free(o);
 }
 
@@ -944,6 +946,70 @@ static void test_poll_loop_delivery(int app_io) {
     CHECK_STATUS(spc_client_free(c), SPC_OK);
 }
 
+/* ---- the idle event (0.11): the end of the work, announced instead of polled ---- */
+
+struct idle_seen {
+    struct record *r;
+    pthread_cond_t cond;
+    spc_state state;      /* the client's state inside the idle callback */
+    spc_status wait;      /* spc_client_wait_idle() from inside it */
+};
+
+static void on_idle(spc_client *c, void *ud) {
+    struct idle_seen *seen = (struct idle_seen *)ud;
+    CHECK_STATUS(spc_client_get_state(c, &seen->state), SPC_OK);
+    seen->wait = spc_client_wait_idle(c, 0);
+    add_event(seen->r, "idle");
+    pthread_mutex_lock(&seen->r->lock);
+    pthread_cond_signal(&seen->cond);
+    pthread_mutex_unlock(&seen->r->lock);
+}
+
+/* The application waits on its own condition variable (thread delivery) or its poll loop
+** (application delivery), never on spc_client_wait_idle(): the idle callback comes once, after
+** the error and the stop, with the client IDLE. */
+static void test_idle_event(spc_delivery delivery) {
+    struct record r;
+    record_init(&r);
+    struct idle_seen seen;
+    memset(&seen, 0, sizeof seen);
+    seen.r = &r;
+    seen.state = SPC_STATE_STARTING;
+    pthread_cond_init(&seen.cond, NULL);
+    spc_options *o = push_options(&r);
+    CHECK_STATUS(spc_options_set_delivery(o, delivery), SPC_OK);
+    CHECK_STATUS(spc_options_set_idle_cb(o, on_idle, &seen), SPC_OK);
+    spc_client *c = NULL;
+    CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_OK);
+    spc_options_free(o);
+    CHECK_STATUS(spc_client_start(c), SPC_OK);
+    if (delivery == SPC_DELIVERY_APPLICATION) {
+        struct pollfd p = {spc_client_event_fd(c), POLLIN, 0};
+        for (int i = 0; i < 200 && event_count(&r) < 3; i++)
+            if (poll(&p, 1, 100) > 0) CHECK_STATUS(spc_client_dispatch(c, 0, NULL), SPC_OK);
+        p.revents = 0;
+        CHECK(poll(&p, 1, 0) == 0); /* nothing more is pending after the idle event */
+    } else {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 20;
+        pthread_mutex_lock(&r.lock);
+        while (r.count < 3 && pthread_cond_timedwait(&seen.cond, &r.lock, &deadline) == 0) {}
+        pthread_mutex_unlock(&r.lock);
+    }
+    CHECK(event_count(&r) == 3);
+    pthread_mutex_lock(&r.lock);
+    CHECK(strcmp(r.events[0], "error") == 0);
+    CHECK(strcmp(r.events[1], "stop:") == 0);
+    CHECK(strcmp(r.events[2], "idle") == 0);
+    pthread_mutex_unlock(&r.lock);
+    CHECK(seen.state == SPC_STATE_IDLE);
+    CHECK(seen.wait == SPC_ERROR_INVALID_STATE); /* from inside a callback, as always */
+    CHECK_STATUS(spc_client_free(c), SPC_OK);
+    CHECK(event_count(&r) == 3); /* once */
+    pthread_cond_destroy(&seen.cond);
+}
+
 /* The state rules, on a client whose context stays STARTING (the silent server). */
 static void test_states_on_a_silent_server(void) {
     struct silent srv;
@@ -1143,6 +1209,9 @@ int main(void) {
     test_wait_timeout_and_free_while_starting();
     test_poll_loop_delivery(0);
     test_poll_loop_delivery(1);
+    test_idle_event(SPC_DELIVERY_THREAD);
+    test_idle_event(SPC_DELIVERY_SHARED);
+    test_idle_event(SPC_DELIVERY_APPLICATION);
     if (failures) {
         fprintf(stderr, "test_api: %d of %d checks FAILED\n", failures, checks);
         return 1;

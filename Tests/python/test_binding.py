@@ -1130,7 +1130,7 @@ def test_listen_and_level_trampolines_make_frozen_updates():
     from speechclient import _handle
     got = []
     with push_client(on_listen=got.append, on_level=got.append) as c:
-        listen_cb, level_cb = _handle._TRAMPOLINES[6:]
+        listen_cb, level_cb = _handle._TRAMPOLINES[6:8]
         # Called as the library calls them, with the client's key as user_data.
         listen_cb(None, int(sc.Listen.DEACTIVATE), 3500, c._key)
         level_cb(None, -23.5, 200, c._key)

@@ -572,3 +572,59 @@ def test_cli_shows_a_progress_bar_for_a_file_on_a_terminal(server, synthesize, c
     percents = [int(p) for p in re.findall(r"\] +(\d+)% ", text)]
     assert percents == sorted(percents) and percents[-1] >= 50, percents
     assert "\rturn on the kitchen lights  [intent: turn_on]  [room: kitchen]\r\n" in text, text
+
+
+# The idle event (0.11): hands-free listening to silence opens no context, so nothing but the
+# end of the work says the listening is over. With every poll interval of the binding set to a
+# minute, the iterators still end at once: woken by the idle event, not by a poll.
+@pytest.fixture
+def no_polling(monkeypatch):
+    from speechclient import _aio, client
+    for module in (client, _aio):
+        monkeypatch.setattr(module, "_IDLE_POLL_S", 60.0)
+        monkeypatch.setattr(module, "_WAIT_SLICE_S", 60.0)
+
+
+@pytest.mark.parametrize("how", ["updates-thread", "updates-application", "aupdates-thread",
+                                 "aupdates-application", "stream", "wait_idle-application"])
+def test_the_end_of_listening_wakes_the_iterators(how, server, cache_dir, no_polling):
+    delivery = "application" if how.endswith("application") or how == "stream" else "thread"
+    c = sc.Client(url=server.url, app_id="py", audio=sc.PushAudio(16000, 1), cache_dir=cache_dir,
+                  activation="voice", delivery=delivery)
+    assert c._idle_announced
+    silence = b"\0\0" * 8000  # 0.5 s
+    stopped_at = []
+
+    def stop_later():
+        time.sleep(0.5)
+        stopped_at.append(time.monotonic())
+        c.stop()
+
+    async def through_aupdates():
+        return [u async for u in c.aupdates(timeout=30)]
+
+    async def through_stream():
+        return [u async for u in c.stream([silence] * 2, timeout=30)]
+
+    with c:
+        if how != "stream":
+            c.start()
+            c.push(silence)
+            stopper = threading.Thread(target=stop_later)
+            stopper.start()
+        if how.startswith("updates"):
+            updates = list(c.updates(timeout=30))
+        elif how.startswith("aupdates"):
+            updates = asyncio.run(asyncio.wait_for(through_aupdates(), 30))
+        elif how == "stream":
+            stopped_at.append(time.monotonic())  # push_end after 1 s of audio ends the listening
+            updates = asyncio.run(asyncio.wait_for(through_stream(), 30))
+        else:
+            assert c.wait_idle(30)
+            updates = []
+        ended = time.monotonic()
+        if how != "stream":
+            stopper.join()
+        assert c.state == sc.State.IDLE
+    assert not [u for u in updates if isinstance(u, (sc.StartEvent, sc.StopEvent, sc.Segment))], updates
+    assert ended - stopped_at[0] < 10, f"{how}: ended {ended - stopped_at[0]:.1f} s after the stop"

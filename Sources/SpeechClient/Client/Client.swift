@@ -54,6 +54,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     /// deadline, not one per turn that waits for it).
     private var workerTimerAt: UInt64?
     private var contextOpen = false
+    /// A start or a suspend was asked for and its end not yet announced by an idle event
+    /// (`reportIdle` only).
+    private var idleOwed = false
     private var delivering = false
     private var closing = false
     private var callbacksClosing = false
@@ -260,6 +263,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
             switch state {
             case .idle:
                 state = .starting
+                idleOwed = options.reportIdle
                 resetPushPath()
                 enqueueLocked(.start)
             case .stopping where !pendingStart:
@@ -295,6 +299,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
             guard state != .suspended else { throw SpeechClientError(.invalidState, "the client is already suspended") }
             state = .suspended
             pendingStart = false
+            idleOwed = options.reportIdle
             enqueueLocked(.suspend)
         }
         // A connect or login in progress gives up now instead of at its deadline.
@@ -440,13 +445,27 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
 
     /// wait_idle callers wait for `isIdleLocked`: woken only when it holds, not on every
     /// command and callback (each needless wake-up is two context switches per response).
-    private func wakeIdleWaitersLocked() {
+    /// Also queues the idle event when the work just ended. True when it did: a caller outside
+    /// a worker turn and the callback thread then wakes the callback thread.
+    @discardableResult
+    private func wakeIdleWaitersLocked() -> Bool {
+        var announced = false
+        if idleOwed && !closing && isWorkIdleLocked {
+            idleOwed = false
+            pushEventLocked(.idle)
+            announced = true
+        }
         if isIdleLocked { lock.broadcast() }
+        return announced
+    }
+
+    /// Nothing to do and nothing asked: what wait_idle waits for, callbacks aside.
+    private var isWorkIdleLocked: Bool {
+        (state == .idle || state == .suspended) && !pendingStart && commands.isEmpty && !workerBusy && !contextOpen
     }
 
     private var isIdleLocked: Bool {
-        (state == .idle || state == .suspended) && !pendingStart && commands.isEmpty && !workerBusy
-            && !contextOpen && (options.delivery == .application || (events.isEmpty && !delivering))
+        isWorkIdleLocked && (options.delivery == .application || (events.isEmpty && !delivering))
     }
 
     /// Past this many undelivered events (an application that stopped consuming, a server that
@@ -637,9 +656,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
         var timer: UInt64?
         var deliver = false
         let again: Bool = lock.withLock {
-            // The turn's callbacks are woken for once, now (before idle waiters are woken).
             turnThread = 0
-            deliver = eventFD < 0 && takeDeferredWakeLocked()
+            // The turn's callbacks (its idle event included) are woken for once, at its end.
+            defer { deliver = eventFD < 0 && takeDeferredWakeLocked() }
             switch turn {
             case .more:
                 return true
@@ -653,7 +672,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
                 if !commands.isEmpty || workerPoked || closing { return true }
                 workerScheduled = false
                 workerBusy = false
-                wakeIdleWaitersLocked()
+                if wakeIdleWaitersLocked() { wakeDeferred = true }
                 if let deadline, workerTimerAt.map({ deadline < $0 }) ?? true {
                     workerTimerAt = deadline
                     timer = deadline
@@ -689,7 +708,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
         lock.withLock {
             if workerBusy {
                 workerBusy = false
-                wakeIdleWaitersLocked()
+                // On the turn's thread: its end wakes the callback thread.
+                if wakeIdleWaitersLocked() { wakeDeferred = true }
             }
             if closing { return .closing }
             let poked = workerPoked
@@ -763,8 +783,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
             change(&state, &pendingStart)
             if let open { contextOpen = open }
             if !closing { for e in newEvents { pushEventLocked(e) } }
-            wakeIdleWaitersLocked()
-            return !closing && !newEvents.isEmpty
+            let announced = wakeIdleWaitersLocked()
+            return !closing && (!newEvents.isEmpty || announced)
         }
         if queued { wakeCallbackThread() }
     }
@@ -830,7 +850,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
         while ran < Self.deliveryBatch {
             let event: ClientEvent? = lock.withLock {
                 let e = popEventLocked()
-                if e != nil { delivering = true }
+                if case .idle = e {
+                    wakeIdleWaitersLocked()  // its callback runs with the client idle (see `.idle`)
+                } else if e != nil {
+                    delivering = true
+                }
                 return e
             }
             guard let event else { break }

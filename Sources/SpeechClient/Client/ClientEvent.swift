@@ -11,6 +11,10 @@ public enum ClientEvent: Sendable {
     case listen(ListenEvent, positionMilliseconds: Int64, name: String? = nil)
     /// The level of one chunk of audio in dBFS (with a level callback only).
     case level(Float, positionMilliseconds: Int64)
+    /// The work begun by a start or a suspend ended: IDLE or SUSPENDED, no start queued, after
+    /// every event before it (with `reportIdle` only). While its callback runs the client counts
+    /// as idle, so a wait_idle caller woken by it sees it idle (since 0.11).
+    case idle
 }
 
 /// Raw values are the C `spc_listen_event` values.

@@ -97,6 +97,9 @@ public struct ClientOptions: Sendable {
     public var maxActivationMilliseconds = 15_000
     /// Level events per chunk: only when the application asked for them.
     public var reportLevels = false
+    /// An idle event each time the client's work ends (only when the application asked: an
+    /// event more per context for everyone else).
+    public var reportIdle = false
 
     public init() {}
 

@@ -22,6 +22,7 @@ final class EventLog: @unchecked Sendable {
         case .error(let e): line = "error \(e.code)"
         case .segment(let s): line = "segment \(s.isFinal ? "final" : "tentative") \(s.transcript)"
         case .log, .level: return
+        case .idle: line = "idle"
         case .listen(let e, _, _): line = "listen \(e)"
         case .connection(let state, let attempt, _, _):
             guard recordStates else { return }

@@ -38,6 +38,8 @@ class _AsyncMixin:
         self._async_sinks: List[_Sink] = []
         self._readers: List[_Reader] = []
         self._stream_sink: Optional[_Sink] = None  # the running stream()'s, at most one
+        # Waits for the idle event outside any iterator (a stream() behind an abandoned one).
+        self._idle_waiters: List[Tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         # Contexts whose stream() was left before their stop event: until those stop events,
         # updates go to the shared queue (for updates()/aupdates()), never to a later stream().
         self._abandoned = 0
@@ -82,8 +84,10 @@ class _AsyncMixin:
                             self._raise_callback_error()
                             return
                         continue
-                    # Hands-free listening can end with no update to wake this wait: look again.
-                    wait: Optional[float] = (_IDLE_POLL_S if seen_stop else
+                    # The idle event (0.11) wakes this wait when the work ends; with an older
+                    # library, hands-free listening can end with no update to wake it: look again.
+                    wait: Optional[float] = (None if self._idle_announced else
+                                             _IDLE_POLL_S if seen_stop else
                                              _WAIT_SLICE_S if self._listening_unseen() else None)
                     if deadline is not None:
                         left = deadline - time.monotonic()
@@ -232,10 +236,17 @@ class _AsyncMixin:
     # -- updates handed to the loops ----------------------------------------------------------
 
     def _wake_async(self) -> None:
+        """Every async wait looks at the client again: iterators, streams, idle waiters."""
         with self._cond:
             sinks = self._sinks()
+            waiters = list(self._idle_waiters)
         for sink in sinks:
             self._put_async(sink, _WAKE)
+        for loop, event in waiters:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # its loop is closed
+                pass
 
     def _sinks(self) -> List[_Sink]:
         """Every async iterator's sink (under self._cond)."""
@@ -360,17 +371,45 @@ class Stream:
         none of them reaches this stream."""
         c = self._client
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        while c._abandoned_listen and c._handle is not None:
-            if c._idle_now():
-                with c._cond:
-                    c._abandoned_listen = False
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): the listening left before did not end "
-                                                           f"within {self._timeout} s")
-            # Polled: nothing is signalled when the client becomes idle (the event fd announces
-            # events, and a listening stopped between two contexts ends without any).
-            await asyncio.sleep(_IDLE_POLL_S)
+        if not c._idle_announced:  # a library older than 0.11: nothing says the work ended
+            while c._abandoned_listen and c._handle is not None:
+                if c._idle_now():
+                    with c._cond:
+                        c._abandoned_listen = False
+                    return
+                self._check_abandoned_deadline(deadline)
+                await asyncio.sleep(_IDLE_POLL_S)
+            return
+        # The idle event ends the wait: the loop dispatches the event fd meanwhile (a listening
+        # stopped between two contexts ends with no other event).
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        waiter = (loop, woken)
+        reader = c._watch_event_fd(loop)
+        with c._cond:
+            c._idle_waiters.append(waiter)
+        try:
+            while c._abandoned_listen and c._handle is not None:
+                woken.clear()
+                if c._idle_now():
+                    with c._cond:
+                        c._abandoned_listen = False
+                    return
+                self._check_abandoned_deadline(deadline)
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    await asyncio.wait_for(woken.wait(), left)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            with c._cond:
+                c._idle_waiters.remove(waiter)
+            c._unwatch_event_fd(reader)
+
+    def _check_abandoned_deadline(self, deadline: Optional[float]) -> None:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): the listening left before did not end "
+                                                       f"within {self._timeout} s")
 
     def _begin(self) -> None:
         c = self._client
@@ -425,8 +464,8 @@ class Stream:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): no update within {self._timeout} s")
-            if self._hands_free:  # the listening can end with no update to wake the wait
-                left = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
+            if self._hands_free and not c._idle_announced:  # an older library's listening can
+                left = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)  # end unannounced
             await inbox.wait(left)
 
     def _finish(self) -> None:

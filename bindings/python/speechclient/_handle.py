@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 # The longest single wait inside the library, so that Ctrl-C and close() from another thread
 # are noticed.
 _WAIT_SLICE_S = 0.25
-# How often an iterator that has seen a stop checks whether the client became idle (polled: the
-# library signals events, on the event fd or to the callback thread, not the client going idle).
+# How often an iterator that has seen a stop checks whether the client became idle, with a
+# library older than 0.11 (it signals events, not the client going idle). From 0.11 the idle
+# event wakes the iterators instead.
 _IDLE_POLL_S = 0.02
 
 _Buffer = Any  # bytes, bytearray, memoryview, array.array('h'), numpy int16 arrays: any buffer
@@ -272,8 +273,13 @@ def _t_level(_client, level_dbfs, position_ms, key):
     _run_callback(key, lambda c: c._emit(LevelEvent(float(level_dbfs), int(position_ms)), "level"))
 
 
+def _t_idle(_client, key):
+    _run_callback(key, lambda c: c._on_idle())
+
+
 _TRAMPOLINES = (n.SEGMENT_CB(_t_segment), n.ERROR_CB(_t_error), n.START_CB(_t_start), n.STOP_CB(_t_stop),
-                n.LOG_CB(_t_log), n.STATE_CB(_t_state), n.LISTEN_CB(_t_listen), n.LEVEL_CB(_t_level))
+                n.LOG_CB(_t_log), n.STATE_CB(_t_state), n.LISTEN_CB(_t_listen), n.LEVEL_CB(_t_level),
+                n.IDLE_CB(_t_idle))
 
 
 @atexit.register
@@ -311,11 +317,15 @@ class _Handle:
         self._callback_error: Optional[BaseException] = None
         # The process-wide trampolines, referenced here too: the client relies on them.
         self._trampolines = _TRAMPOLINES
+        # The library announces the end of the work (0.11: the idle callback), so waits for it
+        # are woken, not polled; and how many idle events came (under _cond).
+        self._idle_announced = False
+        self._idle_count = 0
 
     def _open(self, opts: Any, log: bool, levels: bool) -> None:
         """Sets the trampolines as the callbacks of `opts` (the log and level ones only when
         wanted), then creates the client; its callbacks can run before spc_client_new returns."""
-        segment_cb, error_cb, start_cb, stop_cb, log_cb, state_cb, listen_cb, level_cb = _TRAMPOLINES
+        segment_cb, error_cb, start_cb, stop_cb, log_cb, state_cb, listen_cb, level_cb, idle_cb = _TRAMPOLINES
         ud = ctypes.c_void_p(self._key)
         for setter, cb, name in ((n.spc_options_set_segment_cb, segment_cb, "segment"),
                                  (n.spc_options_set_error_cb, error_cb, "error"),
@@ -329,6 +339,9 @@ class _Handle:
             _check_option(n.spc_options_set_log_cb(opts, log_cb, ud), "log callback", "log")
         if levels:  # the library measures levels only for a callback
             _check_option(n.spc_options_set_level_cb(opts, level_cb, ud), "level callback", "level")
+        if n.spc_options_set_idle_cb is not None:
+            _check_option(n.spc_options_set_idle_cb(opts, idle_cb, ud), "idle callback", "idle")
+            self._idle_announced = True
 
         with _clients_lock:
             _clients[self._key] = weakref.ref(self)

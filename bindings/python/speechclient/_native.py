@@ -23,10 +23,10 @@ from typing import List
 # The header this layer mirrors (SPC_VERSION_* in include/speechclient.h); written from the
 # VERSION file by scripts/stamp-version.sh, like the header. Also the wheel's version.
 SPC_VERSION_MAJOR = 0
-SPC_VERSION_MINOR = 10
+SPC_VERSION_MINOR = 11
 SPC_VERSION_PATCH = 0
-SPC_VERSION_STRING = "0.10.0"
-SPC_VERSION_NUMBER = 10000
+SPC_VERSION_STRING = "0.11.0"
+SPC_VERSION_NUMBER = 11000
 SUPPORTED_MAJOR = SPC_VERSION_MAJOR
 
 SONAME = "libspeechclient.so.0"
@@ -228,6 +228,8 @@ STATE_CB = CFUNCTYPE(None, client_p, c_connection_state, c_int32, c_int32, error
 LISTEN_CB = CFUNCTYPE(None, client_p, c_listen_event, c_int64, c_void_p)
 # typedef void (*spc_level_cb)(spc_client *client, float level_dbfs, int64_t position_ms, void *user_data);
 LEVEL_CB = CFUNCTYPE(None, client_p, c_float, c_int64, c_void_p)
+# typedef void (*spc_idle_cb)(spc_client *client, void *user_data);
+IDLE_CB = CFUNCTYPE(None, client_p, c_void_p)
 
 # ---------------------------------------------------------------------------------------------
 # Version
@@ -361,6 +363,8 @@ spc_options_set_endpointing = _optional_fn("spc_options_set_endpointing", c_stat
 spc_options_set_listen_cb = _optional_fn("spc_options_set_listen_cb", c_status, options_p, LISTEN_CB, c_void_p)
 # spc_status spc_options_set_level_cb(spc_options *options, spc_level_cb cb, void *user_data);
 spc_options_set_level_cb = _optional_fn("spc_options_set_level_cb", c_status, options_p, LEVEL_CB, c_void_p)
+# spc_status spc_options_set_idle_cb(spc_options *options, spc_idle_cb cb, void *user_data);  (0.11)
+spc_options_set_idle_cb = _optional_fn("spc_options_set_idle_cb", c_status, options_p, IDLE_CB, c_void_p)
 
 # ---------------------------------------------------------------------------------------------
 # Client

@@ -529,8 +529,8 @@ class Client(_AsyncMixin, _Handle):
             if deadline is not None and time.monotonic() >= deadline:
                 self._raise_callback_error()
                 return False
-            if app:  # an event ends this wait early; becoming idle is not signalled, so it is polled
-                self._wait_event_fd(max(0.0, min(left, _IDLE_POLL_S)))
+            if app:  # an event ends this wait early: the idle event too (0.11); before, it is polled
+                self._wait_event_fd(max(0.0, left if self._idle_announced else min(left, _IDLE_POLL_S)))
 
     def _wait_idle_once(self, ms: int) -> bool:
         handle = self._enter()
@@ -614,13 +614,18 @@ class Client(_AsyncMixin, _Handle):
                 continue
             if self._handle is None:
                 return
+            with self._cond:
+                idles = self._idle_count  # an idle event after this wakes the wait below
             if self._may_end(seen_stop):
                 seen_stop = True  # a hands-free listening ended: that counts as its stop
                 if not self._queue:
                     self._raise_callback_error()
                     return
                 continue
-            wait: float = (_IDLE_POLL_S if seen_stop else
+            # The end of the work wakes this wait (the idle event, 0.11); an older library's is
+            # looked for again after a short wait. The slices let Ctrl-C through.
+            wait: float = (_WAIT_SLICE_S * 4 if self._idle_announced else
+                           _IDLE_POLL_S if seen_stop else
                            _WAIT_SLICE_S if self._listening_unseen() else _WAIT_SLICE_S * 4)
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -636,7 +641,8 @@ class Client(_AsyncMixin, _Handle):
                         raise
             else:
                 with self._cond:
-                    if not self._queue and self._handle is not None and self._callback_error is None:
+                    if (not self._queue and self._handle is not None and self._callback_error is None
+                            and self._idle_count == idles):
                         self._cond.wait(wait)
 
     def _pop(self) -> Optional[Update]:
@@ -700,6 +706,14 @@ class Client(_AsyncMixin, _Handle):
                 return
         for sink in sinks:
             self._put_async(sink, update)
+
+    def _on_idle(self) -> None:
+        """The idle callback (0.11): the client's work ended. Not an update: it wakes every wait
+        for the end (iterators, streams), which then look at the client."""
+        with self._cond:
+            self._idle_count += 1
+            self._cond.notify_all()
+        self._wake_async()
 
     def _log(self, level: int, message: str) -> None:
         user = self._callbacks.get("log")
