@@ -57,6 +57,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--whisper-interval", type=float, default=1.0,
                    help="whisper: seconds of new audio between tentative decodes (skipped while more "
                         "audio is already waiting)")
+    p.add_argument("--whisper-fixed-decodes", action="store_true",
+                   help="whisper: a tentative decode at every --whisper-interval of audio, never skipped, so "
+                        "results depend only on the audio, not on when it arrived (for tests that compare runs)")
     p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument("--token-validity", type=int, default=3600, help="seconds a login token is valid")
@@ -108,7 +111,7 @@ def make_engine(args, intents: Intents):
     if args.engine == "whisper":
         from .engines import WhisperEngine
         return WhisperEngine(args.whisper_model, redecode_s=args.whisper_interval, max_segment_s=args.max_segment,
-                             speech_rms=args.speech_rms)
+                             speech_rms=args.speech_rms, fixed_decodes=args.whisper_fixed_decodes)
     from .engines import SinkEngine
     return SinkEngine()
 

@@ -284,7 +284,12 @@ class WhisperEngine(Engine):
     for as long after a decode as that decode took, and while the decoder was busy more than half
     of the last 10 s (so tentatives take at most about half the decoder's time, none when the
     decodes that must run need more, and never delay those). Decodes at the bound and at a
-    segment's end always run, before any tentative one that has not started."""
+    segment's end always run, before any tentative one that has not started.
+
+    With fixed_decodes, a tentative decode runs at every `redecode_s` of new audio, never skipped
+    (waiting for the decoder if need be): where segments end and what they say then depend only
+    on the audio, not on when it arrived or how loaded the machine is. For tests that compare
+    runs or bound an error rate; it costs more decodes on audio sent faster than real time."""
 
     name = "whisper"
     PROMPT_CHARS = 200  # the tail of the final text given as initial_prompt (as whisper_streaming)
@@ -293,7 +298,7 @@ class WhisperEngine(Engine):
     BUSY_SHARE = 0.5
 
     def __init__(self, model_path: Optional[str] = None, redecode_s: float = 1.0, max_segment_s: float = 20.0,
-                 pause_s: float = 0.5, speech_rms: float = 300.0, model=None):
+                 pause_s: float = 0.5, speech_rms: float = 300.0, model=None, fixed_decodes: bool = False):
         if model is None:
             # Never reach for the Hugging Face hub: a model directory without tokenizer.json would
             # make faster-whisper download one. Offline, that is an error instead (read at import).
@@ -308,6 +313,7 @@ class WhisperEngine(Engine):
             model = WhisperModel(str(model_path), device="cpu", compute_type="int8", local_files_only=True,
                                  cpu_threads=threads)
         self.model = model
+        self.fixed_decodes = fixed_decodes
         self.redecode_bytes = int(redecode_s * 16000) * 2
         self.max_bytes = int(max_segment_s * 16000) * 2
         self.pause_ms = int(pause_s * 1000)
@@ -325,6 +331,9 @@ class WhisperEngine(Engine):
     def turn(self, key: int) -> bool:
         """A tentative decode's turn, without waiting: True (and self.lock held) when no decode
         runs and no other stream has waited longer; False, and the stream is waiting."""
+        if self.fixed_decodes:
+            self.acquire()
+            return True
         now = time.monotonic()
         with self._waiting_lock:
             since = self._waiting.get(key, (now, now))[0]
@@ -515,7 +524,7 @@ class _WhisperRecognizer(Recognizer):
             engine.decoded_audio_s += len(audio) / 16000
         finally:
             engine.release(spent)
-        self.interval = max(engine.redecode_bytes, int(2 * spent * 16000) * 2)
+        self.interval = engine.redecode_bytes if engine.fixed_decodes else max(engine.redecode_bytes, int(2 * spent * 16000) * 2)
         log.debug("decoded %.1f s of audio in %.2f s (prompt %d chars): %s", len(audio) / 16000, spent,
                   len(self.prompt[-engine.PROMPT_CHARS:]), " ".join(raw for raw, _, _ in pieces))
         duration = len(audio) * 1000 // 16000
@@ -637,7 +646,7 @@ class _WhisperRecognizer(Recognizer):
         forced = len(self.pcm) >= self.engine.max_bytes
         if forced:
             hyp = self._decode()
-        elif more or len(self.pcm) - self.decoded_at < self.interval:
+        elif (more and not self.engine.fixed_decodes) or len(self.pcm) - self.decoded_at < self.interval:
             self.engine.forget(id(self))  # audio is queued: no turn is wanted now
             return None
         elif self.engine.turn(id(self)):

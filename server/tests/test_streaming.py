@@ -213,6 +213,25 @@ def test_whisper_skips_tentative_decodes_while_audio_waits():
     assert max(length for _, length, _ in model.calls) <= 15.0
 
 
+def test_whisper_fixed_decodes_do_not_depend_on_arrival():
+    """--whisper-fixed-decodes: the same decodes, at the same audio positions, whether the audio
+    waits (a file sent fast) or not, and whatever the last decode cost; a tentative decode waits
+    for the decoder instead of being skipped."""
+    script = narration(40)
+    runs = []
+    for more in (False, True):
+        model = ScriptedWhisper(script)
+        finals, tentatives = run_recognizer(engine(model, max_segment_s=15, fixed_decodes=True), 41, more=more)
+        runs.append(([(start, length) for start, length, _ in model.calls], finals, tentatives))
+    assert runs[0] == runs[1]
+    assert len(runs[0][0]) >= 40  # one per second of audio, none skipped
+    eng = engine(ScriptedWhisper([(" hello", 0.2, 0.6)]), fixed_decodes=True)
+    assert eng.turn(1)
+    eng.release(5.0)  # a slow decode: without fixed decodes, tentatives would wait 5 s now
+    assert eng.turn(2)
+    eng.lock.release()
+
+
 def test_whisper_tentative_decodes_take_turns_without_queueing(monkeypatch):
     """Streams share one decoder. A tentative decode is skipped while another runs (not queued
     behind it), and the next free turn goes to the stream that has waited longest; a stream that
