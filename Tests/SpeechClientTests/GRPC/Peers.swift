@@ -54,7 +54,7 @@ final class PeerProcess: @unchecked Sendable {
         stdinPipe = Pipe()
         let stdoutPipe = Pipe()
         stderrFile = NSTemporaryDirectory() + "peer-\(UUID().uuidString).log"
-        FileManager.default.createFile(atPath: stderrFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: stderrFile, contents: nil)  // a failure shows as an empty log
         process.standardInput = stdinPipe
         process.standardOutput = stdoutPipe
         process.standardError = FileHandle(forWritingAtPath: stderrFile)

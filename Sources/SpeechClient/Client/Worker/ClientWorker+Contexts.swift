@@ -37,13 +37,11 @@ extension ClientWorker {
         woken = false
         contextId = ""
         endEvents = []
-        lossesWithoutProgress = 0
-        pendingLoss = nil
+        reconnection.reset()
         replay.reset()
         contextSamples = 0
         numbering.reset()
         rotation.reset()
-        repairs = []
         client?.transition({ _, _ in }, contextOpen: true)
         do throws(SpeechClientError) {
             try openLane(from: 0, end: nil)
@@ -159,7 +157,7 @@ extension ClientWorker {
             lanes[gen] = lane
             current = nil
         }
-        for i in repairs.indices where repairs[i].end == nil { repairs[i].end = contextSamples }
+        reconnection.endLiveAudio(at: contextSamples)
     }
 
     /// Stop, then the end of the request side: the server finishes the words and ends the stream.
@@ -178,7 +176,7 @@ extension ClientWorker {
 
     /// A context could not run: report the error, then the stop. A start queued behind it still
     /// happens (the header promises it after the pending stop completes; an error completes it).
-    /// `pendingLoss` is not reported: the error names everything from the last final segment on.
+    /// A loss `reconnection` noted is not reported: the error names everything from the last final segment on.
     func failContext(_ error: SpeechClientError) {
         endContext(events: closeUnfinishedSegments(why: "the context failed") + [.error(error), .stop(contextId: contextId)], startQueued: true)
     }
@@ -207,10 +205,8 @@ extension ClientWorker {
     /// `events` are queued with the state change, and then, with `startQueued`, a start the
     /// application queued behind this context (or made during a resume) begins.
     func endContext(events: [ClientEvent], startQueued: Bool) {
-        pendingLoss = nil
+        reconnection.reset()
         authRetried = false
-        reconnect = nil
-        repairs = []
         for lane in lanes.values where !lane.stopSent { lane.stream.cancel() }
         lanes = [:]
         current = nil
@@ -260,7 +256,7 @@ extension ClientWorker {
 
     /// The context ends once the user's stop was sent and every lane has finished.
     func endContextIfDone() {
-        guard contextOpen, stopSent, current == nil, lanes.isEmpty, repairs.isEmpty, reconnect == nil else { return }
+        guard contextOpen, stopSent, current == nil, lanes.isEmpty, reconnection.isSettled else { return }
         let id = contextId
         client?.log(.debug, "context \(id) finished")
         endContext(events: closeUnfinishedSegments(why: "the context ended") + endEvents + [.stop(contextId: id)], startQueued: true)

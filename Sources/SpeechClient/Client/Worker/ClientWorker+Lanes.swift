@@ -43,12 +43,8 @@ extension ClientWorker {
         }
     }
 
-    func scheduleReconnect(attempt: Int, cause: SpeechClientError) {
-        let base = min(Double(options.reconnectInitialDelayMilliseconds) * Double(1 << min(attempt - 1, 20)),
-                       Double(options.reconnectMaxDelayMilliseconds))
-        let jitter = Double.random(in: 0.75...1.25)
-        let delayMs = UInt64(max(0, base * jitter))
-        reconnect = (attempt, Clock.monotonicNanos() + delayMs * 1_000_000, cause)
+    /// A lost lane will be replaced after `delayMilliseconds` (`reconnection` scheduled it).
+    func reportReconnecting(attempt: Int, delayMilliseconds delayMs: UInt64, cause: SpeechClientError) {
         report(.reconnecting, attempt: attempt, delayMilliseconds: Int(delayMs))
         let of = options.reconnectAttempts == ClientOptions.unlimitedReconnects ? "unlimited" : "of \(options.reconnectAttempts)"
         client?.log(.warning, "connection lost during context \(contextId) (\(cause.message)); reconnecting in \(delayMs) ms, attempt \(attempt) \(of)")
@@ -57,36 +53,26 @@ extension ClientWorker {
     /// Opens a new stream for each lost lane and replays the audio it had not finished. When
     /// the buffer no longer holds all of it, an error says what was lost.
     func attemptReconnect() {
-        guard let r = reconnect else { return }
-        reconnect = nil
-        let pending = repairs.sorted { $0.from < $1.from }
-        repairs = []
+        guard let (attempt, pending) = reconnection.takeDue(now: Clock.monotonicNanos()) else { return }
         for (k, repair) in pending.enumerated() {
-            var from = repair.from
-            if replay.oldestSample > from {
-                pendingLoss = (pendingLoss?.from ?? from, replay.oldestSample)
-                from = min(replay.oldestSample, repair.end ?? replay.oldestSample)
-            }
+            let from = reconnection.replayStart(of: repair, oldestSample: replay.oldestSample)
             do throws(SpeechClientError) {
                 try openLane(from: from, end: repair.end)
             } catch {
-                repairs.append(contentsOf: pending[k...].map { ($0.from, $0.end) })
                 if cancellation.isCancelled {
                     // Suspended (or freed) during an outage: the context cannot finish.
-                    repairs = []
                     failContext(lostAudioError(SpeechClientError(.network, "the client was suspended while reconnecting"),
-                                               attempts: r.attempt, from: replayPoint))
+                                               attempts: attempt, from: replayPoint))
                     return
                 }
-                lossesWithoutProgress += 1
-                let unlimited = options.reconnectAttempts == ClientOptions.unlimitedReconnects
-                if (!unlimited && lossesWithoutProgress > options.reconnectAttempts) || !Self.isRetryable(error) {
-                    let point = replayPoint
-                    repairs = []
+                switch reconnection.attemptFailed(remaining: pending[k...], error: error, now: Clock.monotonicNanos()) {
+                case .giveUp:
+                    let point = replayPoint  // with the repairs: the error names their audio too
+                    reconnection.dropRepairs()
                     report(.unavailable, reason: error)
-                    failContext(lostAudioError(error, attempts: r.attempt, from: point))
-                } else {
-                    scheduleReconnect(attempt: lossesWithoutProgress, cause: error)
+                    failContext(lostAudioError(error, attempts: attempt, from: point))
+                case .retry(let next, let delay):
+                    reportReconnecting(attempt: next, delayMilliseconds: delay, cause: error)
                 }
                 return
             }

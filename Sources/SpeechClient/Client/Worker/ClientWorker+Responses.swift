@@ -55,8 +55,8 @@ extension ClientWorker {
             if !authRetried, cause.code == .auth {
                 authRetried = true
                 client?.log(.info, "the server rejected the token\(contextId.isEmpty ? "" : " during context \(contextId)"); logging in again")
-                repairs.append((lane.floor, wasCurrent ? nil : lane.end))
-                scheduleReconnect(attempt: 1, cause: cause)
+                let delay = reconnection.retryAfterLogin((lane.floor, wasCurrent ? nil : lane.end), now: Clock.monotonicNanos())
+                reportReconnecting(attempt: 1, delayMilliseconds: delay, cause: cause)
                 return
             }
             let served = lane.startedAt.map { Clock.monotonicNanos() &- $0 >= Self.servedLongEnoughNanos } ?? false
@@ -91,7 +91,7 @@ extension ClientWorker {
         guard let lane = lanes[gen] else { return false }
         // A lost earlier lane waiting to be replaced holds it as well: its words come first.
         return lanes.contains { $0.key != gen && ($0.value.start, $0.key) < (lane.start, gen) }
-            || repairs.contains { $0.from < lane.start }
+            || reconnection.holdsAudio(before: lane.start)
     }
 
     /// After a lane ended: the earliest open lane applies the responses it was holding, in order
@@ -115,16 +115,11 @@ extension ClientWorker {
     /// A lane was lost: its unfinished audio [from, end) is replayed on a new stream after a
     /// delay when the loss is retryable and attempts remain; otherwise the context fails.
     func laneLost(from: Int, end: Int?, cause: SpeechClientError, servedLongEnough: Bool) {
-        if servedLongEnough { lossesWithoutProgress = 0 }
-        lossesWithoutProgress += 1
-        let unlimited = options.reconnectAttempts == ClientOptions.unlimitedReconnects
-        if Self.isRetryable(cause) && (unlimited || lossesWithoutProgress <= options.reconnectAttempts) {
-            repairs.append((from, end))
-            if reconnect == nil { scheduleReconnect(attempt: lossesWithoutProgress, cause: cause) }
-        } else if Self.isRetryable(cause) && options.reconnectAttempts > 0 {
-            failContext(lostAudioError(cause, attempts: lossesWithoutProgress - 1, from: from))
-        } else {
-            failContext(cause)
+        switch reconnection.laneLost((from, end), cause: cause, servedLongEnough: servedLongEnough, now: Clock.monotonicNanos()) {
+        case .retry(let attempt, let delay): reportReconnecting(attempt: attempt, delayMilliseconds: delay, cause: cause)
+        case .joinsScheduledAttempt: break
+        case .fail(let attempts?): failContext(lostAudioError(cause, attempts: attempts, from: from))
+        case .fail(nil): failContext(cause)
         }
     }
 
@@ -134,11 +129,6 @@ extension ClientWorker {
         assembler.drop(context: contextId, segments: lane.openSegments)
         if let id = lane.serverContext { numbering.forget(serverContext: id) }
         numbering.giveBack(lane.openSegments, latestOpenElsewhere: lanes.values.compactMap { $0.openSegments.max() }.max())
-    }
-
-    /// Connection losses are retried; what the server or the login said no to is not.
-    static func isRetryable(_ error: SpeechClientError) -> Bool {
-        error.code == .network || error.code == .timeout
     }
 
     private func handleResponse(_ response: SLUResponse, lane gen: Int) {
@@ -151,9 +141,8 @@ extension ClientWorker {
             lane.startDue = .max
             lanes[gen] = lane
             numbering.started(serverContext: response.audioContext, atSample: lane.start)
-            if let loss = pendingLoss {
+            if let loss = reconnection.takePendingLoss() {
                 // The replay was taken: now the loss is final, and reported once.
-                pendingLoss = nil
                 let lost = SpeechAudio.seconds(samples: loss.to - loss.from)
                 client?.emit(.error(SpeechClientError(.network,
                     "the replay buffer overflowed while reconnecting: \(Self.seconds(lost)) s of audio from \(Self.seconds(SpeechAudio.seconds(samples: loss.from))) s into context \(contextId) were not transcribed")))
@@ -189,7 +178,7 @@ extension ClientWorker {
             if let code {
                 endEvents.append(.error(SpeechClientError(.api, "context \(id)\(response.audioContext == id ? "" : " (server context \(response.audioContext))") finished with error \(code): \(message ?? "")")))
             }
-            lossesWithoutProgress = 0
+            reconnection.progressed()
             releaseReplay()
             releaseHeld()
             endContextIfDone()
@@ -229,7 +218,7 @@ extension ClientWorker {
     var replayPoint: Int {
         var point = contextSamples
         for lane in lanes.values { point = min(point, lane.floor) }
-        for r in repairs { point = min(point, r.from) }
+        if let from = reconnection.earliestRepair { point = min(point, from) }
         return point
     }
 
@@ -259,7 +248,7 @@ extension ClientWorker {
         if var lane = lanes[gen] {
             if segment.isFinal {
                 lane.openSegments.remove(segment.segmentId)
-                lossesWithoutProgress = 0
+                reconnection.progressed()
                 if let end = segment.words.map(\.endMilliseconds).max() {
                     lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: Int(end))), lane.end ?? contextSamples)
                 }

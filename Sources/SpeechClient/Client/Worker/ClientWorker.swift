@@ -17,7 +17,8 @@ import Synchronization
 /// - `ClientWorker+Lanes`: audio out, rotation, reconnection and replay;
 /// - `ClientWorker+Listening`: each chunk taken, hands-free listening, the wake-word service.
 /// The parts that stand alone (and are tested alone): `AudioPump`, `RotationPolicy`,
-/// `ContextNumbering`, `WakeListener`, `ActivationBacklog`, `Lane`, `ReplayBuffer`.
+/// `ReconnectionPlan`, `ContextNumbering`, `WakeListener`, `ActivationBacklog`, `Lane`,
+/// `ReplayBuffer`.
 final class ClientWorker: @unchecked Sendable {
     /// The client, set once by its constructor. Under a lock because the event loop reads it
     /// too (a prepared stream's or the wake service's events), possibly while the constructor
@@ -84,18 +85,8 @@ final class ClientWorker: @unchecked Sendable {
     var numbering = ContextNumbering()
     /// When the live lane moves to a new stream (byte budget, context limit, GOAWAY).
     var rotation: RotationPolicy
-    /// Lanes lost and waiting to be replaced: the audio [from, end) they had not finished (end nil:
-    /// the live lane), after a delay; all are reopened together.
-    var repairs: [(from: Int, end: Int?)] = []
-    var reconnect: (attempt: Int, at: UInt64, cause: SpeechClientError)?
-    /// Connection losses since the context last made progress (a final segment, or a lane the
-    /// server served for a while): a server that accepts the reconnection but fails again still
-    /// runs out of attempts.
-    var lossesWithoutProgress = 0
-    /// Audio (user-context samples) the replay buffer no longer held at a reconnection, reported
-    /// once the server has taken the replay (its `started`), so an outage with several attempts
-    /// gives one error naming the whole loss.
-    var pendingLoss: (from: Int, to: Int)?
+    /// Lanes lost and waiting to be replaced, the next attempt and how many remain.
+    var reconnection: ReconnectionPlan
     /// `releaseHeld` is running (it may end lanes, which would call it again).
     var releasingHeld = false
     /// The last connection state reported, so that only changes are.
@@ -126,6 +117,8 @@ final class ClientWorker: @unchecked Sendable {
         audio = AudioPump(input: options.audio, chunkMilliseconds: options.chunkMilliseconds, makeSource: makeSource)
         replay = ReplayBuffer(capacitySamples: SpeechAudio.samples(milliseconds: options.replayBufferMilliseconds))
         rotation = RotationPolicy(budgetBytes: options.streamBudgetBytes, contextLimitMilliseconds: options.contextRolloverMilliseconds)
+        reconnection = ReconnectionPlan(attempts: options.reconnectAttempts, initialDelayMilliseconds: options.reconnectInitialDelayMilliseconds,
+                                        maxDelayMilliseconds: options.reconnectMaxDelayMilliseconds)
         if let server = options.wakeService, options.activation == .wakeword {
             let cancellation = self.cancellation
             wake = WakeListener(server: server, name: options.wakeName, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
@@ -178,7 +171,7 @@ final class ClientWorker: @unchecked Sendable {
         // is closed after `idleStreamMilliseconds` (protocol.md: the official clients did the
         // same) and reopened by the next start.
         let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
-        let deadline = [reconnect?.at, idleDeadline, moveDeadline, startDeadline, stalledUntil].compactMap { $0 }.min()
+        let deadline = [reconnection.due?.at, idleDeadline, moveDeadline, startDeadline, stalledUntil].compactMap { $0 }.min()
         switch client.takeCommand() {
         case .closing:
             return .closed
@@ -202,7 +195,7 @@ final class ClientWorker: @unchecked Sendable {
 
     /// The source is being read and can take audio now (a file waits while a reconnection is
     /// pending: nothing would take its audio but the replay buffer; a microphone is read all the same).
-    private var pumpWanted: Bool { pumping && !(waitsForServer && (reconnect != nil || (contextOpen && !stopSent && current == nil))) }
+    private var pumpWanted: Bool { pumping && !(waitsForServer && (reconnection.due != nil || (contextOpen && !stopSent && current == nil))) }
 
     /// The earliest time a lane on a going-away connection must move.
     private var moveDeadline: UInt64? { lanes.values.compactMap(\.moveBy).min() }
@@ -228,7 +221,7 @@ final class ClientWorker: @unchecked Sendable {
         let now = Clock.monotonicNanos()
         if let due = startDeadline, now >= due {
             expireUnacknowledgedStarts(now: now)
-        } else if let r = reconnect, now >= r.at {
+        } else if let due = reconnection.due, now >= due.at {
             attemptReconnect()
         } else if replaying || pumping {
             let replayed = replaying && pumpReplay()
@@ -349,7 +342,7 @@ final class ClientWorker: @unchecked Sendable {
         generation += 1
         let gen = generation
         let config = SLUConfig(languageCode: options.language)
-        if reconnect == nil && contextOpen == false { report(.connecting) }
+        if reconnection.due == nil && contextOpen == false { report(.connecting) }
         client?.log(.debug, "opening an SLU stream (language \(options.language))")
         let stream: any RecognitionStream
         do throws(SpeechClientError) {
@@ -357,7 +350,7 @@ final class ClientWorker: @unchecked Sendable {
                 self?.client?.streamEvent(event, generation: gen)
             }
         } catch {
-            if reconnect == nil && !contextOpen && !cancellation.isCancelled { report(.unavailable, reason: error) }
+            if reconnection.due == nil && !contextOpen && !cancellation.isCancelled { report(.unavailable, reason: error) }
             throw error
         }
         stream.send(.config(config))

@@ -1,0 +1,147 @@
+/// What to do about a context's lost lanes (issues 5 and 18): which audio each replacement
+/// replays, when the next attempt is, how many remain, and which audio the replay buffer no
+/// longer held. It decides; the worker opens the streams, reports and logs. Positions are
+/// samples of the user's context.
+struct ReconnectionPlan {
+    /// Audio a lost lane had not finished: [from, end), end nil for the lane taking live audio.
+    typealias Repair = (from: Int, end: Int?)
+
+    /// `ClientOptions.reconnectAttempts` (`unlimitedReconnects`: no limit) and its delays.
+    let attempts: Int
+    let initialDelayMilliseconds: Int
+    let maxDelayMilliseconds: Int
+    /// The factor each delay is multiplied by (0.75...1.25), so that clients that lost the same
+    /// server do not come back at the same instant. Fixed in tests.
+    var jitter: () -> Double = { Double.random(in: 0.75...1.25) }
+
+    /// Lanes lost and waiting to be replaced; all are reopened together at `due`.
+    private(set) var repairs: [Repair] = []
+    /// The next attempt: its number and when (monotonic ns).
+    private(set) var due: (attempt: Int, at: UInt64)?
+    /// Losses since the context last made progress (a final segment, or a lane the server served
+    /// for a while): a server that accepts the reconnection but fails again still runs out of
+    /// attempts.
+    private(set) var lossesWithoutProgress = 0
+    /// Audio the replay buffer no longer held at a reconnection, reported once the server has
+    /// taken the replay, so that an outage with several attempts gives one error naming it all.
+    private(set) var pendingLoss: (from: Int, to: Int)?
+
+    init(attempts: Int, initialDelayMilliseconds: Int, maxDelayMilliseconds: Int) {
+        self.attempts = attempts
+        self.initialDelayMilliseconds = initialDelayMilliseconds
+        self.maxDelayMilliseconds = maxDelayMilliseconds
+    }
+
+    private var unlimited: Bool { attempts == ClientOptions.unlimitedReconnects }
+
+    /// Nothing lost and nothing scheduled: the context may end.
+    var isSettled: Bool { repairs.isEmpty && due == nil }
+
+    /// A lost lane that starts before `sample` holds back the responses of lanes after it.
+    func holdsAudio(before sample: Int) -> Bool { repairs.contains { $0.from < sample } }
+
+    /// The earliest audio a replacement will replay (the replay buffer keeps it).
+    var earliestRepair: Int? { repairs.map(\.from).min() }
+
+    /// A new context, or the end of one.
+    mutating func reset() {
+        repairs = []
+        due = nil
+        lossesWithoutProgress = 0
+        pendingLoss = nil
+    }
+
+    /// The context made progress: its attempts count afresh.
+    mutating func progressed() { lossesWithoutProgress = 0 }
+
+    /// The user's context ended: a lost live lane replays up to `end`, no further.
+    mutating func endLiveAudio(at end: Int) {
+        for i in repairs.indices where repairs[i].end == nil { repairs[i].end = end }
+    }
+
+    enum Decision: Equatable {
+        /// Replace the lane at the attempt scheduled: this one, after `delayMilliseconds` (report
+        /// it), or one already scheduled (nil: nothing to report).
+        case retry(attempt: Int, delayMilliseconds: UInt64)
+        case joinsScheduledAttempt
+        /// Give up: the attempts ran out after `attemptsMade` (name the lost audio), or the
+        /// error is not one a reconnection mends (nil: report it as it is).
+        case fail(attemptsMade: Int?)
+    }
+
+    /// A lane was lost with `cause`. `servedLongEnough`: the server had served it a while, which
+    /// counts as progress.
+    mutating func laneLost(_ repair: Repair, cause: SpeechClientError, servedLongEnough: Bool, now: UInt64) -> Decision {
+        if servedLongEnough { lossesWithoutProgress = 0 }
+        lossesWithoutProgress += 1
+        let retryable = Self.isRetryable(cause)
+        if retryable && (unlimited || lossesWithoutProgress <= attempts) {
+            repairs.append(repair)
+            guard due == nil else { return .joinsScheduledAttempt }
+            return .retry(attempt: lossesWithoutProgress, delayMilliseconds: schedule(attempt: lossesWithoutProgress, now: now))
+        }
+        return .fail(attemptsMade: retryable && attempts > 0 ? lossesWithoutProgress - 1 : nil)
+    }
+
+    /// A lane lost to a rejected token: replaced once, after a fresh login, as attempt 1.
+    mutating func retryAfterLogin(_ repair: Repair, now: UInt64) -> UInt64 {
+        repairs.append(repair)
+        return schedule(attempt: 1, now: now)
+    }
+
+    /// At `now`: the attempt that is due, and the lanes to reopen in audio order (taken out of
+    /// the plan; `attemptFailed` puts back those not reopened).
+    mutating func takeDue(now: UInt64) -> (attempt: Int, repairs: [Repair])? {
+        guard let d = due, now >= d.at else { return nil }
+        due = nil
+        let taken = repairs.sorted { $0.from < $1.from }
+        repairs = []
+        return (d.attempt, taken)
+    }
+
+    /// Where a replacement's replay starts: at `repair.from`, or, when the replay buffer no
+    /// longer reaches back there (it keeps from `oldestSample` on), where it does, the audio in
+    /// between noted as lost.
+    mutating func replayStart(of repair: Repair, oldestSample: Int) -> Int {
+        guard oldestSample > repair.from else { return repair.from }
+        pendingLoss = (pendingLoss?.from ?? repair.from, oldestSample)
+        return min(oldestSample, repair.end ?? oldestSample)
+    }
+
+    /// The loss noted by `replayStart`, once (when the server took the replay).
+    mutating func takePendingLoss() -> (from: Int, to: Int)? {
+        defer { pendingLoss = nil }
+        return pendingLoss
+    }
+
+    enum AttemptOutcome: Equatable {
+        case retry(attempt: Int, delayMilliseconds: UInt64)
+        /// No attempt is left, or the error is not one a reconnection mends: the context fails.
+        /// The repairs stay until `dropRepairs` (the error names the audio they held).
+        case giveUp
+    }
+
+    /// Opening the replacement for `remaining.first` failed with `error`: `remaining` waits for
+    /// the next attempt, if one is left.
+    mutating func attemptFailed(remaining: ArraySlice<Repair>, error: SpeechClientError, now: UInt64) -> AttemptOutcome {
+        repairs.append(contentsOf: remaining)
+        lossesWithoutProgress += 1
+        if (!unlimited && lossesWithoutProgress > attempts) || !Self.isRetryable(error) { return .giveUp }
+        return .retry(attempt: lossesWithoutProgress, delayMilliseconds: schedule(attempt: lossesWithoutProgress, now: now))
+    }
+
+    mutating func dropRepairs() { repairs = [] }
+
+    /// Exponential from the initial delay, capped, with jitter.
+    private mutating func schedule(attempt: Int, now: UInt64) -> UInt64 {
+        let base = min(Double(initialDelayMilliseconds) * Double(1 << min(attempt - 1, 20)), Double(maxDelayMilliseconds))
+        let delayMs = UInt64(max(0, base * jitter()))
+        due = (attempt, now + delayMs * 1_000_000)
+        return delayMs
+    }
+
+    /// Connection losses are retried; what the server or the login said no to is not.
+    static func isRetryable(_ error: SpeechClientError) -> Bool {
+        error.code == .network || error.code == .timeout
+    }
+}
