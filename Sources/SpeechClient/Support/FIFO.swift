@@ -9,6 +9,11 @@ public struct FIFO<Element> {
 
     public init() {}
 
+    /// Popped slots kept before the live ones move to the front.
+    static var compactAfter: Int { 32 }
+    /// Slots allocated (for tests of the bound).
+    var storageCapacity: Int { items.capacity }
+
     public var isEmpty: Bool { head == items.count }
     public var count: Int { items.count - head }
     /// The sequence number of the element `pop` returns next.
@@ -32,7 +37,10 @@ public struct FIFO<Element> {
             base += items.count
             items.removeAll(keepingCapacity: items.count <= 1024)
             head = 0
-        } else if head >= 1024 && head * 2 >= items.count {
+        } else if head >= Self.compactAfter && head * 2 >= items.count {
+            // Amortised O(1) whatever the threshold (at most as many move as were popped). A
+            // small one keeps a queue that is never empty (the replay buffer's ~10 chunks)
+            // small: at 1,024 its slots grew for 100 s of audio, up to 50 KB per stream.
             items.removeFirst(head)
             base += head
             head = 0

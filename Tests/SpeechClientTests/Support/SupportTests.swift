@@ -115,6 +115,19 @@ import Testing
         #expect(q.isEmpty)
     }
 
+    /// A queue that is never empty (the replay buffer keeps about ten chunks) keeps a few dozen
+    /// slots, not one per element ever pushed up to the next compaction.
+    @Test func aFIFOThatIsNeverEmptyStaysSmall() {
+        var q = FIFO<(Int, [Int16])>()
+        for i in 0..<10 { q.push((i, [])) }
+        for i in 10..<10_000 {
+            q.push((i, []))
+            #expect(q.pop()?.0 == i - 10)
+            #expect(q.count == 10)
+        }
+        #expect(q.storageCapacity <= 4 * (FIFO<Int>.compactAfter + 10), "\(q.storageCapacity) slots")
+    }
+
     @Test func ownedCStringReplacesInteriorNUL() {
         let s = OwnedCString("a\u{0}b")
         #expect(String(cString: s.pointer) == "a?b")
