@@ -1179,3 +1179,39 @@ def test_a_wake_word_service_is_checked_when_the_client_is_made():
                   audio=sc.PushAudio())
     assert c.activation == sc.Activation.WAKEWORD
     c.close()
+
+
+@pytest.fixture
+def no_polling(monkeypatch):
+    """Every wait slice of the binding a minute long: a wait that returns in time was woken."""
+    from speechclient import _aio, client
+    for module in (client, _aio):
+        monkeypatch.setattr(module, "_IDLE_POLL_S", 60.0)
+        monkeypatch.setattr(module, "_WAIT_SLICE_S", 60.0)
+
+
+@pytest.mark.skipif(_native.spc_options_set_idle_cb is None, reason="needs the idle event (0.11)")
+def test_application_waits_dispatching_the_last_events_do_not_wait_for_more(no_polling):
+    """With delivery="application", the error, stop and idle events of a failed start are all
+    pending when wait_idle() and updates() begin: running them is the end of the wait. (A wait
+    that then slept on the event fd, where nothing more comes, lost up to 0.1 s each time.)"""
+    import select
+    for consume in ("wait_idle", "updates"):
+        with push_client(delivery="application") as c:
+            c.start()
+            assert c._wait_idle_once(5000)  # the work is over: its events wait in the queue
+            idle_waits = []
+            real_wait = c._wait_event_fd
+
+            def wait_event_fd(seconds, fd=c.event_fd):
+                if not select.select([fd], [], [], 0)[0]:
+                    idle_waits.append(seconds)  # a wait with nothing pending
+                real_wait(seconds)
+            c._wait_event_fd = wait_event_fd
+            t0 = time.monotonic()
+            if consume == "wait_idle":
+                assert c.wait_idle(20)
+            else:
+                assert [type(u) for u in without_states(c.updates(timeout=20))] == [sc.ErrorEvent, sc.StopEvent]
+            assert time.monotonic() - t0 < 5, consume
+            assert idle_waits == [], consume

@@ -519,8 +519,13 @@ class Client(_AsyncMixin, _Handle):
         while True:
             # In slices: Ctrl-C (KeyboardInterrupt) is handled in Python, between two library waits.
             left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
+            ran = 0
             if app:
-                idle = self._dispatch_all() == 0 and self._wait_idle_once(0) and self._dispatch_all() == 0
+                ran = self._dispatch_all()
+                idle = ran == 0 and self._wait_idle_once(0)
+                if idle:
+                    ran = self._dispatch_all()
+                    idle = ran == 0
             else:
                 idle = self._wait_idle_once(max(0, int(left * 1000)))
             if idle:
@@ -529,7 +534,9 @@ class Client(_AsyncMixin, _Handle):
             if deadline is not None and time.monotonic() >= deadline:
                 self._raise_callback_error()
                 return False
-            if app:  # an event ends this wait early: the idle event too (0.11); before, it is polled
+            # What just ran may have been the last event (the idle one): look again at once. An
+            # event ends the wait on the fd early (the idle event too, 0.11; before, it is polled).
+            if app and ran == 0:
                 self._wait_event_fd(max(0.0, left if self._idle_announced else min(left, _IDLE_POLL_S)))
 
     def _wait_idle_once(self, ms: int) -> bool:
@@ -633,7 +640,11 @@ class Client(_AsyncMixin, _Handle):
                     raise SpeechTimeoutError(n.Status.TIMEOUT, f"updates(): no update within {timeout} s")
                 wait = min(wait, left)
             if self.delivery == n.Delivery.APPLICATION:
-                self._wait_event_fd(wait)
+                # Looking for the end may have run the last events (the idle one): no wait then.
+                with self._cond:
+                    more = bool(self._queue) or self._idle_count != idles
+                if not more:
+                    self._wait_event_fd(wait)
                 try:
                     self._dispatch_all()
                 except InvalidStateError:
