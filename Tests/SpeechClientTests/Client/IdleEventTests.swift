@@ -98,11 +98,16 @@ import Testing
     @Test(arguments: [Delivery.thread, .shared]) func waitIdleReturnsWhileTheIdleCallbackRuns(delivery: Delivery) throws {
         let inIdle = Atomic<Bool>(false)
         let release = Atomic<Bool>(false)
+        let released = ConditionLock()
         let client = try Client(options: try Self.options(delivery: delivery), service: FakeRecognitionService()) { _, event in
             guard case .idle = event else { return }
             inIdle.store(true, ordering: .releasing)
             let deadline = Clock.monotonicNanos() + 5_000_000_000
-            while !release.load(ordering: .acquiring) && Clock.monotonicNanos() < deadline { usleepMs(1) }
+            released.withLock {
+                while !release.load(ordering: .acquiring) {
+                    if !released.wait(untilMonotonicNanos: deadline) { return }
+                }
+            }
         }
         defer { try? client.close() }
         try client.start()
@@ -111,7 +116,10 @@ import Testing
         try client.pushEnd()
         let idle = try client.waitIdle(timeoutMilliseconds: 3_000)
         let callbackStillRunning = inIdle.load(ordering: .acquiring) && !release.load(ordering: .acquiring)
-        release.store(true, ordering: .releasing)
+        released.withLock {
+            release.store(true, ordering: .releasing)
+            released.broadcast()
+        }
         #expect(idle)
         #expect(callbackStillRunning)
     }
