@@ -11,6 +11,7 @@ import Testing
     final class Listener {
         let fd: Int32
         let port: UInt16
+        private var open = true
 
         init(backlog: Int32 = 16) throws {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -29,7 +30,14 @@ import Testing
             port = UInt16(bigEndian: addr.sin_port)
         }
 
-        deinit { close(fd) }
+        /// Closes the socket once. Closing twice (here, then in `deinit`) would close whatever
+        /// another test running in parallel had meanwhile been given the same descriptor number.
+        func shut() {
+            if open { close(fd) }
+            open = false
+        }
+
+        deinit { shut() }
     }
 
     func address(_ port: UInt16) throws -> SocketAddress {
@@ -42,7 +50,7 @@ import Testing
         let good = try Listener()
         let refused = try Listener()
         let refusedPort = refused.port
-        close(refused.fd)  // nothing listens there any more: ECONNREFUSED
+        refused.shut()  // nothing listens there any more: ECONNREFUSED
         let socket = try TCPSocket.connect(to: [try address(refusedPort), try address(good.port)], host: "replicas",
                                            port: good.port, deadline: deadline(milliseconds: 2000))
         #expect(socket.fd >= 0)
@@ -75,7 +83,7 @@ import Testing
     @Test func theLastAddressesErrorIsTheOneReported() throws {
         let gone = try Listener()
         let port = gone.port
-        close(gone.fd)
+        gone.shut()
         let refused = [try address(port), try address(port)]
         var thrown: SpeechClientError?
         do throws(SpeechClientError) {
