@@ -96,18 +96,20 @@ import Testing
     /// While the idle callback runs the client counts as idle: a wait_idle woken by it returns
     /// true at once, not after the callback returns (here it returns only after that wait).
     @Test(arguments: [Delivery.thread, .shared]) func waitIdleReturnsWhileTheIdleCallbackRuns(delivery: Delivery) throws {
-        let inIdle = Atomic<Bool>(false)
+        // Whether the callback had returned, not whether it had begun: the event is taken off
+        // the queue a moment before the callback starts, and a waiter may return in between.
+        let returned = Atomic<Bool>(false)
         let release = Atomic<Bool>(false)
         let released = ConditionLock()
         let client = try Client(options: try Self.options(delivery: delivery), service: FakeRecognitionService()) { _, event in
             guard case .idle = event else { return }
-            inIdle.store(true, ordering: .releasing)
             let deadline = Clock.monotonicNanos() + 5_000_000_000
             released.withLock {
                 while !release.load(ordering: .acquiring) {
-                    if !released.wait(untilMonotonicNanos: deadline) { return }
+                    if !released.wait(untilMonotonicNanos: deadline) { break }
                 }
             }
+            returned.store(true, ordering: .releasing)
         }
         defer { try? client.close() }
         try client.start()
@@ -115,13 +117,17 @@ import Testing
         samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
         try client.pushEnd()
         let idle = try client.waitIdle(timeoutMilliseconds: 3_000)
-        let callbackStillRunning = inIdle.load(ordering: .acquiring) && !release.load(ordering: .acquiring)
+        let callbackStillRunning = !returned.load(ordering: .acquiring)
         released.withLock {
             release.store(true, ordering: .releasing)
             released.broadcast()
         }
         #expect(idle)
         #expect(callbackStillRunning)
+        let end = Clock.monotonicNanos() + 5_000_000_000
+        while !returned.load(ordering: .acquiring) && Clock.monotonicNanos() < end { sched_yield() }
+        let ran = returned.load(ordering: .acquiring)
+        #expect(ran, "the idle callback never ran")
     }
 
     /// Application delivery: the idle event makes the event fd readable and is dispatched last.
