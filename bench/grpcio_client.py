@@ -9,6 +9,7 @@ own time carried in the tentative's word.
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
 import collections
 import json
@@ -46,8 +47,9 @@ def rss_kb() -> int:
 class State:
     def __init__(self):
         self.measuring = False
-        self.added: list = []
-        self.raw: list = []
+        self.added = array.array("q")  # the window's latency samples, the first `n` of them
+        self.raw = array.array("q")
+        self.n = 0
         self.tentatives = self.unmatched = self.late = self.errors = 0
         self.first_started = 0
         self.started = 0
@@ -99,8 +101,9 @@ async def main(a) -> None:
                 if st.measuring:
                     words = r.tentative_transcript.tentative_words
                     server = int(words[0].word) if words else 0
-                    st.raw.append(t - s)
-                    st.added.append(t - s - server)
+                    if st.n < len(st.raw):
+                        st.raw[st.n], st.added[st.n] = t - s, t - s - server
+                        st.n += 1
             elif kind == "finished":
                 await call.done_writing()
 
@@ -128,6 +131,11 @@ async def main(a) -> None:
                           "cpu_s": cpu_s() - c0, "tentatives": st.tentatives, "ok": 1}), flush=True)
         return
 
+    # The window's latency samples, reserved and written before the window so that the RSS can
+    # leave them out (as spc_bench does): appended as they came they grew with the window.
+    cap = n * int((a.warmup + a.window + 1) * 1e9 / PERIOD)
+    st.raw, st.added = array.array("q", bytes(8 * cap)), array.array("q", bytes(8 * cap))
+    samples_kb = 2 * 8 * cap // 1024
     calls = await asyncio.gather(*(open_stream() for _ in range(n)))
     await all_started.wait()
     audio = slu.SLURequest(audio=b"\x01" * 3200)
@@ -158,7 +166,7 @@ async def main(a) -> None:
         st.measuring = True
         await asyncio.sleep(max(0, win_end - time.monotonic_ns()) / 1e9)
         st.measuring = False
-        return cpu_s() - c0, ctx_switches() - x0, rss_kb()
+        return cpu_s() - c0, ctx_switches() - x0, rss_kb() - samples_kb
 
     sents = [collections.deque() for _ in range(n)]
     readers = [asyncio.ensure_future(reader(c, s)) for c, s in zip(calls, sents)]
@@ -171,14 +179,14 @@ async def main(a) -> None:
     await channel.close()
     if a.lat_out:
         with open(a.lat_out, "w") as f:
-            f.writelines(f"{x / 1e3:.1f} {y / 1e3:.1f}\n" for x, y in zip(st.added, st.raw))
-    added, raw = sorted(st.added), sorted(st.raw)
+            f.writelines(f"{x / 1e3:.1f} {y / 1e3:.1f}\n" for x, y in zip(st.added[:st.n], st.raw[:st.n]))
+    added, raw = sorted(st.added[:st.n]), sorted(st.raw[:st.n])
 
     def pct(v, p):
         return v[int(p * (len(v) - 1) + 0.5)] / 1e6 if v else -1
 
     print(json.dumps({"client": "grpcio", "mode": "paced", "streams": n, "window_s": a.window, "cpu_s": cpu, "ctx_switches": ctx,
-                      "rss_kb": rss, "chunks": counters["chunks"], "samples": len(added), "late": st.late,
+                      "rss_kb": rss, "samples_kb": samples_kb, "chunks": counters["chunks"], "samples": len(added), "late": st.late,
                       "errors": st.errors, "unmatched": st.unmatched,
                       "lag_mean_ms": counters["lag_ns"] / 1e6 / counters["chunks"] if counters["chunks"] else -1,
                       "added_p50_ms": pct(added, .5), "added_p99_ms": pct(added, .99),
