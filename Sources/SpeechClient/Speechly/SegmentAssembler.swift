@@ -80,7 +80,18 @@ public struct SegmentAssembler: Sendable {
     /// did: each snapshot is final, its words keep `isFinal` false (the server never confirmed
     /// them). In segment order; the segments are then ended.
     public mutating func closeUnfinished(context: String) -> [Segment] {
-        let open = segments.filter { $0.key.context == context }.sorted { $0.key.segment < $1.key.segment }
+        close(segments.filter { $0.key.context == context })
+    }
+
+    /// The same for some segments of the context: those a server context left open when it
+    /// finished (a context carried by several streams, each ending its own).
+    public mutating func closeUnfinished(context: String, segments ids: Set<Int32>) -> [Segment] {
+        guard !ids.isEmpty else { return [] }
+        return close(segments.filter { $0.key.context == context && ids.contains($0.key.segment) })
+    }
+
+    private mutating func close(_ open: [Key: State]) -> [Segment] {
+        let open = open.sorted { $0.key.segment < $1.key.segment }
         var out: [Segment] = []
         for (key, state) in open {
             segments[key] = nil

@@ -112,6 +112,27 @@ import Testing
         #expect(finals.log.lines.last == "stop ctx-1")
     }
 
+    /// A server that never ends its segments, on a context moved across 300 streams: each
+    /// stream's segment is delivered final when its server context finishes. Held open until the
+    /// user's stop instead, they grew the client's memory with every stream, reached the user
+    /// only at the end, and past 256 of them the assembler's bound ended the context.
+    @Test func segmentsAFinishedStreamLeftOpenAreDeliveredThenNotAtTheStop() throws {
+        // 65,536 bytes: about 20 chunks per stream.
+        let chunks = 6_000
+        let (finals, service) = try run(chunks: chunks, budget: 65_536,
+                                        behaviour: .init(wordsFromAudio: true, neverEndSegments: true), pauseEvery: 0)
+        let words = finals.words.withLock { $0 }
+        #expect(words.map(\.0) == (1...chunks).map { "a\($0)" })
+        #expect(words.allSatisfy { !$0.2 })
+        let lines = finals.log.lines
+        #expect(!lines.contains { $0.hasPrefix("error") }, "\(lines.filter { $0.hasPrefix("error") })")
+        #expect(service.streamsOpened.load(ordering: .relaxed) > 256)
+        // Delivered along the way: the first final comes long before the last tentative.
+        let firstFinal = lines.firstIndex { $0.hasPrefix("segment final") } ?? lines.count
+        let lastTentative = lines.lastIndex { $0.hasPrefix("segment tentative") } ?? 0
+        #expect(firstFinal < lastTentative)
+    }
+
     @Test func freeingAClientThatGaveUpWaitingDeliversTheWordsHeard() throws {
         // The server never answers the stop: a wait for the results times out, then the free
         // delivers the segment's words as a final update (unconfirmed) instead of dropping them.

@@ -123,6 +123,22 @@ extension ClientWorker {
         }
     }
 
+    /// A server context finished with segments it never ended: nothing more comes for them, so
+    /// they are delivered final now (words unconfirmed, as at a context's end), not held open
+    /// until the user's stop. A context carried by many streams (rotation) would otherwise keep
+    /// one more open segment per stream: memory that grows with the context's length, words
+    /// that reach the user only at its end, and past `maxOpenSegments` a failed context.
+    private func closeSegmentsLeftOpen(by lane: Lane, serverContext: String) {
+        let closed = assembler.closeUnfinished(context: contextId, segments: lane.openSegments)
+        guard !closed.isEmpty else { return }
+        let words = closed.reduce(0) { $0 + $1.words.count }
+        let which = serverContext == contextId ? "context \(contextId)" : "context \(contextId): server context \(serverContext)"
+        client?.log(.warning, "\(which) finished with \(closed.count) segment(s) it never ended; their \(words) word(s) are delivered as a final update with the words marked unconfirmed")
+        // Segments withheld until the wake word was heard stay withheld.
+        if options.activation == .wakeword && !woken { return }
+        for segment in closed { client?.emit(.segment(segment)) }
+    }
+
     /// Forgets a lost lane's unfinished segments (its replacement recognises that audio again)
     /// and its server context's mappings.
     private func dropSegments(of lane: Lane) {
@@ -174,6 +190,7 @@ extension ClientWorker {
             }
             if !lane.stopSent { lane.stream.finish() }
             if let id = lane.serverContext { numbering.forget(serverContext: id) }
+            closeSegmentsLeftOpen(by: lane, serverContext: response.audioContext)
             let id = contextId.isEmpty ? response.audioContext : contextId
             if let code {
                 endEvents.append(.error(SpeechClientError(.api, "context \(id)\(response.audioContext == id ? "" : " (server context \(response.audioContext))") finished with error \(code): \(message ?? "")")))
