@@ -22,6 +22,7 @@
 **          detector learns as background) go through the VAD and open no context, so the CPU
 **          figure is what listening all day costs a stream (issue 8)
 **   common: [--ca-file PEM] [--cache-dir DIR] [--replay-ms MS (spc_options_set_replay_buffer_ms)]
+**           [--stream-budget BYTES (spc_options_set_stream_budget: streams rotate sooner)]
 **
 ** paced: N clients in this process, each with push audio (16 kHz mono, 100 ms chunks), all
 ** started, then one 3,200-byte chunk per client every 100 ms on an absolute CLOCK_MONOTONIC
@@ -176,6 +177,7 @@ static double pct(int64_t *v, size_t n, double p) {
 struct args {
     const char *url, *mode, *wav, *ca_file, *cache_dir, *lat_out, *mic;
     int streams, thread_delivery, replay_ms, voice, app_io, grid_us, words;
+    long stream_budget;
     double warmup, window;
     int64_t launch_ns;
 };
@@ -190,6 +192,7 @@ static spc_options *make_options(const struct args *a, struct stream *st, int pu
     if (push) spc_options_set_audio_push(o, 16000, 1);
     spc_options_set_chunk_ms(o, 100);
     if (a->replay_ms) spc_options_set_replay_buffer_ms(o, (uint32_t)a->replay_ms);
+    if (a->stream_budget) spc_options_set_stream_budget(o, (uint32_t)a->stream_budget);
     if (a->voice) spc_options_set_activation(o, SPC_ACTIVATION_VOICE);
     spc_options_set_segment_cb(o, on_segment, st);
     spc_options_set_start_cb(o, on_start, st);
@@ -447,6 +450,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--lat-out")) a.lat_out = v;
         else if (!strcmp(k, "--mic")) a.mic = v;
         else if (!strcmp(k, "--replay-ms")) a.replay_ms = atoi(v);
+        else if (!strcmp(k, "--stream-budget")) a.stream_budget = atol(v);
         else if (!strcmp(k, "--activation")) a.voice = v && !strcmp(v, "voice");
         else if (!strcmp(k, "--pace-grid-us")) a.grid_us = atoi(v);
         else if (!strcmp(k, "--io")) {
