@@ -105,6 +105,14 @@ public struct SegmentAssembler: Sendable {
         return out
     }
 
+    /// Forgets that some ended segments of a context ended: nothing can update them any more
+    /// (the stream that carried them is over, and its ids are not given out again), and a
+    /// context carried by many streams would otherwise keep one entry per segment for as long
+    /// as it runs.
+    public mutating func forgetEnded(context: String, segments ids: Set<Int32>) {
+        for id in ids { ended.remove(Key(context: context, segment: id)) }
+    }
+
     /// Whether a segment of the context has started and not ended.
     public func hasUnfinished(context: String) -> Bool {
         segments.keys.contains { $0.context == context }

@@ -36,6 +36,24 @@ import Testing
         #expect(late == nil)
     }
 
+    /// Some segments of a context closed (their stream finished without ending them), and the
+    /// ended ones forgotten: the others stay open, and what is forgotten is no longer refused.
+    @Test func closingAndForgettingSomeSegmentsOfAContext() throws {
+        var a = SegmentAssembler()
+        for id: Int32 in 0...2 {
+            _ = a.apply(SLUResponse(audioContext: "c", segmentId: id, payload: .tentativeTranscript(text: "w", words: [word("w\(id)", 0)])))
+        }
+        let closed = a.closeUnfinished(context: "c", segments: [0, 2])
+        #expect(closed.map(\.segmentId) == [0, 2] && closed.allSatisfy(\.isFinal))
+        #expect(closed.flatMap(\.words).allSatisfy { !$0.isFinal })
+        #expect(a.closeUnfinished(context: "c", segments: []).isEmpty)
+        #expect(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("late", 1)))) == nil)
+        a.forgetEnded(context: "c", segments: [0])
+        #expect(a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("again", 1)))) != nil)
+        #expect(a.apply(SLUResponse(audioContext: "c", segmentId: 2, payload: .transcript(word("late", 1)))) == nil)
+        #expect(a.closeUnfinished(context: "c").map(\.segmentId) == [0, 1])
+    }
+
     @Test func interleavedSegmentsAndFinishedDropsTentative() throws {
         var a = SegmentAssembler()
         let s0Result = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .transcript(word("one", 0))))

@@ -128,8 +128,10 @@ extension ClientWorker {
     /// until the user's stop. A context carried by many streams (rotation) would otherwise keep
     /// one more open segment per stream: memory that grows with the context's length, words
     /// that reach the user only at its end, and past `maxOpenSegments` a failed context.
+    /// The lane's ended segments are forgotten too: nothing can update them any more.
     private func closeSegmentsLeftOpen(by lane: Lane, serverContext: String) {
         let closed = assembler.closeUnfinished(context: contextId, segments: lane.openSegments)
+        assembler.forgetEnded(context: contextId, segments: lane.endedSegments.union(lane.openSegments))
         guard !closed.isEmpty else { return }
         let words = closed.reduce(0) { $0 + $1.words.count }
         let which = serverContext == contextId ? "context \(contextId)" : "context \(contextId): server context \(serverContext)"
@@ -143,6 +145,7 @@ extension ClientWorker {
     /// and its server context's mappings.
     private func dropSegments(of lane: Lane) {
         assembler.drop(context: contextId, segments: lane.openSegments)
+        assembler.forgetEnded(context: contextId, segments: lane.endedSegments)
         if let id = lane.serverContext { numbering.forget(serverContext: id) }
         numbering.giveBack(lane.openSegments, latestOpenElsewhere: lanes.values.compactMap { $0.openSegments.max() }.max())
     }
@@ -265,6 +268,7 @@ extension ClientWorker {
         if var lane = lanes[gen] {
             if segment.isFinal {
                 lane.openSegments.remove(segment.segmentId)
+                lane.endedSegments.insert(segment.segmentId)
                 reconnection.progressed()
                 if let end = segment.words.map(\.endMilliseconds).max() {
                     lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: Int(end))), lane.end ?? contextSamples)

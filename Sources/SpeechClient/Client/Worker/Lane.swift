@@ -31,6 +31,9 @@ struct Lane {
     /// User segment ids it updated that are not final yet (dropped if it is lost: its replacement
     /// recognises that audio again).
     var openSegments: Set<Int32> = []
+    /// User segment ids it ended: the assembler refuses late updates to them while this lane
+    /// could still send one, and forgets them when it ends (see `ClientWorker.forgetEnded`).
+    var endedSegments: Set<Int32> = []
     /// Responses that arrived while an earlier lane was still open: held, then applied in order
     /// once every earlier lane has finished, so segments reach the application in audio order.
     /// A reference, so that the copies of a lane the worker makes share it (no copy per push).
