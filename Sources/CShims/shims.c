@@ -16,6 +16,12 @@ int speechclient_shim_thread_id(void) {
     return (int)syscall(SYS_gettid);
 }
 
+static __thread void *send_cork;
+
+void *speechclient_shim_cork(void) { return send_cork; }
+
+void speechclient_shim_set_cork(void *cork) { send_cork = cork; }
+
 void speechclient_shim_set_thread_name(const char *name) {
     char buf[16];
     strncpy(buf, name, sizeof buf - 1);

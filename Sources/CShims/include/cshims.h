@@ -11,6 +11,9 @@
 void speechclient_shim_set_thread_name(const char *name);
 /* The calling thread's kernel id (gettid), as /proc/self/task and top -H show it. */
 int speechclient_shim_thread_id(void);
+/* The calling thread's send cork (EventLoop.corking), NULL when it has none. */
+void *speechclient_shim_cork(void);
+void speechclient_shim_set_cork(void *cork);
 
 /* OpenSSL macros (SSL_ctrl / SSL_CTX_ctrl wrappers). The types are declared opaquely so this
    header does not pull OpenSSL's headers into a second Clang module. */

@@ -13,7 +13,7 @@ import Glibc
 /// segments. A `ThreadPool` thread runs the application's callbacks, one at a time, with no lock
 /// held. Sendable: `lock` guards the shared fields below and `pushLock` guards `pushPath`; the
 /// rest is immutable, atomic or `Locked`. `lock` is never held across I/O or a callback.
-public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
+public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, DeferredWake {
     public typealias EventHandler = @Sendable (Client, ClientEvent) -> Void
 
     enum Command {
@@ -72,6 +72,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     private var turnThread: UInt = 0
     /// An event of the turn is waiting for that wake.
     private var wakeDeferred = false
+    /// The network's loop: it holds the sends of a worker turn until the turn's end
+    /// (`EventLoop.corking`) and, with thread delivery, defers the wakes of the responses of one
+    /// read to its end (`EventLoop.batchingWakes`); and whether it has this client noted.
+    private let networkLoop: EventLoop?
+    private var loopWakeNoted = false
     /// SPC_DELIVERY_THREAD: the client's own; SPC_DELIVERY_SHARED: the process's; nil in
     /// application delivery.
     private let deliveryPool: ThreadPool?
@@ -115,6 +120,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
         self.options = options
         self.handler = handler
         applicationLoop = options.io == .application && options.delivery == .application ? try? EventLoop.shared() : nil
+        networkLoop = try? EventLoop.shared()
         switch options.delivery {
         case .application:
             let fd = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
@@ -587,6 +593,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
                 wakeDeferred = true
                 return false
             }
+            if let loop = networkLoop, loop.deferWake(self, noted: loopWakeNoted) {
+                wakeDeferred = true
+                loopWakeNoted = true
+                return false
+            }
             return takeDeliveryLocked()
         }
         if schedule { deliveryPool?.schedule(self) }
@@ -595,12 +606,14 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
     /// The worker's next step may block (a microphone or descriptor read, a connect, a login):
     /// the callback thread is woken for what the turn queued so far.
     func flushDeferredWake() {
+        networkLoop?.uncorkNow()  // the turn's sends too
         guard eventFD < 0 else { return }
         if lock.withLock({ takeDeferredWakeLocked() }) { deliveryPool?.schedule(self) }
     }
 
     /// A wake the turn deferred is due: whether the caller must queue the callbacks on the pool.
     private func takeDeferredWakeLocked() -> Bool {
+        loopWakeNoted = false
         guard wakeDeferred else { return false }
         wakeDeferred = false
         return takeDeliveryLocked()
@@ -652,7 +665,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork {
             return w
         }
         guard let worker = turnWorker else { return false }
-        let turn = worker.runTurn()
+        // The turn's sends (a file's chunks) leave together at its end, or before it may block.
+        let turn = networkLoop.map { loop in loop.corking { worker.runTurn() } } ?? worker.runTurn()
         var timer: UInt64?
         var deliver = false
         let again: Bool = lock.withLock {

@@ -183,7 +183,8 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
                 if !answered && firstBytes.count < 64 {
                     firstBytes += UnsafeRawBufferPointer(rebasing: readBuffer[..<min(n, 64 - firstBytes.count)])
                 }
-                let rc = nghttp2_session_mem_recv(session, base.assumingMemoryBound(to: UInt8.self), n)
+                var rc = 0
+                loop.batchingWakes { rc = nghttp2_session_mem_recv(session, base.assumingMemoryBound(to: UInt8.self), n) }
                 if rc < 0 {
                     fail(SpeechClientError(.network, "HTTP/2 protocol error from \(peer): \(String(cStringOrEmpty: nghttp2_strerror(Int32(truncatingIfNeeded: rc))))"))
                     return

@@ -11,6 +11,12 @@ protocol EventLoopHandler: AnyObject {
     func handleEvents(_ events: UInt32)
 }
 
+/// A client whose callback thread waits to be woken for events queued during one read
+/// (`EventLoop.deferWake`).
+protocol DeferredWake: AnyObject {
+    func flushDeferredWake()
+}
+
 /// Work for the thread that served the application's set in `processApplicationIO(deliver:)`,
 /// run on it once it let go of the loop: a client's callbacks, queued while it served.
 protocol InlineDelivery: AnyObject {
@@ -85,6 +91,8 @@ final class EventLoop: @unchecked Sendable {
     private var watchdog: UInt64?
     /// Inside `processApplicationIO(deliver: true)`: what to deliver on that thread afterwards.
     private var inlineDeliveries: [any InlineDelivery]?
+    /// Inside `batchingWakes`: the clients whose callback threads are woken at its end.
+    private var deferredWakes: [any DeferredWake]?
     private struct Timer { var deadline: UInt64; var body: () -> Void }
     private var timers: [UInt64: Timer] = [:]
     private var nextTimerID: UInt64 = 1
@@ -141,9 +149,59 @@ final class EventLoop: @unchecked Sendable {
 
     private var isLoopThread: Bool { loopThreadID.load(ordering: .relaxed) == UInt(pthread_self()) }
 
+    /// Tasks given to `execute` on a thread inside `corking`, run together at its end.
+    private final class Cork {
+        var tasks: [@Sendable () -> Void] = []
+    }
+
+    private static var currentCork: Cork? {
+        speechclient_shim_cork().map { Unmanaged<Cork>.fromOpaque($0).takeUnretainedValue() }
+    }
+
+    /// Runs `body` (a worker's turn: a file's chunks, tens of them) with the tasks it gives
+    /// `execute` held and run together at its end, in order: their frames then leave in one
+    /// write instead of one system call per chunk (a tenth of a file transcription's time).
+    /// `uncorkNow` hands them over earlier, before the thread may block. The process has one
+    /// loop (`shared()`), so every task held is this loop's.
+    func corking<T>(_ body: () -> T) -> T {
+        if speechclient_shim_cork() != nil { return body() }
+        let cork = Unmanaged.passRetained(Cork())
+        speechclient_shim_set_cork(cork.toOpaque())
+        let result = body()
+        speechclient_shim_set_cork(nil)
+        let tasks = cork.takeUnretainedValue().tasks
+        cork.release()
+        run(held: tasks)
+        return result
+    }
+
+    /// Hands over what the calling thread's cork holds (it may block next: a microphone read,
+    /// a connect); nothing without a cork.
+    func uncorkNow() {
+        guard let cork = Self.currentCork, !cork.tasks.isEmpty else { return }
+        let tasks = cork.tasks
+        cork.tasks = []
+        run(held: tasks)
+    }
+
+    private func run(held tasks: [@Sendable () -> Void]) {
+        guard !tasks.isEmpty else { return }
+        executeNow { for task in tasks { task() } }
+    }
+
     /// Runs `task` inside the loop's work, after the tasks posted before it: at once on this
     /// thread when the loop is asleep with nothing queued, else queued (never waits for it).
+    /// Inside `corking` (and not in the loop's work), held until the cork's end.
     func execute(_ task: @escaping @Sendable () -> Void) {
+        if let cork = Self.currentCork, !isInLoop {
+            cork.tasks.append(task)
+            return
+        }
+        executeNow(task)
+    }
+
+    /// `execute`, cork or not.
+    private func executeNow(_ task: @escaping @Sendable () -> Void) {
         if !isInLoop, !loopWaiting.load(ordering: .relaxed), !applicationWaiting.load(ordering: .relaxed),
            queue.withLock({ $0.tasks.isEmpty }), loopLock.tryLock() {
             owner.store(UInt(pthread_self()), ordering: .relaxed)
@@ -158,7 +216,16 @@ final class EventLoop: @unchecked Sendable {
     /// Queues `task` for the loop thread, never running it on this one: for a caller holding
     /// a lock that the loop's work may take.
     func post(_ task: @escaping @Sendable () -> Void) {
+        // After what the thread's cork holds (queued too, not run here: the caller may hold a lock).
+        let held: [@Sendable () -> Void]
+        if let cork = Self.currentCork {
+            held = cork.tasks
+            cork.tasks = []
+        } else {
+            held = []
+        }
         let wake = queue.withLock { q -> Bool in
+            q.tasks.append(contentsOf: held)
             q.tasks.append(task)
             if q.wakePending { return false }
             q.wakePending = true
@@ -171,8 +238,9 @@ final class EventLoop: @unchecked Sendable {
     /// Runs `task` inside the loop's work and waits for it; inline when already inside it.
     func executeAndWait<T: Sendable>(_ task: @escaping @Sendable () -> T) -> T {
         if isInLoop { return task() }
+        uncorkNow()  // what the thread gave before goes first, and it is about to wait
         let done = OneShot<T>()
-        execute { done.set(task()) }
+        executeNow { done.set(task()) }
         return done.wait()
     }
 
@@ -250,6 +318,28 @@ final class EventLoop: @unchecked Sendable {
     func deliverAfterServing(_ d: any InlineDelivery, noted: Bool) -> Bool {
         guard isInLoop, inlineDeliveries != nil else { return false }
         if !noted { inlineDeliveries?.append(d) }
+        return true
+    }
+
+    /// Runs `body` (the handling of one read: many responses, often several for one client)
+    /// with the callback threads' wakes it causes made once each at its end, instead of once
+    /// per response: a file's answers woke its callback thread ten times as often, and each
+    /// wake is two context switches on a shared core. A read is at most 64 KB, so no client's
+    /// callbacks wait for more than that read's handling. Inside the loop's work only.
+    func batchingWakes(_ body: () -> Void) {
+        if deferredWakes != nil { return body() }
+        deferredWakes = []
+        body()
+        let wakes = deferredWakes ?? []
+        deferredWakes = nil
+        for w in wakes { w.flushDeferredWake() }
+    }
+
+    /// True (and `w` noted unless `noted`) when the calling thread handles a read inside
+    /// `batchingWakes`: the caller defers its wake to the end of it.
+    func deferWake(_ w: any DeferredWake, noted: Bool) -> Bool {
+        guard isInLoop, deferredWakes != nil else { return false }
+        if !noted { deferredWakes?.append(w) }
         return true
     }
 
