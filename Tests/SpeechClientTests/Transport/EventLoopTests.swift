@@ -67,6 +67,73 @@ import Testing
         #expect(outside.withLock { $0 } == 0)
     }
 
+    /// Inside `corking`, `execute`'s tasks are held and run at its end, in order and inside the
+    /// loop's work; `post` and `executeAndWait` come after what is held (an `executeAndWait`
+    /// would otherwise wait for a task that is never run), and `uncorkNow` hands it over early.
+    @Test func tasksGivenInsideACorkRunTogetherAtItsEndInOrder() throws {
+        let loop = try EventLoop.shared()
+        let seen = Locked<[Int]>([])
+        let outside = Locked<Int>(0)
+        func give(_ i: Int) {
+            loop.execute {
+                if !loop.isInLoop { outside.withLock { $0 += 1 } }
+                seen.withLock { $0.append(i) }
+            }
+        }
+        let result: Int = loop.corking {
+            for i in 0..<10 { give(i) }
+            let count = seen.withLock { $0.count }
+            #expect(count == 0)  // held
+            let waited = loop.executeAndWait { seen.withLock { $0.count } }
+            #expect(waited == 10)  // after the held ones, and no deadlock
+            give(10)
+            loop.post { seen.withLock { $0.append(11) } }
+            give(12)
+            loop.corking { give(13) }  // nested: the outer cork holds it
+            loop.uncorkNow()
+            _ = loop.executeAndWait { 0 }
+            let early = seen.withLock { $0 }
+            #expect(early == Array(0...13))
+            give(14)
+            return 7
+        }
+        #expect(result == 7)
+        _ = loop.executeAndWait { 0 }
+        #expect(seen.withLock { $0 } == Array(0...14))
+        #expect(outside.withLock { $0 } == 0)
+        // No cork is left behind on the thread.
+        loop.execute { seen.withLock { $0.append(15) } }
+        _ = loop.executeAndWait { 0 }
+        #expect(seen.withLock { $0.last } == 15)
+    }
+
+    /// Wakes deferred while one read is handled are made once each at its end; outside such a
+    /// handling (or outside the loop's work) nothing is deferred.
+    @Test func wakesDeferredDuringAReadAreMadeAtItsEnd() throws {
+        final class Waker: DeferredWake, @unchecked Sendable {
+            let flushes = Atomic<Int>(0)
+            func flushDeferredWake() { flushes.add(1, ordering: .relaxed) }
+        }
+        let loop = try EventLoop.shared()
+        let a = Waker(), b = Waker()
+        #expect(!loop.deferWake(a, noted: false))  // not in the loop's work
+        let during: [Int] = loop.executeAndWait {
+            var seen: [Int] = []
+            #expect(!loop.deferWake(a, noted: false))  // in the loop, not in a read
+            loop.batchingWakes {
+                #expect(loop.deferWake(a, noted: false))
+                #expect(loop.deferWake(a, noted: true))
+                #expect(loop.deferWake(b, noted: false))
+                loop.batchingWakes { #expect(loop.deferWake(b, noted: true)) }  // nested: one batch
+                seen = [a.flushes.load(ordering: .relaxed), b.flushes.load(ordering: .relaxed)]
+            }
+            return seen
+        }
+        #expect(during == [0, 0])
+        #expect(a.flushes.load(ordering: .relaxed) == 1)
+        #expect(b.flushes.load(ordering: .relaxed) == 1)
+    }
+
     /// A timer added by a task run inline (the loop thread asleep with no deadline) still fires:
     /// the loop thread is woken to take it into account.
     @Test func timerAddedInlineWakesTheLoop() throws {
