@@ -17,7 +17,9 @@ import Synchronization
 final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendable {
     let path: String
     private let loop: EventLoop
-    private let handler: @Sendable (GRPCCallEvent) -> Void
+    /// Let go when the call ends (finished or cancelled): whoever it delivers to often holds
+    /// the call, and that cycle would otherwise keep both for the life of the process.
+    private var handler: (@Sendable (GRPCCallEvent) -> Void)?
     private let maxQueuedSendBytes: Int
     private let peer: String
 
@@ -119,6 +121,13 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
             self.finished = true
             self.stopDeadline()
             self.connection?.reset(stream: self.streamID, errorCode: 8)  // CANCEL
+            // No event comes after a cancel: what the call holds goes now (its queued audio,
+            // its connection, its handler and whatever that holds).
+            self.connection = nil
+            self.outgoing.removeAll()
+            self.current = nil
+            self.queuedBytes.clear()
+            self.handler = nil
         }
     }
 
@@ -150,7 +159,9 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         outgoing.removeAll()
         current = nil
         queuedBytes.clear()
-        handler(.closed(error))
+        let last = handler
+        handler = nil
+        last?(.closed(error))
     }
 
     // MARK: HTTP2StreamDelegate
@@ -198,14 +209,14 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
 
     func http2GoingAway() {
         guard !finished else { return }
-        handler(.goingAway)
+        handler?(.goingAway)
     }
 
     func http2Data(_ bytes: UnsafeRawBufferPointer) {
         guard !finished else { return }
         do throws(SpeechClientError) {
             try deframer.append(bytes) { message in
-                if !finished { handler(.message(message)) }
+                if !finished { handler?(.message(message)) }
             }
         } catch {
             var e = error

@@ -128,6 +128,38 @@ private func channel(_ peer: PeerProcess, host: String = "127.0.0.1",
         #expect(try ch.unary(path: "/test.Echo/Unary", metadata: [], request: [9], timeoutMilliseconds: 5000) == [9])
     }
 
+    /// Whoever a call delivers to often holds the call (the Speechly stream's relay does): the
+    /// call lets go of its handler when it ends, finished or cancelled, so that neither is kept
+    /// for the life of the process (a cancelled stream kept its queued audio and its connection).
+    @Test(arguments: [true, false]) func anEndedCallLetsGoOfItsHandler(cancelled: Bool) throws {
+        final class Holder: @unchecked Sendable {
+            var call: (any GRPCStreamingCall)?
+            let events = EventCollector()
+        }
+        let ch = try channel(echoServer())
+        weak var weakHolder: Holder?
+        weak var weakCall: AnyObject?
+        do {
+            let holder = Holder()
+            let call = try ch.openStreamingCall(path: "/test.Echo/Bidi", metadata: []) { holder.events.handle($0) }
+            holder.call = call  // the cycle: holder -> call -> handler -> holder
+            weakHolder = holder
+            weakCall = call
+            call.send([1, 2, 3])
+            #expect(holder.events.wait { $0.messages.count == 1 })
+            if cancelled {
+                call.send([UInt8](repeating: 7, count: 100_000))  // may still be queued: let go too
+                call.cancel()
+            } else {
+                call.halfClose()
+                #expect(holder.events.waitClosed() == .some(nil))
+            }
+        }
+        _ = try EventLoop.shared().executeAndWait { 0 }  // the loop is done with the last event
+        #expect(weakHolder == nil)
+        #expect(weakCall == nil)
+    }
+
     @Test func manyConcurrentStreamsShareOneConnection() throws {
         let count = 1000  // about a second here; the issue asks for it in CI
         let ch = try channel(echoServer())
