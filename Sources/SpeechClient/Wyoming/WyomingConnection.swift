@@ -47,13 +47,11 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
                 registered = true
                 return nil
             } catch {
+                close()  // the socket, and the owner's closures (they hold the owner)
                 return error
             }
         }
-        if let failure {
-            io.close()
-            throw failure
-        }
+        if let failure { throw failure }
     }
 
     /// Queues events from any thread; `then` runs on the loop after they were queued (unless the

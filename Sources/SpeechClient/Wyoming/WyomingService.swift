@@ -213,8 +213,9 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private let cancelled = Atomic<Bool>(false)
     private var loop: EventLoop { connection.loop }
 
-    // Loop-thread state, except `samplesSent` (the worker's, in `send`).
+    // Loop-thread state, except `samplesSent` and `startSent` (the worker's, in `send` and `finish`).
     private var samplesSent = 0
+    private var startSent = false
     private var partial = ""
     private var resultTimer: UInt64?
 
@@ -246,6 +247,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         case .config, .rttResponse:
             return
         case .start:
+            startSent = true
             var ask: [String: JSONValue] = ["language": .string(language)]
             if let model { ask["name"] = .string(model) }
             // The info proved the server there; a transcription starts when it is asked for.
@@ -264,8 +266,13 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         }
     }
 
-    /// Wyoming has no half-close: `audio-stop` ends the input and the server answers it.
-    func finish() {}
+    /// Wyoming has no half-close: `audio-stop` ends the input and the server answers it. A
+    /// stream that never started a transcription (prepared, then let go: idle, suspended) is
+    /// closed: nothing would ever end it, and it held its socket and itself until the server
+    /// hung up.
+    func finish() {
+        if !startSent { cancel() }
+    }
 
     func cancel() {
         cancelled.store(true, ordering: .releasing)

@@ -94,6 +94,23 @@ import Testing
         stream.cancel()
     }
 
+    /// A stream opened ahead (prepared) and let go without a transcription (idle, suspend) is
+    /// closed by `finish`: nothing else would end it, and its connection held it.
+    @Test func aStreamFinishedBeforeItStartedIsClosedAndFreed() throws {
+        let server = try peer("Normal")
+        defer { server.stop() }
+        let service = WyomingService(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(server.port)"),
+                                     connectTimeoutMilliseconds: 3000, resultTimeoutMilliseconds: 700, log: { _, _ in })
+        weak var weakStream: AnyObject?
+        do {
+            let stream = try service.openStream(config: SLUConfig(languageCode: "en-US"), cancellation: nil) { _ in }
+            weakStream = stream
+            stream.finish()
+        }
+        _ = try EventLoop.shared().executeAndWait { 0 }
+        #expect(weakStream == nil)
+    }
+
     @Test func aConnectionLostMidContextIsReplayedOnANewOne() throws {
         let server = try peer("CloseMidStream")
         defer { server.stop() }
