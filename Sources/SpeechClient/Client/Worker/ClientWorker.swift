@@ -171,7 +171,8 @@ final class ClientWorker: @unchecked Sendable {
         // is closed after `idleStreamMilliseconds` (protocol.md: the official clients did the
         // same) and reopened by the next start.
         let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
-        let deadline = [reconnection.due?.at, idleDeadline, moveDeadline, startDeadline, stalledUntil].compactMap { $0 }.min()
+        // Taken every step (a file's every chunk): no arrays built for it.
+        let deadline = Self.earliest(Self.earliest(reconnection.due?.at, idleDeadline), Self.earliest(laneDeadlines, stalledUntil))
         switch client.takeCommand() {
         case .closing:
             return .closed
@@ -198,10 +199,34 @@ final class ClientWorker: @unchecked Sendable {
     private var pumpWanted: Bool { pumping && !(waitsForServer && (reconnection.due != nil || (contextOpen && !stopSent && current == nil))) }
 
     /// The earliest time a lane on a going-away connection must move.
-    private var moveDeadline: UInt64? { lanes.values.compactMap(\.moveBy).min() }
+    private var moveDeadline: UInt64? {
+        var earliest: UInt64?
+        for lane in lanes.values { earliest = Self.earliest(earliest, lane.moveBy) }
+        return earliest
+    }
 
     /// The earliest start acknowledgement due (lanes the server has not acknowledged yet).
-    private var startDeadline: UInt64? { lanes.values.map(\.startDue).filter { $0 != .max }.min() }
+    private var startDeadline: UInt64? {
+        var earliest: UInt64?
+        for lane in lanes.values where lane.startDue != .max { earliest = Self.earliest(earliest, lane.startDue) }
+        return earliest
+    }
+
+    /// The earlier of `moveDeadline` and `startDeadline`, in one pass over the lanes.
+    private var laneDeadlines: UInt64? {
+        var earliest: UInt64?
+        for lane in lanes.values {
+            earliest = Self.earliest(earliest, lane.moveBy)
+            if lane.startDue != .max { earliest = Self.earliest(earliest, lane.startDue) }
+        }
+        return earliest
+    }
+
+    static func earliest(_ a: UInt64?, _ b: UInt64?) -> UInt64? {
+        guard let a else { return b }
+        guard let b else { return a }
+        return min(a, b)
+    }
 
     /// A stream whose start the server did not acknowledge in time is lost (issue 19 item 1: a
     /// hung server once left a context STARTING for 40 s): it is retried like a lost connection,

@@ -56,6 +56,13 @@ struct Lane {
     /// Bytes a request of `samples` audio samples takes on the wire: the samples, the protobuf
     /// field and message tags, the gRPC prefix (an upper bound: what a proxy counts).
     static func audioBytes(samples: Int) -> Int { samples * SpeechAudio.bytesPerSample + 16 }
+
+    /// Sends a chunk of live audio on the stream, unless the lane is still replaying.
+    mutating func sendLive(_ chunk: [Int16]) {
+        guard cursor == nil else { return }
+        stream.send(.audio(chunk))
+        bytes += Lane.audioBytes(samples: chunk.count)
+    }
 }
 
 /// The responses a lane holds, and about how many bytes they keep (`SLUResponse.heldBytes`).
