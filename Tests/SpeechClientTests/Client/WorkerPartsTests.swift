@@ -49,6 +49,12 @@ import Glibc
 
     // MARK: RotationPolicy
 
+    @Test func aChunksEnergyIsTheSumOfItsSquares() {
+        #expect(RotationPolicy.energy([]) == 0)
+        #expect(RotationPolicy.energy([3, -4, .min, .max]) == 9 + 16 + 32_768 * 32_768 + 32_767 * 32_767)
+        #expect(RotationPolicy.energy([Int16](repeating: .min, count: 1_600)) == 1_600 * 32_768 * 32_768)
+    }
+
     private let loud = [Int16](repeating: 8_000, count: 1_600)
     private let quiet = [Int16](repeating: 10, count: 1_600)
 

@@ -59,8 +59,15 @@ struct RotationPolicy {
 
     /// Sum of squares of a chunk (its energy).
     static func energy(_ chunk: [Int16]) -> Int64 {
-        var sum: Int64 = 0
-        for s in chunk { sum &+= Int64(s) * Int64(s) }
-        return sum
+        // Unchecked arithmetic over the raw buffer, so that the loop vectorises: a square of
+        // an Int16 cannot overflow, and 2^32 of them cannot overflow the sum.
+        chunk.withUnsafeBufferPointer { samples in
+            var sum: Int64 = 0
+            for s in samples {
+                let v = Int64(s)
+                sum &+= v &* v
+            }
+            return sum
+        }
     }
 }
