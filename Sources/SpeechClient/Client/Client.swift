@@ -362,8 +362,10 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         // While the worker is idle (no command queued or in hand, its audio lock free), this
         // thread sends the chunks itself: one thread hand-off less per chunk. The worker's lock
         // is only tried, never waited for, so a push never blocks on a connect or a login.
+        // Not while a turn runs, even between its steps: the turn's sends (a start, replayed
+        // audio) are held until it ends (`EventLoop.corking`), and these would overtake them.
         let idleWorker: ClientWorker? = lock.withLock {
-            guard commands.isEmpty, !workerBusy, !closing, let w = worker, w.takesDirect, w.audioLock.tryLock() else { return nil }
+            guard commands.isEmpty, !workerBusy, !workerScheduled, !closing, let w = worker, w.takesDirect, w.audioLock.tryLock() else { return nil }
             return w
         }
         if let idleWorker {
