@@ -83,7 +83,10 @@ def check_segments(events):
     unfinished = [k for k, e in last.items() if not e["final"]]
     assert not unfinished, f"segments whose last update is not final: {unfinished}"
     finals = [last[k] for k in sorted(last, key=lambda k: (k[0], k[1]))]
-    largest = max(len(e["words"]) for e in events if e["type"] == "segment")
+    biggest = max((e for e in events if e["type"] == "segment"), key=lambda e: len(e["words"]))
+    largest = len(biggest["words"])
+    if largest > MAX_WORDS_PER_UPDATE:  # what it was, for the failure that follows
+        print(f"  largest update: segment {biggest['segment_id']}, final {biggest['final']}: {biggest['transcript']!r}")
     return " ".join(e["transcript"] for e in finals), largest
 
 
