@@ -118,16 +118,10 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     func cancel() {
         loop.executeAndWait { [self] in
             guard !self.finished else { return }
-            self.finished = true
-            self.stopDeadline()
+            // Ended first: the reset may close the stream at once, and no event follows a cancel.
+            _ = self.end()
             self.connection?.reset(stream: self.streamID, errorCode: 8)  // CANCEL
-            // No event comes after a cancel: what the call holds goes now (its queued audio,
-            // its connection, its handler and whatever that holds).
-            self.connection = nil
-            self.outgoing.removeAll()
-            self.current = nil
-            self.queuedBytes.clear()
-            self.handler = nil
+            self.connection = nil  // what the call holds goes now, its connection too
         }
     }
 
@@ -154,14 +148,19 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
 
     private func finish(_ error: SpeechClientError?) {
         guard !finished else { return }
+        end()?(.closed(error))
+    }
+
+    /// The call is over: its queued requests and its handler (and whatever that holds) go.
+    /// Returns the handler, for the last event.
+    private func end() -> (@Sendable (GRPCCallEvent) -> Void)? {
         finished = true
         stopDeadline()
         outgoing.removeAll()
         current = nil
         queuedBytes.clear()
-        let last = handler
-        handler = nil
-        last?(.closed(error))
+        defer { handler = nil }
+        return handler
     }
 
     // MARK: HTTP2StreamDelegate

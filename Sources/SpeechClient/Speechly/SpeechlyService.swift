@@ -37,9 +37,9 @@ public final class SpeechlyService: RecognitionService, @unchecked Sendable {
 
 /// Decodes a call's messages and makes sure the client sees exactly one `.closed`: a message
 /// that does not decode ends the stream with a parse error and cancels the call.
-/// It holds the call (to cancel it) and the call holds it (its handler): the call is let go
-/// when the stream closes, or that cycle would keep both, and what they hold, for as long as
-/// the process runs (every rotated or finished stream: about 0.8 KB each).
+/// It holds the call (to cancel it) and the call holds it (its handler) until the call ends:
+/// each lets go of the other then (`GRPCCall` drops its handler when it finishes or is
+/// cancelled), or the cycle would keep both for the life of the process.
 /// Sendable: the lock `state` guards `closed` and `call`; `handler` and `identity` are immutable.
 final class StreamRelay: @unchecked Sendable {
     private let handler: @Sendable (StreamEvent) -> Void
