@@ -72,7 +72,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     private var turnThread: UInt = 0
     /// An event of the turn is waiting for that wake.
     private var wakeDeferred = false
-    /// The network's loop: it holds the sends of a worker turn until the turn's end
+    /// The network's loop (also the worker's timers): it holds the sends of a worker turn until the turn's end
     /// (`EventLoop.corking`) and, with thread delivery, defers the wakes of the responses of one
     /// read to its end (`EventLoop.batchingWakes`); and whether it has this client noted.
     private let networkLoop: EventLoop?
@@ -119,8 +119,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         }
         self.options = options
         self.handler = handler
-        applicationLoop = options.io == .application && options.delivery == .application ? try? EventLoop.shared() : nil
         networkLoop = try? EventLoop.shared()
+        applicationLoop = options.io == .application && options.delivery == .application ? networkLoop : nil
         switch options.delivery {
         case .application:
             let fd = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
@@ -704,7 +704,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     /// A poke at `deadline` (a reconnection, a start timeout, an idle stream, a stall's bound):
     /// an event-loop timer, rounded up to the millisecond so that it never fires early.
     private func wakeWorker(at deadline: UInt64) {
-        guard let loop = try? EventLoop.shared() else { return }
+        guard let loop = networkLoop else { return }
         let now = Clock.monotonicNanos()
         let ms = deadline > now ? Int((deadline - now + 999_999) / 1_000_000) : 0
         loop.post { [weak self] in

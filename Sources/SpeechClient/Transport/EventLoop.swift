@@ -178,10 +178,14 @@ final class EventLoop: @unchecked Sendable {
     /// Hands over what the calling thread's cork holds (it may block next: a microphone read,
     /// a connect); nothing without a cork.
     func uncorkNow() {
-        guard let cork = Self.currentCork, !cork.tasks.isEmpty else { return }
-        let tasks = cork.tasks
-        cork.tasks = []
-        run(held: tasks)
+        run(held: Self.takeHeld())
+    }
+
+    /// What the calling thread's cork holds, taken out of it (nothing without a cork).
+    private static func takeHeld() -> [@Sendable () -> Void] {
+        guard let cork = currentCork, !cork.tasks.isEmpty else { return [] }
+        defer { cork.tasks = [] }
+        return cork.tasks
     }
 
     private func run(held tasks: [@Sendable () -> Void]) {
@@ -217,13 +221,7 @@ final class EventLoop: @unchecked Sendable {
     /// a lock that the loop's work may take.
     func post(_ task: @escaping @Sendable () -> Void) {
         // After what the thread's cork holds (queued too, not run here: the caller may hold a lock).
-        let held: [@Sendable () -> Void]
-        if let cork = Self.currentCork {
-            held = cork.tasks
-            cork.tasks = []
-        } else {
-            held = []
-        }
+        let held = Self.takeHeld()
         let wake = queue.withLock { q -> Bool in
             q.tasks.append(contentsOf: held)
             q.tasks.append(task)

@@ -196,9 +196,15 @@ extension ClientWorker {
         guard !contextId.isEmpty else { return [] }
         let closed = assembler.closeUnfinished(context: contextId)
         guard !closed.isEmpty else { return [] }
-        let words = closed.reduce(0) { $0 + $1.words.count }
-        client?.log(.warning, "context \(contextId): \(why) with \(closed.count) segment(s) the server never ended; their \(words) word(s) are delivered as a final update with the words marked unconfirmed")
+        warnClosedUnfinished(closed, "context \(contextId): \(why)")
         return closed.map { .segment($0) }
+    }
+
+    /// The warning for segments delivered final though their server never ended them; `what`
+    /// names the context and how it ended.
+    func warnClosedUnfinished(_ closed: [Segment], _ what: String) {
+        let words = closed.reduce(0) { $0 + $1.words.count }
+        client?.log(.warning, "\(what) with \(closed.count) segment(s) the server never ended; their \(words) word(s) are delivered as a final update with the words marked unconfirmed")
     }
 
     /// Every way a context ends (finished, failed, abandoned): the per-context state is reset,

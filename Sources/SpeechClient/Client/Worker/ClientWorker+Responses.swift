@@ -133,9 +133,7 @@ extension ClientWorker {
         let closed = assembler.closeUnfinished(context: contextId, segments: lane.openSegments)
         assembler.forgetEnded(context: contextId, segments: lane.endedSegments.union(lane.openSegments))
         guard !closed.isEmpty else { return }
-        let words = closed.reduce(0) { $0 + $1.words.count }
-        let which = serverContext == contextId ? "context \(contextId)" : "context \(contextId): server context \(serverContext)"
-        client?.log(.warning, "\(which) finished with \(closed.count) segment(s) it never ended; their \(words) word(s) are delivered as a final update with the words marked unconfirmed")
+        warnClosedUnfinished(closed, serverContext == contextId ? "context \(contextId) finished" : "context \(contextId): server context \(serverContext) finished")
         // Segments withheld until the wake word was heard stay withheld.
         if options.activation == .wakeword && !woken { return }
         for segment in closed { client?.emit(.segment(segment)) }

@@ -212,15 +212,8 @@ final class ClientWorker: @unchecked Sendable {
         return earliest
     }
 
-    /// The earlier of `moveDeadline` and `startDeadline`, in one pass over the lanes.
-    private var laneDeadlines: UInt64? {
-        var earliest: UInt64?
-        for lane in lanes.values {
-            earliest = Self.earliest(earliest, lane.moveBy)
-            if lane.startDue != .max { earliest = Self.earliest(earliest, lane.startDue) }
-        }
-        return earliest
-    }
+    /// The earlier of `moveDeadline` and `startDeadline`.
+    private var laneDeadlines: UInt64? { Self.earliest(moveDeadline, startDeadline) }
 
     static func earliest(_ a: UInt64?, _ b: UInt64?) -> UInt64? {
         guard let a else { return b }

@@ -32,7 +32,7 @@ struct Lane {
     /// recognises that audio again).
     var openSegments: Set<Int32> = []
     /// User segment ids it ended: the assembler refuses late updates to them while this lane
-    /// could still send one, and forgets them when it ends (see `ClientWorker.forgetEnded`).
+    /// could still send one, and forgets them when it ends (`SegmentAssembler.forgetEnded`).
     var endedSegments: Set<Int32> = []
     /// Responses that arrived while an earlier lane was still open: held, then applied in order
     /// once every earlier lane has finished, so segments reach the application in audio order.
