@@ -70,6 +70,13 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     /// was most of a file transcription's context switches (each preempts the worker on a
     /// shared core). Other threads' events wake it at once, as before.
     private var turnThread: UInt = 0
+    /// Tests only: run at the end of each worker turn, while its sends are still held (the
+    /// window a push must not slip its audio into).
+    var turnEndingForTests: (@Sendable () -> Void)? {
+        get { lock.withLock { turnEnding } }
+        set { lock.withLock { turnEnding = newValue } }
+    }
+    private var turnEnding: (@Sendable () -> Void)?
     /// An event of the turn is waiting for that wake.
     private var wakeDeferred = false
     /// The network's loop (also the worker's timers): it holds the sends of a worker turn until the turn's end
@@ -657,18 +664,24 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
 
     /// A turn of the worker, on a worker-pool thread. True: queue it again.
     func runWorkerTurn() -> Bool {
-        let turnWorker: ClientWorker? = lock.withLock {
+        let taken: (worker: ClientWorker, ending: (@Sendable () -> Void)?)? = lock.withLock {
             guard let w = self.worker else {
                 workerScheduled = false
                 lock.broadcast()
                 return nil
             }
             turnThread = UInt(pthread_self())
-            return w
+            return (w, turnEnding)
         }
-        guard let worker = turnWorker else { return false }
+        guard let (worker, ending) = taken else { return false }
         // The turn's sends (a file's chunks) leave together at its end, or before it may block.
-        let turn = networkLoop.map { loop in loop.corking { worker.runTurn() } } ?? worker.runTurn()
+        let turn = networkLoop.map { loop in
+            loop.corking { () -> ClientWorker.Turn in
+                let turn = worker.runTurn()
+                ending?()
+                return turn
+            }
+        } ?? worker.runTurn()
         var timer: UInt64?
         var deliver = false
         let again: Bool = lock.withLock {

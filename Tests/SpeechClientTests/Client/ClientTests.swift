@@ -85,6 +85,52 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(client.currentState == .idle)
     }
 
+    /// A push made while a worker turn still holds its sends (`EventLoop.corking`: here the
+    /// config and the start) must not send its audio itself: it would reach the server before
+    /// the start. The push is made from another thread at the end of the start's turn, the
+    /// moment the turn's locks are free but its sends not yet handed over.
+    @Test func audioPushedWhileATurnHoldsTheStartReachesTheServerAfterIt() throws {
+        var behaviour = FakeRecognitionService.Behaviour()
+        behaviour.sendsThroughEventLoop = true
+        let service = FakeRecognitionService(behaviour)
+        let log = EventLog()
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        let pushed = ConditionLock()
+        let state = Locked((armed: true, done: false))
+        client.turnEndingForTests = {
+            // Once: at the end of the turn that handed over the start.
+            guard service.startsHanded.load(ordering: .relaxed) > 0,
+                  state.withLock({ s in defer { s.armed = false }; return s.armed }) else { return }
+            let pusher = try? NativeThread(name: "test-push") {
+                let samples = [Int16](repeating: 1000, count: 1_600)
+                samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+                pushed.withLock { state.withLock { $0.done = true }; pushed.broadcast() }
+            }
+            pusher?.detach()
+            // The push does not wait for the worker, so it is done long before this gives up.
+            let deadline = Clock.monotonicNanos() + 2_000_000_000
+            pushed.withLock {
+                while !state.withLock({ $0.done }) { if !pushed.wait(untilMonotonicNanos: deadline) { break } }
+            }
+        }
+        try client.start()
+        #expect(log.waitFor { $0.contains("segment tentative w1") })
+        #expect(state.withLock { $0.done })
+        let order = service.requests.withLock { $0 }.map { r -> String in
+            switch r {
+            case .config: return "config"
+            case .start: return "start"
+            case .audio: return "audio"
+            case .stop: return "stop"
+            case .rttResponse: return "rtt"
+            }
+        }
+        #expect(Array(order.prefix(3)) == ["config", "start", "audio"], "\(order)")
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+    }
+
     @Test func wrongStatesAreRejected() throws {
         let client = try Client(options: try pushOptions(), service: FakeRecognitionService(), handler: nil)
         defer { try? client.close() }

@@ -47,10 +47,16 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// Each chunk is answered with a final segment of its own (60 words of 1000 bytes): a
         /// server that floods finals.
         var bulkyFinals = false
+        /// Requests are taken inside the process's event loop (`EventLoop.execute`), as a gRPC
+        /// call takes them: a worker turn's sends are then held until the turn ends, as they
+        /// are on the wire, and `requests` is the order the server would see.
+        var sendsThroughEventLoop = false
     }
 
     let behaviour: Behaviour
     let requests = Locked<[SLURequest]>([])
+    /// Starts handed to a stream's `send` (with `sendsThroughEventLoop`, perhaps not taken yet).
+    let startsHanded = Atomic<Int>(0)
     let streamsOpened = Atomic<Int>(0)
     let streamsFinished = Atomic<Int>(0)
     /// Context ids are numbered across streams, as a server numbers them (ctx-1, ctx-2, ...).
@@ -101,6 +107,15 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     }
 
     func send(_ request: SLURequest) {
+        if case .start = request { service.startsHanded.add(1, ordering: .relaxed) }
+        if let loop {
+            loop.execute { self.take(request) }
+        } else {
+            take(request)
+        }
+    }
+
+    private func take(_ request: SLURequest) {
         service.requests.withLock { $0.append(request) }
         let delay = service.behaviour.answerDelayMilliseconds
         var out: [StreamEvent] = []
@@ -180,11 +195,24 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
         }
     }
 
+    /// Through the loop too (as a gRPC call's half-close and reset go), so that the end comes
+    /// after the requests handed over before it.
+    private var loop: EventLoop? { service.behaviour.sendsThroughEventLoop ? try? EventLoop.shared() : nil }
+
     func finish() {
+        guard let loop else { return finished() }
+        loop.execute { self.finished() }
+    }
+
+    private func finished() {
         state.withLock { $0.closed = true }
         service.streamsFinished.add(1, ordering: .relaxed)
     }
-    func cancel() { state.withLock { $0.closed = true } }
+
+    func cancel() {
+        guard let loop else { return state.withLock { $0.closed = true } }
+        loop.executeAndWait { self.state.withLock { $0.closed = true } }
+    }
     var backlogBytes: Int { 0 }
     func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { false }
 }
