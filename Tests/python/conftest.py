@@ -116,7 +116,7 @@ class SilentServer:
         self._sock.listen(16)
         self.url = f"grpc://127.0.0.1:{self._sock.getsockname()[1]}"
         self._conns = []
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -127,15 +127,38 @@ class SilentServer:
                 return
             with self._lock:
                 self._conns.append(conn)
+                self._lock.notify_all()
 
     def wait_for_connection(self, timeout=10.0):
+        with self._lock:
+            return self._lock.wait_for(lambda: self._conns, timeout)
+
+    def wait_for_preface(self, timeout=10.0):
+        """Waits until the first connection has carried the client's HTTP/2 preface and SETTINGS
+        (the client then waits for the server's, with its login in hand), reading what the
+        client writes; nothing is answered."""
         import time
         deadline = time.monotonic() + timeout
+        if not self.wait_for_connection(timeout):
+            return False
+        with self._lock:
+            conn = self._conns[0]
+        data = b""
         while time.monotonic() < deadline:
-            with self._lock:
-                if self._conns:
+            # The client preface (24 bytes), then frames: 3 bytes of length, 1 of type (4: SETTINGS).
+            pos = 24
+            while len(data) >= pos + 9:
+                if data[pos + 3] == 4:
                     return True
-            time.sleep(0.01)
+                pos += 9 + int.from_bytes(data[pos:pos + 3], "big")
+            conn.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                more = conn.recv(65536)
+            except OSError:
+                return False
+            if not more:
+                return False
+            data += more
         return False
 
     def close_all(self):

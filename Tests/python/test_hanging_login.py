@@ -21,8 +21,7 @@ def _starting(server, cache_dir, **kw):
     """A client whose login is in flight on a server that never answers."""
     client = _client(server, cache_dir, **kw)
     client.start()
-    assert server.wait_for_connection(), "the client never connected to the silent server"
-    time.sleep(0.2)  # the login request is written
+    assert server.wait_for_preface(), "the client never spoke HTTP/2 to the silent server"
     assert client.state == sc.State.STARTING
     return client
 
