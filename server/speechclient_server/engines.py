@@ -505,14 +505,18 @@ class _WhisperRecognizer(Recognizer):
             pieces: List[Piece] = []
             probs: List[Optional[float]] = []
             t0 = time.perf_counter()
-            # temperature 0 only: faster-whisper's fallback re-decodes a doubtful window at up to five
-            # higher temperatures, and the word cut off at a window's end is doubtful (measured: one
-            # 10 s window cost 2x, for an invented last word). Local agreement handles that word.
+            # Temperature 0, and a higher one only for text that repeats itself (gzip ratio above
+            # 2.4: Whisper caught in a loop, writing one phrase until its token limit; a CI run saw
+            # an update of 223 words for a 20 s segment). Not for a doubtful log probability
+            # (log_prob_threshold=None): the word cut off at a window's end is doubtful, and
+            # re-decoding for it cost 2x (measured: one 10 s window, for an invented last word);
+            # local agreement handles that word.
             # no_speech_threshold=None: faster-whisper would skip a window whose text it doubts
             # and whose no-speech probability is high, which it says of real speech too (an odd
             # sonnet line after a sentence end, measured here); the loudness decides instead.
             segments, _ = engine.model.transcribe(audio, language="en", word_timestamps=True, beam_size=1,
-                                                  temperature=0.0, condition_on_previous_text=False,
+                                                  temperature=self.TEMPERATURES, compression_ratio_threshold=2.4,
+                                                  log_prob_threshold=None, condition_on_previous_text=False,
                                                   vad_filter=False, no_speech_threshold=None,
                                                   initial_prompt=self.prompt[-engine.PROMPT_CHARS:] or None)
             for seg in segments:  # pieces are joined within one of Whisper's segments only
@@ -550,6 +554,7 @@ class _WhisperRecognizer(Recognizer):
         self._decoded_p = probs
         return out
 
+    TEMPERATURES = (0.0, 0.2, 0.4, 0.6)  # the later ones only for a decode that repeats itself
     NO_SPEECH_PROB = 0.6   # faster-whisper's own rule for text on no speech: this likely to be
     DOUBTFUL_LOGPROB = -1.0  # none, and its text this doubtful (its defaults)
 
