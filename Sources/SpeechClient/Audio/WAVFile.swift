@@ -49,6 +49,9 @@ public final class WAVFileSource: Int16AudioSource {
 
     private var memory: [UInt8]?
     private var memoryCopy: UnsafeMutableRawPointer?
+    /// stdio's buffer for a file on disk (`setvbuf`), owned here and freed after `fclose`.
+    private var stdioBuffer: UnsafeMutablePointer<CChar>?
+    static let readBlockBytes = 64 * 1024
 
     deinit { close() }
 
@@ -74,8 +77,12 @@ public final class WAVFileSource: Int16AudioSource {
         } else {
             opened = fopen(path, "rb")
             // 64 KB reads, not stdio's 4 KB: one system call per 20 chunks of a fast file, not one
-            // per chunk. stdio allocates the buffer itself and frees it at fclose.
-            if let opened { _ = setvbuf(opened, nil, _IOFBF, 64 * 1024) }
+            // per chunk. The buffer is ours: glibc ignores the size given with a null buffer.
+            if let opened {
+                let block = UnsafeMutablePointer<CChar>.allocate(capacity: Self.readBlockBytes)
+                stdioBuffer = block
+                _ = setvbuf(opened, block, _IOFBF, Self.readBlockBytes)
+            }
         }
         guard let f = opened else {
             if memory?.isEmpty == true { close(); throw Self.fail(path, "the file is empty") }
@@ -134,6 +141,8 @@ public final class WAVFileSource: Int16AudioSource {
     public func close() {
         if let file { fclose(file) }
         file = nil
+        stdioBuffer?.deallocate()  // after fclose, which may still use it
+        stdioBuffer = nil
         memoryCopy?.deallocate()
         memoryCopy = nil
     }

@@ -98,6 +98,35 @@ import Glibc
         #expect(try s.read(maxFrames: Int.max)?.count == WAVFileSource.maxFramesPerRead * 2)
     }
 
+    /// This thread's read system calls so far (`syscr` of /proc/thread-self/io).
+    static func readCalls() -> Int? {
+        guard let f = fopen("/proc/thread-self/io", "r") else { return nil }
+        defer { fclose(f) }
+        var line = [CChar](repeating: 0, count: 128)
+        while fgets(&line, Int32(line.count), f) != nil {
+            let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if text.hasPrefix("syscr:") { return Int(text.dropFirst(6).filter { $0.isNumber }) }
+        }
+        return nil
+    }
+
+    /// A file is read from disk in 64 KB blocks, not in stdio's 4 KB ones: a fast file's every
+    /// chunk was one system call (stop 33 asked stdio for 64 KB with a null buffer, which glibc
+    /// ignores). 1 MB read 100 ms at a time: 16 reads, not 256.
+    @Test func aFileIsReadFromDiskInLargeBlocks() throws {
+        let bytes = 1 << 20
+        let path = F.writeTemp(F.wav(data: [UInt8](repeating: 7, count: bytes)), name: "blocks.wav")
+        let s = WAVFileSource(path: path)
+        try s.open()
+        let before = try #require(Self.readCalls())
+        var samples = 0
+        while let b = try s.readInt16(maxFrames: 1_600) { samples += b.count }
+        let calls = try #require(Self.readCalls()) - before
+        #expect(samples == bytes / 2)
+        #expect(calls <= bytes / WAVFileSource.readBlockBytes + 2, "\(calls) read calls for 1 MB")
+        s.close()
+    }
+
     static let riff = Array("RIFF".utf8), wave = Array("WAVE".utf8)
 
     static let malformed: [(String, [UInt8])] = [
