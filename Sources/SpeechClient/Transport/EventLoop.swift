@@ -93,9 +93,7 @@ final class EventLoop: @unchecked Sendable {
     private var inlineDeliveries: [any InlineDelivery]?
     /// Inside `batchingWakes`: the clients whose callback threads are woken at its end.
     private var deferredWakes: [any DeferredWake]?
-    private struct Timer { var deadline: UInt64; var body: () -> Void }
-    private var timers: [UInt64: Timer] = [:]
-    private var nextTimerID: UInt64 = 1
+    private var timers = DeadlineQueue<() -> Void>()
 
     private static let instance = Locked<EventLoop?>(nil)
 
@@ -436,15 +434,13 @@ final class EventLoop: @unchecked Sendable {
     /// Runs `body` on the loop thread after `milliseconds`; returns an id for `cancelTimer`.
     @discardableResult
     func addTimer(milliseconds: Int, _ body: @escaping () -> Void) -> UInt64 {
-        let id = nextTimerID
-        nextTimerID += 1
-        timers[id] = Timer(deadline: Clock.monotonicNanos() + UInt64(max(milliseconds, 0)) * 1_000_000, body: body)
+        let id = timers.add(deadline: Clock.monotonicNanos() + UInt64(max(milliseconds, 0)) * 1_000_000, body)
         // Added inline while the loop thread sleeps: it must compute its timeout again.
         if !isLoopThread { wakeUp() }
         return id
     }
 
-    func cancelTimer(_ id: UInt64) { timers.removeValue(forKey: id) }
+    func cancelTimer(_ id: UInt64) { timers.cancel(id) }
 
     // MARK: the loop
 
@@ -508,14 +504,12 @@ final class EventLoop: @unchecked Sendable {
     /// Returns the epoll_wait timeout: 0 when tasks are waiting, else until the next timer (-1: none).
     private func runDueTimersAndComputeTimeout() -> Int32 {
         if !timers.isEmpty {
-            let now = Clock.monotonicNanos()
-            let due = timers.filter { $0.value.deadline <= now }.sorted { $0.value.deadline < $1.value.deadline }
-            for (id, timer) in due where timers.removeValue(forKey: id) != nil {
-                timer.body()
-            }
+            // Those due now, earliest first; one a body adds waits for the next turn.
+            let now = Clock.monotonicNanos(), addedBefore = timers.nextTimerID
+            while let body = timers.takeDue(now: now, addedBefore: addedBefore) { body() }
         }
         if queue.withLock({ !$0.tasks.isEmpty }) { return 0 }
-        guard let next = timers.values.map(\.deadline).min() else { return -1 }
+        guard let next = timers.nextDeadline() else { return -1 }
         let now = Clock.monotonicNanos()
         if next <= now { return 0 }
         return Int32(min((next - now + 999_999) / 1_000_000, 60_000))
