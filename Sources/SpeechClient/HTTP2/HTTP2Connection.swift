@@ -327,7 +327,10 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
             dueNanos = lastReceiveNanos + interval
         }
         let ms = dueNanos > now ? Int((dueNanos - now + 999_999) / 1_000_000) : 0
-        keepaliveTimer = loop.addTimer(milliseconds: ms) { [weak self] in self?.keepaliveTick() }
+        // Held strongly: the loop holds the connection anyway while it is registered, and
+        // `fail` (which unregisters it) cancels this timer. A weak reference would send every
+        // retain of the connection (a few per chunk) down the runtime's slow path.
+        keepaliveTimer = loop.addTimer(milliseconds: ms) { [self] in self.keepaliveTick() }
     }
 
     private func keepaliveTick() {

@@ -53,7 +53,7 @@ extension ClientWorker {
 
     func openAudioForContext() throws(SpeechClientError) {
         client?.flushDeferredWake()  // opening a device may block
-        try audio.openForContext(log: { [weak self] level, message in self?.client?.log(level, message) })
+        try audio.openForContext(log: { [link] level, message in link.client?.log(level, message) })
     }
 
     /// Whether `samples` more pushed audio fit in the replay buffer beside what is not final yet

@@ -24,11 +24,14 @@ final class ClientWorker: @unchecked Sendable {
     /// too (a prepared stream's or the wake service's events), possibly while the constructor
     /// sets it: prepare-on-init opens the stream before the client is complete.
     var client: Client? {
-        get { clientLink.withLock { $0.client } }
-        set { clientLink.withLock { $0.client = newValue } }
+        get { link.client }
+        set { link.client = newValue }
     }
-    private let clientLink = Mutex(WeakClient())
-    struct WeakClient: Sendable { weak var client: Client? }
+    /// What the worker's callbacks (its streams', the wake service's, its source's log) hold to
+    /// reach the client, instead of the worker itself weakly: a weakly referenced object's every
+    /// retain and release takes the runtime's slow path, and the worker is retained per chunk.
+    /// Emptied when the worker goes, so a callback after that reaches no client.
+    let link = ClientLink()
 
     let options: ClientOptions
     let service: any RecognitionService
@@ -121,14 +124,18 @@ final class ClientWorker: @unchecked Sendable {
                                         maxDelayMilliseconds: options.reconnectMaxDelayMilliseconds)
         if let server = options.wakeService, options.activation == .wakeword {
             let cancellation = self.cancellation
+            let link = self.link
             wake = WakeListener(server: server, name: options.wakeName, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
-                                applicationDriven: options.io == .application, cancellation: cancellation) { [weak self] event, gen in
-                self?.client?.wakeEvent(event, generation: gen)
+                                applicationDriven: options.io == .application, cancellation: cancellation) { event, gen in
+                link.client?.wakeEvent(event, generation: gen)
             }
         }
     }
 
-    deinit { shutdown() }
+    deinit {
+        shutdown()
+        link.client = nil
+    }
 
     /// Below the 256 KiB at which a call fails (GRPCChannel.Configuration.maxQueuedSendBytes)
     /// by far more than one block; 64 KiB with 2 ms naps capped files at ~1,000x real time.
@@ -349,7 +356,7 @@ final class ClientWorker: @unchecked Sendable {
         client?.flushDeferredWake()  // opening a device may block
         // Through the worker: with prepare-on-init the client is not set yet, and ALSA's later
         // messages must still reach it.
-        try audio.openMicrophone(log: { [weak self] level, message in self?.client?.log(level, message) })
+        try audio.openMicrophone(log: { [link] level, message in link.client?.log(level, message) })
         try ensureStream()
     }
 
@@ -364,8 +371,8 @@ final class ClientWorker: @unchecked Sendable {
         client?.log(.debug, "opening an SLU stream (language \(options.language))")
         let stream: any RecognitionStream
         do throws(SpeechClientError) {
-            stream = try service.openStream(config: config, cancellation: cancellation) { [weak self] event in
-                self?.client?.streamEvent(event, generation: gen)
+            stream = try service.openStream(config: config, cancellation: cancellation) { [link] event in
+                link.client?.streamEvent(event, generation: gen)
             }
         } catch {
             if reconnection.due == nil && !contextOpen && !cancellation.isCancelled { report(.unavailable, reason: error) }
@@ -458,5 +465,18 @@ final class ClientWorker: @unchecked Sendable {
             // A suspend right after the resume interrupted it: nothing to report.
             if !cancellation.isCancelled { client?.emit(.error(error)) }
         }
+    }
+}
+
+/// The client as its worker's callbacks reach it (`ClientWorker.link`): weakly, behind a lock,
+/// because the event loop reads it while the constructor may still be setting it.
+/// Sendable: the reference is only touched under the mutex.
+final class ClientLink: Sendable {
+    private struct WeakClient: Sendable { weak var client: Client? }
+    private let slot = Mutex(WeakClient())
+
+    var client: Client? {
+        get { slot.withLock { $0.client } }
+        set { slot.withLock { $0.client = newValue } }
     }
 }
