@@ -510,12 +510,14 @@ class _WhisperRecognizer(Recognizer):
             # an update of 223 words for a 20 s segment). Not for a doubtful log probability
             # (log_prob_threshold=None): the word cut off at a window's end is doubtful, and
             # re-decoding for it cost 2x (measured: one 10 s window, for an invented last word);
-            # local agreement handles that word.
+            # local agreement handles that word. One sample per higher temperature (best_of=1),
+            # not faster-whisper's 5: the engine's lock is held meanwhile. If every temperature
+            # repeats itself, faster-whisper keeps the likeliest decode, the loop included.
             # no_speech_threshold=None: faster-whisper would skip a window whose text it doubts
             # and whose no-speech probability is high, which it says of real speech too (an odd
             # sonnet line after a sentence end, measured here); the loudness decides instead.
             segments, _ = engine.model.transcribe(audio, language="en", word_timestamps=True, beam_size=1,
-                                                  temperature=self.TEMPERATURES, compression_ratio_threshold=2.4,
+                                                  temperature=self.TEMPERATURES, best_of=1, compression_ratio_threshold=2.4,
                                                   log_prob_threshold=None, condition_on_previous_text=False,
                                                   vad_filter=False, no_speech_threshold=None,
                                                   initial_prompt=self.prompt[-engine.PROMPT_CHARS:] or None)

@@ -95,7 +95,10 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         let service = FakeRecognitionService(behaviour)
         let log = EventLog()
         let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
-        defer { try? client.close() }
+        defer {
+            client.turnEndingForTests = nil  // the hook holds the client: no cycle left behind
+            try? client.close()
+        }
         let pushed = ConditionLock()
         let state = Locked((armed: true, done: false))
         client.turnEndingForTests = {
