@@ -1,7 +1,7 @@
 /// The event loop's timers: ids by deadline in a binary min-heap, so that finding the next
 /// deadline and taking the due ones costs O(log n) per timer, not a scan of every timer on
-/// every turn of the loop (1,000 clients keep about as many timers; the scan was 5 % of the CPU
-/// of 1,000 paced streams with the library reading the network).
+/// every turn of the loop (the scan was 5 % of the CPU of 1,000 paced streams with the library
+/// reading the network).
 ///
 /// A cancelled timer leaves its heap entry behind (found stale when it comes up, by its id);
 /// the heap is rebuilt when stale entries outnumber live ones, so it stays within twice the
