@@ -19,13 +19,18 @@ LIB         := $(BUILD)/libspeechclient.so.$(VERSION)
 DEMO        := $(BUILD)/speechclient-demo
 STRIP       ?= strip
 
+# Generic types' metadata through their accessor functions, not rebuilt from mangled names:
+# demangling (and a scan of every protocol conformance for each new requirement) was most of
+# the library's own CPU before the first `started` (docs/performance.md, cold start).
+SWIFT_STARTUP_FLAGS := -Xswiftc -Xfrontend -Xswiftc -disable-concrete-type-metadata-mangled-name-accessors
 # Flags measured in ../shared/docs/build.md: a .so that runs without the Swift toolchain.
 SWIFT_RELEASE_FLAGS := -c release --product speechclient --scratch-path $(RELEASE_DIR) \
 	--disable-local-rpath -Xswiftc -static-stdlib \
 	-Xlinker -soname=libspeechclient.so.$(SOVERSION) \
 	-Xlinker --version-script=$(CURDIR)/Sources/SpeechClientCAPI/exports.map \
 	-Xlinker -z -Xlinker defs -Xlinker -z -Xlinker nodelete \
-	-Xlinker -z -Xlinker now -Xlinker -z -Xlinker relro
+	-Xlinker -z -Xlinker now -Xlinker -z -Xlinker relro \
+	$(SWIFT_STARTUP_FLAGS)
 
 .PHONY: all lib demo examples wheel test test-swift test-c test-abi test-python test-server test-e2e test-backends test-faults test-proxies test-old-library test-wheel install clean
 

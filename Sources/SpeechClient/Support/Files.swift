@@ -90,7 +90,8 @@ public enum Files {
         var prefix = path.hasPrefix("/") ? "/" : ""
         let parts = path.split(separator: "/")
         for (i, part) in parts.enumerated() {
-            prefix += (prefix.isEmpty || prefix == "/" ? "" : "/") + part
+            if !(prefix.isEmpty || prefix == "/") { prefix += "/" }
+            prefix += String(part)  // a String, not the Substring: no generic append at run time
             if mkdir(prefix, i == parts.count - 1 ? mode : 0o755) != 0 && errno != EEXIST {
                 throw SpeechClientError.errno(.internal, "mkdir", errno, context: prefix)
             }

@@ -10,13 +10,17 @@ public enum SystemRandom {
         var b = bytes(16)
         b[6] = (b[6] & 0x0F) | 0x40
         b[8] = (b[8] & 0x3F) | 0x80
-        let hex = b.map { byte -> String in
-            let s = String(byte, radix: 16)
-            return s.count == 1 ? "0" + s : s
-        }.joined()
-        let c = Array(hex)
-        return String(c[0..<8]) + "-" + String(c[8..<12]) + "-" + String(c[12..<16]) + "-"
-            + String(c[16..<20]) + "-" + String(c[20..<32])
+        // Built as ASCII bytes: the generic Character paths (joined, String of a slice) each cost
+        // a runtime lookup in a process's first call, on the way to the first `started`.
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(36)
+        for (i, byte) in b.enumerated() {
+            if i == 4 || i == 6 || i == 8 || i == 10 { text.append(UInt8(ascii: "-")) }
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// True for "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" with hex digits.

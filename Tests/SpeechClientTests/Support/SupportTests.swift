@@ -1,4 +1,7 @@
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import SpeechClient
 
 @Suite struct ServerURLTests {
@@ -100,7 +103,18 @@ import Testing
         #expect(SystemRandom.isUUID(a))
         #expect(a != b)
         #expect(Array(a)[14] == "4")
+        #expect("89ab".contains(Array(a)[19]))  // the RFC 4122 variant
         #expect(a == a.lowercased())
+    }
+
+    @Test func makeDirectoriesCreatesEveryLevelAndGivesTheLastItsMode() throws {
+        let root = "/tmp/spc-mkdirs-\(getpid())-\(SystemRandom.uuid())"
+        defer { for p in ["/a/b/c", "/a/b", "/a", ""].map({ root + $0 }) { rmdir(p) } }
+        try Files.makeDirectories(root + "/a/b/c", mode: 0o700)
+        try Files.makeDirectories(root + "/a/b/c", mode: 0o700)  // all there: no error
+        var st = stat()
+        #expect(stat(root + "/a/b", &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR)
+        #expect(stat(root + "/a/b/c", &st) == 0 && (st.st_mode & 0o777) == 0o700)
     }
 
     @Test func fifoOrderAcrossCompaction() {

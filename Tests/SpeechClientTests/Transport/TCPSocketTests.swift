@@ -46,6 +46,17 @@ import Testing
 
     func deadline(milliseconds: UInt64) -> UInt64 { Clock.monotonicNanos() + milliseconds * 1_000_000 }
 
+    /// Addresses written out skip the resolver; names still go through it.
+    @Test func literalAddressesAndNamesBothResolve() throws {
+        #expect(SocketAddress.isNumeric("127.0.0.1") && SocketAddress.isNumeric("::1"))
+        #expect(!SocketAddress.isNumeric("localhost") && !SocketAddress.isNumeric("1.2.3") && !SocketAddress.isNumeric(""))
+        let v4 = try SocketAddress.resolve(host: "127.0.0.1", port: 80)
+        #expect(v4.count == 1 && v4.first?.family == AF_INET)
+        let v6 = try SocketAddress.resolve(host: "::1", port: 80)
+        #expect(v6.count == 1 && v6.first?.family == AF_INET6)
+        #expect(try !SocketAddress.resolve(host: "localhost", port: 80).isEmpty)
+    }
+
     @Test func aRefusedAddressIsFollowedByTheNextOne() throws {
         let good = try Listener()
         let refused = try Listener()
