@@ -74,7 +74,7 @@ extension ClientWorker {
     func pumpOnce() {
         guard pumping, audio.isOpen else { pumping = false; return }
         if waitsForServer {
-            let unsent = current.flatMap { lanes[$0]?.stream.backlogBytes } ?? 0
+            let unsent = lanes.liveLane?.stream.backlogBytes ?? 0
             let chunkSamples = SpeechAudio.samples(milliseconds: options.chunkMilliseconds)
             var full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
             if full && lanes.count == 1 && contextOpen && !stopSent && endpointer == nil {
@@ -97,11 +97,11 @@ extension ClientWorker {
                 stall(waitingFor: [])
                 return
             }
-            if current.flatMap({ lanes[$0]?.cursor }) != nil {
-                stall(waitingFor: lanes.values.filter { $0.cursor != nil }.map(\.stream))
+            if lanes.liveLane?.cursor != nil {
+                stall(waitingFor: lanes.replayingStreams)
                 return
             }
-            if unsent > Self.fileBacklogLimit, let stream = current.flatMap({ lanes[$0]?.stream }) {
+            if unsent > Self.fileBacklogLimit, let stream = lanes.liveLane?.stream {
                 stall(waitingFor: [stream])
                 if stalledUntil != nil { return }
             }
@@ -151,11 +151,11 @@ extension ClientWorker {
     /// The live audio ends here: the current lane (or the repair waiting to replace it) gets its
     /// end, and its stop goes out once its replay has caught up.
     private func endLiveAudio() {
-        if let gen = current, var lane = lanes[gen] {
+        if let gen = lanes.live, var lane = lanes[gen] {
             lane.end = contextSamples
             if lane.cursor == nil { stopLane(&lane) }
             lanes[gen] = lane
-            current = nil
+            lanes.endLive()
         }
         reconnection.endLiveAudio(at: contextSamples)
     }
@@ -213,9 +213,7 @@ extension ClientWorker {
     func endContext(events: [ClientEvent], startQueued: Bool) {
         reconnection.reset()
         authRetried = false
-        for lane in lanes.values where !lane.stopSent { lane.stream.cancel() }
-        lanes = [:]
-        current = nil
+        for lane in lanes.removeAll() where !lane.stopSent { lane.stream.cancel() }
         replay.reset()
         contextOpen = false
         stopSent = false
@@ -262,7 +260,7 @@ extension ClientWorker {
 
     /// The context ends once the user's stop was sent and every lane has finished.
     func endContextIfDone() {
-        guard contextOpen, stopSent, current == nil, lanes.isEmpty, reconnection.isSettled else { return }
+        guard contextOpen, stopSent, lanes.live == nil, lanes.isEmpty, reconnection.isSettled else { return }
         let id = contextId
         client?.log(.debug, "context \(id) finished")
         endContext(events: closeUnfinishedSegments(why: "the context ended") + endEvents + [.stop(contextId: id)], startQueued: true)

@@ -9,12 +9,12 @@ extension ClientWorker {
         replay.append(chunk)
         contextSamples += chunk.count
         // In place: a copy of the lane and its write-back were a few percent of a file's time.
-        if let gen = current { lanes[gen]?.sendLive(chunk) }
+        lanes.sendLive(chunk)
     }
 
     /// Before each chunk of live audio: the lane moves to a new stream when `rotation` says so.
     private func rotateIfDue(before chunk: [Int16]) {
-        guard let gen = current, let lane = lanes[gen], lane.cursor == nil, !stopSent else { return }
+        guard let lane = lanes.liveLane, lane.cursor == nil, !stopSent else { return }
         if let why = rotation.reason(before: chunk, streamBytes: lane.bytes, sentSamples: contextSamples - lane.start,
                                      moveBy: lane.moveBy, now: Clock.monotonicNanos()) {
             rotate(reason: why)
@@ -24,12 +24,12 @@ extension ClientWorker {
     /// The current lane ends here (stop, then end of stream: it drains) and a new lane on a new
     /// stream takes the audio from here. The application sees one context.
     func rotate(reason: String) {
-        guard let gen = current, var lane = lanes[gen], lane.cursor == nil, !stopSent else { return }
+        guard let gen = lanes.live, var lane = lanes[gen], lane.cursor == nil, !stopSent else { return }
         lane.end = contextSamples
         lane.moveBy = nil
         stopLane(&lane)
         lanes[gen] = lane
-        current = nil
+        lanes.endLive()
         rotation.reset()
         client?.log(.info, "context \(contextId.isEmpty ? "(not started yet)" : contextId) continues on a new stream at \(Self.seconds(SpeechAudio.seconds(samples: contextSamples))) s: \(reason)")
         do throws(SpeechClientError) {
@@ -86,7 +86,7 @@ extension ClientWorker {
     @discardableResult
     func pumpReplay() -> Bool {
         var sent = false
-        for gen in lanes.keys.sorted() {
+        for gen in lanes.generations {
             guard var lane = lanes[gen], let cursor = lane.cursor else { continue }
             // Checked first: this runs each time the worker looks while the stream drains.
             if lane.stream.backlogBytes > Self.fileBacklogLimit { continue }

@@ -43,10 +43,8 @@ extension ClientWorker {
         }
         switch event {
         case .closed(let error):
-            lanes[gen] = nil
             defer { releaseHeld() }
-            let wasCurrent = current == gen
-            if wasCurrent { current = nil }
+            let wasCurrent = lanes.remove(gen)
             let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
             dropSegments(of: lane)
             // A rejected token (expired, or a server restarted with a new secret), before the
@@ -64,7 +62,7 @@ extension ClientWorker {
         case .goingAway:
             // The server or a proxy worker is draining: a lane still taking audio moves to a new
             // connection at its next pause, within the drain timeout.
-            if gen == current && lane.moveBy == nil {
+            if gen == lanes.live && lane.moveBy == nil {
                 lane.moveBy = Clock.monotonicNanos() + UInt64(options.drainTimeoutMilliseconds) * 1_000_000
                 lanes[gen] = lane
                 client?.log(.info, "the connection is closing (GOAWAY): context \(contextId) moves to a new connection at its next pause")
@@ -78,8 +76,7 @@ extension ClientWorker {
     func hold(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
         guard let held = lanes[gen]?.held else { return nil }
         // Across the context's lanes: each one may be short (a rotation every few seconds).
-        let total = lanes.values.reduce(0) { $0 + $1.held.bytes }
-        if total + response.heldBytes > Lane.maxHeldBytes {
+        if lanes.heldBytes + response.heldBytes > Lane.maxHeldBytes {
             return SpeechClientError(.parse, "the server sent more than \(Lane.maxHeldBytes >> 20) MiB of results on later streams while an earlier stream of the context was still open; the stream was ended")
         }
         held.push(response)
@@ -90,8 +87,7 @@ extension ClientWorker {
     func isHeld(_ gen: Int) -> Bool {
         guard let lane = lanes[gen] else { return false }
         // A lost earlier lane waiting to be replaced holds it as well: its words come first.
-        return lanes.contains { $0.key != gen && ($0.value.start, $0.key) < (lane.start, gen) }
-            || reconnection.holdsAudio(before: lane.start)
+        return lanes.hasEarlier(than: gen) || reconnection.holdsAudio(before: lane.start)
     }
 
     /// After a lane ended: the earliest open lane applies the responses it was holding, in order
@@ -100,7 +96,7 @@ extension ClientWorker {
         if releasingHeld { return }
         releasingHeld = true
         defer { releasingHeld = false }
-        while contextOpen, let (gen, lane) = lanes.min(by: { ($0.value.start, $0.key) < ($1.value.start, $1.key) }) {
+        while contextOpen, let (gen, lane) = lanes.first {
             if isHeld(gen) { return }
             if let response = lane.held.pop() {
                 handleResponse(response, lane: gen)
@@ -145,7 +141,7 @@ extension ClientWorker {
         assembler.drop(context: contextId, segments: lane.openSegments)
         assembler.forgetEnded(context: contextId, segments: lane.endedSegments)
         if let id = lane.serverContext { numbering.forget(serverContext: id) }
-        numbering.giveBack(lane.openSegments, latestOpenElsewhere: lanes.values.compactMap { $0.openSegments.max() }.max())
+        numbering.giveBack(lane.openSegments, latestOpenElsewhere: lanes.latestOpenSegment)
     }
 
     private func handleResponse(_ response: SLUResponse, lane gen: Int) {
@@ -175,10 +171,8 @@ extension ClientWorker {
             }
         case .finished(let code, let message):
             // Everything this lane carried is final now.
-            lanes[gen] = nil
-            if gen == current {
+            if lanes.remove(gen) {
                 // The server ended the context by itself (a limit, an error): no more audio.
-                current = nil
                 if !stopSent {
                     stopSent = true
                     if endpointer == nil {
@@ -235,7 +229,7 @@ extension ClientWorker {
     /// replay buffer keeps audio from here, and a file is not let further ahead than it holds.
     var replayPoint: Int {
         var point = contextSamples
-        for lane in lanes.values { point = min(point, lane.floor) }
+        if let floor = lanes.lowestFloor { point = min(point, floor) }
         if let from = reconnection.earliestRepair { point = min(point, from) }
         return point
     }

@@ -18,7 +18,7 @@ import Synchronization
 /// - `ClientWorker+Listening`: each chunk taken, hands-free listening, the wake-word service.
 /// The parts that stand alone (and are tested alone): `AudioPump`, `RotationPolicy`,
 /// `ReconnectionPlan`, `ContextNumbering`, `WakeListener`, `ActivationBacklog`, `Lane`,
-/// `ReplayBuffer`.
+/// `LaneSet` (the lanes' audio order and the live lane), `ReplayBuffer`.
 final class ClientWorker: @unchecked Sendable {
     /// The client, set once by its constructor. Under a lock because the event loop reads it
     /// too (a prepared stream's or the wake service's events), possibly while the constructor
@@ -54,9 +54,8 @@ final class ClientWorker: @unchecked Sendable {
     var generation = 0
     /// A stream opened before a context (prepare-on-init, resume): the next context's first lane.
     var prepared: (generation: Int, stream: any RecognitionStream)?
-    /// The streams of the open context, by generation (see `Lane`), and the one taking live audio.
-    var lanes: [Int: Lane] = [:]
-    var current: Int?
+    /// The streams of the open context (see `Lane`), and the one taking live audio.
+    var lanes = LaneSet()
     var assembler = SegmentAssembler()
 
     /// The microphone, file or descriptor, read into chunks.
@@ -199,28 +198,14 @@ final class ClientWorker: @unchecked Sendable {
     }
 
     /// A lane still has replay audio to send.
-    var replaying: Bool { lanes.values.contains { $0.cursor != nil } }
+    var replaying: Bool { lanes.replaying }
 
     /// The source is being read and can take audio now (a file waits while a reconnection is
     /// pending: nothing would take its audio but the replay buffer; a microphone is read all the same).
-    private var pumpWanted: Bool { pumping && !(waitsForServer && (reconnection.due != nil || (contextOpen && !stopSent && current == nil))) }
+    private var pumpWanted: Bool { pumping && !(waitsForServer && (reconnection.due != nil || (contextOpen && !stopSent && lanes.live == nil))) }
 
-    /// The earliest time a lane on a going-away connection must move.
-    private var moveDeadline: UInt64? {
-        var earliest: UInt64?
-        for lane in lanes.values { earliest = Self.earliest(earliest, lane.moveBy) }
-        return earliest
-    }
-
-    /// The earliest start acknowledgement due (lanes the server has not acknowledged yet).
-    private var startDeadline: UInt64? {
-        var earliest: UInt64?
-        for lane in lanes.values where lane.startDue != .max { earliest = Self.earliest(earliest, lane.startDue) }
-        return earliest
-    }
-
-    /// The earlier of `moveDeadline` and `startDeadline`.
-    private var laneDeadlines: UInt64? { Self.earliest(moveDeadline, startDeadline) }
+    /// The earlier of a lane's move off a going-away connection and a start acknowledgement due.
+    private var laneDeadlines: UInt64? { Self.earliest(lanes.nextMoveDeadline, lanes.nextStartDeadline) }
 
     static func earliest(_ a: UInt64?, _ b: UInt64?) -> UInt64? {
         guard let a else { return b }
@@ -232,7 +217,7 @@ final class ClientWorker: @unchecked Sendable {
     /// hung server once left a context STARTING for 40 s): it is retried like a lost connection,
     /// its audio replayed, until the reconnect attempts run out.
     private func expireUnacknowledgedStarts(now: UInt64) {
-        for (gen, lane) in lanes.sorted(by: { $0.key < $1.key }) where now >= lane.startDue {
+        for (gen, lane) in lanes.unacknowledged(at: now) {
             lane.stream.cancel()
             handleStream(.closed(SpeechClientError(.timeout, "the server did not acknowledge the start of the context within \(options.startTimeoutMilliseconds) ms",
                                                    grpcStatus: GRPCStatus.unavailable)), generation: gen)
@@ -244,7 +229,7 @@ final class ClientWorker: @unchecked Sendable {
     private func idleStep(idleDeadline: UInt64?) {
         guard let client else { return }
         let now = Clock.monotonicNanos()
-        if let due = startDeadline, now >= due {
+        if let due = lanes.nextStartDeadline, now >= due {
             expireUnacknowledgedStarts(now: now)
         } else if let due = reconnection.due, now >= due.at {
             attemptReconnect()
@@ -252,9 +237,9 @@ final class ClientWorker: @unchecked Sendable {
             let replayed = replaying && pumpReplay()
             if pumpWanted { pumpOnce() } else if !replayed {
                 // Replay lanes wait for their streams to drain; a file waits for a reconnection.
-                stall(waitingFor: lanes.values.filter { $0.cursor != nil }.map(\.stream))
+                stall(waitingFor: lanes.replayingStreams)
             }
-        } else if let by = moveDeadline, now >= by {
+        } else if let by = lanes.nextMoveDeadline, now >= by {
             rotate(reason: "the connection is closing (GOAWAY)")
         } else if let idleDeadline, now >= idleDeadline {
             client.log(.debug, "closing the idle SLU stream")
@@ -318,9 +303,7 @@ final class ClientWorker: @unchecked Sendable {
     }
 
     private func releaseAll() {
-        for lane in lanes.values { lane.stream.cancel() }
-        lanes = [:]
-        current = nil
+        for lane in lanes.removeAll() { lane.stream.cancel() }
         prepared?.stream.cancel()
         prepared = nil
         audio.close()
@@ -401,11 +384,8 @@ final class ClientWorker: @unchecked Sendable {
             stream.finish()
             lane.stopSent = true
         }
-        lanes[gen] = lane
-        if end == nil {
-            current = gen
-            rotation.reset()
-        }
+        lanes.add(lane, generation: gen, live: end == nil)
+        if end == nil { rotation.reset() }
     }
 
     /// After a successful prepare-on-init (which ran before the client existed, so its reports

@@ -1,0 +1,87 @@
+import Testing
+import Synchronization
+@testable import SpeechClient
+
+/// The lanes of a context, without a client or a server: their audio order (which decides whose
+/// responses wait), the live lane, and what the worker reads across them.
+@Suite struct LaneSetTests {
+    /// A stream that only counts what it is given.
+    final class CountingStream: RecognitionStream, @unchecked Sendable {
+        let sent = Atomic<Int>(0)
+        func send(_ request: SLURequest) { sent.add(1, ordering: .relaxed) }
+        func finish() {}
+        func cancel() {}
+        var backlogBytes: Int { 0 }
+        func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { false }
+    }
+
+    func lane(start: Int, end: Int? = nil, replayFrom: Int? = nil, stream: CountingStream = CountingStream()) -> Lane {
+        Lane(stream: stream, start: start, end: end, replayFrom: replayFrom)
+    }
+
+    @Test func audioOrderIsTheFirstSampleThenTheOlderStream() {
+        var set = LaneSet()
+        set.add(lane(start: 100), generation: 3, live: true)
+        set.add(lane(start: 200, end: 300), generation: 1, live: false)
+        set.add(lane(start: 100, end: 200), generation: 2, live: false)
+        #expect(set.first?.generation == 2)
+        #expect(!set.hasEarlier(than: 2))
+        #expect(set.hasEarlier(than: 3))  // same start, a newer stream
+        #expect(set.hasEarlier(than: 1))  // an older stream, later audio
+        #expect(!set.hasEarlier(than: 9))  // not a lane of the set
+        #expect(set.generations == [1, 2, 3])
+        set.remove(2)
+        #expect(set.first?.generation == 3 && !set.hasEarlier(than: 3))
+    }
+
+    @Test func onlyTheLiveLaneTakesLiveAudioAndOnlyOnceCaughtUp() {
+        var set = LaneSet()
+        let draining = CountingStream(), live = CountingStream()
+        set.sendLive([0, 1])  // no lane: nothing happens
+        set.add(lane(start: 0, end: 10, stream: draining), generation: 1, live: false)
+        set.add(lane(start: 10, replayFrom: 5, stream: live), generation: 2, live: true)
+        set.sendLive([0, 1])
+        #expect(live.sent.load(ordering: .relaxed) == 0)  // still replaying
+        set[2]?.cursor = nil
+        set.sendLive([0, 1])
+        #expect(live.sent.load(ordering: .relaxed) == 1 && draining.sent.load(ordering: .relaxed) == 0)
+        #expect(set[2]?.bytes == Lane.audioBytes(samples: 2))  // counted in place
+        #expect(!set.remove(1) && set.live == 2)
+        set.endLive()
+        #expect(set.live == nil && set.count == 1)
+        set.sendLive([0, 1])
+        #expect(live.sent.load(ordering: .relaxed) == 1)
+        set.add(lane(start: 20), generation: 3, live: true)
+        #expect(set.remove(3) && set.live == nil)
+        set.add(lane(start: 30), generation: 4, live: true)
+        #expect(set.removeAll().count == 2 && set.isEmpty && set.live == nil)
+    }
+
+    @Test func whatTheWorkerReadsAcrossTheLanes() {
+        var set = LaneSet()
+        #expect(set.lowestFloor == nil && set.latestOpenSegment == nil && !set.replaying)
+        #expect(set.nextMoveDeadline == nil && set.nextStartDeadline == nil)
+        var a = lane(start: 0, end: 100, replayFrom: 40)
+        a.floor = 40
+        a.openSegments = [3, 7]
+        a.startDue = 500
+        var b = lane(start: 100)
+        b.floor = 160
+        b.openSegments = [9]
+        b.moveBy = 900
+        var c = lane(start: 100, end: 150)
+        c.startDue = 300
+        c.moveBy = 700
+        set.add(a, generation: 5, live: false)
+        set.add(b, generation: 6, live: true)
+        set.add(c, generation: 4, live: false)
+        #expect(set.lowestFloor == 40)
+        #expect(set.latestOpenSegment == 9)
+        #expect(set.replaying && set.replayingStreams.count == 1)
+        #expect(set.nextMoveDeadline == 700)
+        #expect(set.nextStartDeadline == 300)  // b's acknowledged start (.max) is not a deadline
+        #expect(set.unacknowledged(at: 299).isEmpty)
+        #expect(set.unacknowledged(at: 500).map(\.generation) == [4, 5])
+        #expect(set.heldBytes == 0)
+    }
+}
