@@ -41,15 +41,9 @@ public final class TokenCache: @unchecked Sendable {
     /// and a 64-bit FNV-1a hash of the whole key (two long keys with the same start differ).
     static func fileName(scope: String, deviceId: String) -> String {
         let key = Array((scope + "\n" + deviceId).utf8)
-        func hex(_ b: UInt8) -> String {
-            let s = String(b, radix: 16)
-            return s.count == 1 ? "0" + s : s
-        }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for b in key { hash = (hash ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
-        var h = String(hash, radix: 16)
-        while h.count < 16 { h = "0" + h }
-        return "token-" + key.prefix(64).map(hex).joined() + "-" + h
+        return "token-" + Hex.string(key.prefix(64)) + "-" + Hex.string(hash)
     }
 
     public func load(scope: String, deviceId: String) -> String? { entry(scope: scope, deviceId: deviceId)?.token }

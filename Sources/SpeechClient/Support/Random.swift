@@ -10,15 +10,11 @@ public enum SystemRandom {
         var b = bytes(16)
         b[6] = (b[6] & 0x0F) | 0x40
         b[8] = (b[8] & 0x3F) | 0x80
-        // Built as ASCII bytes: the generic Character paths (joined, String of a slice) each cost
-        // a runtime lookup in a process's first call, on the way to the first `started`.
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
+        var text: [UInt8] = []  // as bytes: see `Hex`
         text.reserveCapacity(36)
         for (i, byte) in b.enumerated() {
             if i == 4 || i == 6 || i == 8 || i == 10 { text.append(UInt8(ascii: "-")) }
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0x0F)])
+            Hex.append(byte, to: &text)
         }
         return String(decoding: text, as: UTF8.self)
     }

@@ -45,7 +45,8 @@ import Synchronization
         set[2]?.cursor = nil
         set.sendLive([0, 1])
         #expect(live.sent.load(ordering: .relaxed) == 1 && draining.sent.load(ordering: .relaxed) == 0)
-        #expect(set[2]?.bytes == Lane.audioBytes(samples: 2))  // counted in place
+        #expect(set[2]?.bytes == Lane.audioBytes(samples: 2))  // the send is counted on the lane kept
+        #expect(set.liveLane?.stream === live)
         #expect(!set.remove(1) && set.live == 2)
         set.endLive()
         #expect(set.live == nil && set.count == 1)
@@ -60,8 +61,12 @@ import Synchronization
     @Test func whatTheWorkerReadsAcrossTheLanes() {
         var set = LaneSet()
         #expect(set.lowestFloor == nil && set.latestOpenSegment == nil && !set.replaying)
-        #expect(set.nextMoveDeadline == nil && set.nextStartDeadline == nil)
-        var a = lane(start: 0, end: 100, replayFrom: 40)
+        #expect(set.nextMoveDeadline == nil && set.nextStartDeadline == nil && set.liveLane == nil)
+        set.add(lane(start: 0), generation: 1, live: true)  // acknowledged: startDue is .max
+        #expect(set.nextStartDeadline == nil && set.unacknowledged(at: .max - 1).isEmpty)
+        _ = set.removeAll()
+        let replaying = CountingStream()
+        var a = lane(start: 0, end: 100, replayFrom: 40, stream: replaying)
         a.floor = 40
         a.openSegments = [3, 7]
         a.startDue = 500
@@ -77,11 +82,15 @@ import Synchronization
         set.add(c, generation: 4, live: false)
         #expect(set.lowestFloor == 40)
         #expect(set.latestOpenSegment == 9)
-        #expect(set.replaying && set.replayingStreams.count == 1)
+        #expect(set.replaying && set.replayingStreams.count == 1 && set.replayingStreams.first === replaying)
         #expect(set.nextMoveDeadline == 700)
         #expect(set.nextStartDeadline == 300)  // b's acknowledged start (.max) is not a deadline
         #expect(set.unacknowledged(at: 299).isEmpty)
         #expect(set.unacknowledged(at: 500).map(\.generation) == [4, 5])
         #expect(set.heldBytes == 0)
+        let response = SLUResponse(audioContext: "ctx", segmentId: 0, payload: .intent("turn_on"))
+        set[5]?.held.push(response)
+        set[4]?.held.push(response)
+        #expect(set.heldBytes == 2 * response.heldBytes && response.heldBytes > 0)
     }
 }

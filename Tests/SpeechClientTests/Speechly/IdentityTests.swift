@@ -173,6 +173,14 @@ final class FakeIdentityChannel: GRPCCalling, @unchecked Sendable {
         #expect(TokenCache.fileName(scope: long + "1", deviceId: "d") != TokenCache.fileName(scope: long + "2", deviceId: "d"))
     }
 
+    /// The names 0.10 wrote (computed apart, in Python): a cache stays readable across versions.
+    @Test func theTokenFileNameIsTheOneEarlierVersionsWrote() {
+        #expect(TokenCache.fileName(scope: "app:a", deviceId: "d") == "token-6170703a610a64-dbc7ad221a927c17")
+        let scope = String(repeating: "grpc://127.0.0.1:1\napp:x", count: 5)
+        #expect(TokenCache.fileName(scope: scope, deviceId: "d")
+                == "token-677270633a2f2f3132372e302e302e313a310a6170703a78677270633a2f2f3132372e302e302e313a310a6170703a78677270633a2f2f3132372e302e302e31-af4ee6c1d9d8204c")
+    }
+
     @Test func tokenCloseToExpiryIsRefreshed() throws {
         let channel = FakeIdentityChannel(validity: 300)   // less than the 600 s margin
         let id = IdentityClient(channel: channel, cache: TokenCache(directory: nil), deviceId: "d", appId: "a", projectId: nil)

@@ -107,6 +107,13 @@ import Glibc
         #expect(a == a.lowercased())
     }
 
+    @Test func hexIsLowerCaseTwoDigitsPerByteAndSixteenPerWord() {
+        #expect(Hex.string([0x00, 0x0a, 0xab, 0xff] as [UInt8]) == "000aabff")
+        #expect(Hex.string([UInt8]()) == "")
+        #expect(Hex.string(UInt64(1)) == "0000000000000001")
+        #expect(Hex.string(UInt64(0xdbc7_ad22_1a92_7c17)) == "dbc7ad221a927c17")
+    }
+
     @Test func makeDirectoriesCreatesEveryLevelAndGivesTheLastItsMode() throws {
         let root = "/tmp/spc-mkdirs-\(getpid())-\(SystemRandom.uuid())"
         defer { for p in ["/a/b/c", "/a/b", "/a", ""].map({ root + $0 }) { rmdir(p) } }

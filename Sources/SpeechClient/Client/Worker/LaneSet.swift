@@ -19,8 +19,6 @@ struct LaneSet {
 
     var isEmpty: Bool { byGeneration.isEmpty }
     var count: Int { byGeneration.count }
-    /// Every lane, in no particular order.
-    var all: Dictionary<Int, Lane>.Values { byGeneration.values }
     /// The generations, oldest stream first.
     var generations: [Int] { byGeneration.keys.sorted() }
 
