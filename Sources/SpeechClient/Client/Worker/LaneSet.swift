@@ -72,7 +72,7 @@ struct LaneSet {
         (a.value.start, a.key) < (b.value.start, b.key)
     }
 
-    // MARK: - Across the lanes
+    // MARK: - Across the lanes (read per chunk and per worker turn: `lazy`, no array built)
 
     /// The responses held across the lanes, in bytes (bounded by `Lane.maxHeldBytes`).
     var heldBytes: Int { byGeneration.values.reduce(0) { $0 + $1.held.bytes } }
@@ -81,13 +81,13 @@ struct LaneSet {
     /// The streams of the lanes still replaying (what a stalled file waits for).
     var replayingStreams: [any RecognitionStream] { byGeneration.values.filter { $0.cursor != nil }.map(\.stream) }
     /// The lowest floor: no lane needs audio from before it.
-    var lowestFloor: Int? { byGeneration.values.map(\.floor).min() }
+    var lowestFloor: Int? { byGeneration.values.lazy.map(\.floor).min() }
     /// The latest segment id a lane has open (a lost lane gives back the ids above it).
     var latestOpenSegment: Int32? { byGeneration.values.compactMap { $0.openSegments.max() }.max() }
     /// The earliest time a lane must move to a new connection (GOAWAY).
-    var nextMoveDeadline: UInt64? { byGeneration.values.compactMap(\.moveBy).min() }
+    var nextMoveDeadline: UInt64? { byGeneration.values.lazy.compactMap(\.moveBy).min() }
     /// The earliest time a lane's start must be acknowledged by.
-    var nextStartDeadline: UInt64? { byGeneration.values.map(\.startDue).filter { $0 != .max }.min() }
+    var nextStartDeadline: UInt64? { byGeneration.values.lazy.map(\.startDue).filter { $0 != .max }.min() }
     /// The lanes whose start was not acknowledged in time, oldest stream first, as they are now
     /// (ending one may change or remove the others: each is still cancelled).
     func unacknowledged(at now: UInt64) -> [(generation: Int, lane: Lane)] {
