@@ -52,12 +52,12 @@ def load_recording(path: Optional[str], ref: Optional[str]):
         with tempfile.TemporaryDirectory() as tmp:
             wav, raw = os.path.join(tmp, "a.wav"), os.path.join(tmp, "a.raw")
             subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", wav, text], check=True, capture_output=True)
-            subprocess.run(["sox", wav, "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
+            subprocess.run(["sox", "-R", wav, "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
                            check=True, capture_output=True)
             return pathlib.Path(raw).read_bytes(), text, "espeak-ng, server/tests/data/alice.txt"
     with tempfile.TemporaryDirectory() as tmp:  # any WAV: to 16 kHz mono PCM16 with sox
         raw = os.path.join(tmp, "a.raw")
-        subprocess.run(["sox", path, "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
+        subprocess.run(["sox", "-R", path, "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
                        check=True, capture_output=True)
         pcm = pathlib.Path(raw).read_bytes()
     candidates = [pathlib.Path(ref)] if ref else [pathlib.Path(path).with_suffix(".txt"),

@@ -120,7 +120,7 @@ if [ -z "$swiftlibs" ]; then step "no Swift toolchain or runtime in the root"; e
 phrase="turn on the kitchen lights"
 step "synthesizing \"$phrase\" with espeak-ng + sox"
 espeak-ng -v en-us -s 160 -w "$work/raw.wav" "$phrase"
-sox "$work/raw.wav" -r 16000 -c 1 -b 16 -e signed-integer "$root/tmp/speech.wav"
+sox -R "$work/raw.wav" -r 16000 -c 1 -b 16 -e signed-integer "$root/tmp/speech.wav"
 
 mkfifo "$work/server.out"
 .venv/bin/python -m speechclient_server --host 127.0.0.1 --port 0 > "$work/server.out" 2> "$work/server.err" &

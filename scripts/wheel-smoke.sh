@@ -73,7 +73,7 @@ in_root /opt/venv/bin/pip install -q --no-index --disable-pip-version-check "/tm
 step "$(in_root /opt/venv/bin/speechclient --version)"
 
 espeak-ng -v en-us -s 160 -w "$work/raw.wav" "turn on the kitchen lights"
-sox "$work/raw.wav" -r 16000 -c 1 -b 16 -e signed-integer "$root/tmp/speech.wav"
+sox -R "$work/raw.wav" -r 16000 -c 1 -b 16 -e signed-integer "$root/tmp/speech.wav"
 .venv/bin/python -m speechclient_server --host 127.0.0.1 --port 0 > "$work/server.out" 2> "$work/server.err" &
 server_pid=$!
 for _ in $(seq 1 300); do grep -q '^listening on ' "$work/server.out" 2> /dev/null && break; sleep 0.1; done

@@ -107,10 +107,10 @@ def test_a_long_file_is_cut_into_segments_at_pauses(asr, speech, tmp_path):
     padded = []
     for i, sentence in enumerate(SENTENCES * 3):
         part = tmp_path / f"p{i}.wav"
-        subprocess.run(["sox", str(speech(sentence)), str(part), "pad", "0", "0.4"], check=True)
+        subprocess.run(["sox", "-R", str(speech(sentence)), str(part), "pad", "0", "0.4"], check=True)
         padded.append(str(part))
     wav = tmp_path / "long.wav"
-    subprocess.run(["sox", *padded, str(wav)], check=True)
+    subprocess.run(["sox", "-R", *padded, str(wav)], check=True)
     out, events = demo(asr.url, wav, "--stream-budget", "300000", "--verbose")
     cuts = [line for line in out.stderr.splitlines() if "continues on a new stream" in line]
     assert cuts and all("at a pause" in c for c in cuts), cuts
@@ -130,9 +130,9 @@ def test_hands_free_makes_one_transcription_per_utterance(asr, speech, tmp_path)
     pause): two utterances 1.5 s apart are two contexts, each one Wyoming transcription."""
     first, second = SENTENCES[0], SENTENCES[6]
     padded = tmp_path / "first.wav"
-    subprocess.run(["sox", str(speech(first)), str(padded), "pad", "1", "1.5"], check=True)
+    subprocess.run(["sox", "-R", str(speech(first)), str(padded), "pad", "1", "1.5"], check=True)
     wav = tmp_path / "two.wav"
-    subprocess.run(["sox", str(padded), str(speech(second)), str(wav), "pad", "0", "2"], check=True)
+    subprocess.run(["sox", "-R", str(padded), str(speech(second)), str(wav), "pad", "0", "2"], check=True)
     out, events = demo(asr.url, wav, "--hands-free")
     assert out.returncode == 0, out.stderr
     got = finals(events)

@@ -41,7 +41,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
 
 from speechtools import stop_process, word_errors  # noqa: E402,F401
-from speechtools import synthesize as _synthesize  # noqa: E402
+from speechtools import synthesize  # noqa: E402,F401  (re-exported for the tests)
 
 ASR_VENV = ROOT / ".venv-wyoming"
 WAKE_VENV = ROOT / ".venv-wakeword"
@@ -705,20 +705,6 @@ class WyomingWake(_Peer):
 
 # ---------------------------------------------------------------------------------------------
 # Speech
-
-def synthesize(text: str, path: pathlib.Path, rate: int = 16000) -> pathlib.Path:
-    """espeak-ng (en-us, 160 wpm) as 16 kHz mono PCM16 (Tests/e2e/speechtools.synthesize), with
-    sox in its repeatable mode (SOX_OPTS=-R: the same dither every run, so the same audio)."""
-    saved = os.environ.get("SOX_OPTS")
-    os.environ["SOX_OPTS"] = "-R"
-    try:
-        return _synthesize(text, path, rate)
-    finally:
-        if saved is None:
-            del os.environ["SOX_OPTS"]
-        else:
-            os.environ["SOX_OPTS"] = saved
-
 
 def synthesize_flite(text: str, path: pathlib.Path, voice: str = "slt", rate: int = 16000,
                      lead_s: float = 0.0, tail_s: float = 0.0) -> pathlib.Path:

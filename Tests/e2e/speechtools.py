@@ -11,10 +11,11 @@ DEMO = ROOT / "build" / "speechclient-demo"
 
 
 def synthesize(text: str, path: pathlib.Path, rate: int = 16000, channels: int = 1) -> pathlib.Path:
-    """espeak-ng speech converted by sox to PCM16 WAV at the given rate and channel count."""
+    """espeak-ng speech converted by sox to PCM16 WAV at the given rate and channel count. sox -R:
+    its dither otherwise takes a new random seed each run, so each run would hear other audio."""
     raw = path.with_suffix(".espeak.wav")
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", str(raw), text], check=True)
-    subprocess.run(["sox", str(raw), "-r", str(rate), "-c", str(channels), "-b", "16",
+    subprocess.run(["sox", "-R", str(raw), "-r", str(rate), "-c", str(channels), "-b", "16",
                     "-e", "signed-integer", str(path)], check=True)
     raw.unlink()
     return path

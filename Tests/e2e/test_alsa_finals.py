@@ -32,7 +32,7 @@ def microphones(tmp_path_factory, speech_module):
     conf = ["</usr/share/alsa/alsa.conf>"]
     for rate in RATES:
         raw = d / f"speech{rate}.raw"
-        subprocess.run(["sox", str(wav), "-t", "raw", "-r", str(rate), "-c", "1", "-b", "16",
+        subprocess.run(["sox", "-R", str(wav), "-t", "raw", "-r", str(rate), "-c", "1", "-b", "16",
                         "-e", "signed-integer", str(raw)], check=True)
         conf.append(f'pcm.raw{rate} {{ type file; slave.pcm "null"; file "/dev/null"; '
                     f'infile "{raw}"; format "raw" }}')

@@ -64,7 +64,7 @@ def test_a_compressed_file_is_refused_naming_its_format(server, speech, tmp_path
     """Issue 19 item 7: FLAC and Ogg files (made by sox from speech) were 'not a RIFF file'."""
     wav = speech("stop the music")
     other = tmp_path / f"speech.{suffix}"
-    subprocess.run(["sox", str(wav), str(other)], check=True)
+    subprocess.run(["sox", "-R", str(wav), str(other)], check=True)
     out = run_demo(server, other, tmp_path)
     assert out.returncode == 1
     error = [json.loads(l) for l in out.stdout.splitlines() if '"type":"error"' in l][0]

@@ -67,10 +67,10 @@ def test_project_scoped_login_names_the_app_in_each_start(server, speech, tmp_pa
 def test_two_phrases_make_two_segments(server, speech, tmp_path):
     a, b = speech("turn on the kitchen lights"), speech("stop the music")
     both = tmp_path / "both.wav"
-    subprocess.run(["sox", str(a), "-n", "trim", "0", "0"], check=True)
-    subprocess.run(["sox", str(a), str(both), "pad", "0", "1.2"], check=True)
+    subprocess.run(["sox", "-R", str(a), "-n", "trim", "0", "0"], check=True)
+    subprocess.run(["sox", "-R", str(a), str(both), "pad", "0", "1.2"], check=True)
     joined = tmp_path / "joined.wav"
-    subprocess.run(["sox", str(both), str(b), str(joined)], check=True)
+    subprocess.run(["sox", "-R", str(both), str(b), str(joined)], check=True)
     out = demo(server.url, joined, tmp_path)
     assert out.returncode == 0, out.stderr
     _, finals = final_segments(out.stdout)
@@ -128,7 +128,7 @@ def test_speech_through_alsa_capture(server, tmp_path, speech):
     wav = speech("turn off the kitchen lights")
     raw = tmp_path / "mic.raw"
     # Speech, then silence so the server ends the segment; the file plugin then repeats zeros.
-    subprocess.run(["sox", str(wav), "-t", "raw", "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer",
+    subprocess.run(["sox", "-R", str(wav), "-t", "raw", "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer",
                     str(raw), "pad", "0", "1.5"], check=True)
     conf = tmp_path / "asound.conf"
     conf.write_text('</usr/share/alsa/alsa.conf>\n'

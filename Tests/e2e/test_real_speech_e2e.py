@@ -120,7 +120,7 @@ def test_long_real_recording_through_alsa_at_real_time(whisper_server, tmp_path)
     counted from the finals that arrived before the signal)."""
     wav = recording(NAME)
     raw = tmp_path / "mic.raw"
-    subprocess.run(["sox", str(wav), "-t", "raw", "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer",
+    subprocess.run(["sox", "-R", str(wav), "-t", "raw", "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer",
                     str(raw)], check=True)
     conf = tmp_path / "asound.conf"
     conf.write_text('</usr/share/alsa/alsa.conf>\n'

@@ -42,8 +42,8 @@ def test_demo_transcribes_free_speech_with_whisper(whisper_server, speech, tmp_p
     # Two sentences with a second of silence between them: two segments of one context.
     first, second = (speech(t) for t in SENTENCES)
     padded, wav = tmp_path / "padded.wav", tmp_path / "two.wav"
-    subprocess.run(["sox", str(first), str(padded), "pad", "0", "1"], check=True)
-    subprocess.run(["sox", str(padded), str(second), str(wav)], check=True)
+    subprocess.run(["sox", "-R", str(first), str(padded), "pad", "0", "1"], check=True)
+    subprocess.run(["sox", "-R", str(padded), str(second), str(wav)], check=True)
     seconds = float(subprocess.run(["soxi", "-D", str(wav)], check=True, capture_output=True, text=True).stdout)
 
     t0 = time.monotonic()

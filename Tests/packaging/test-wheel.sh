@@ -57,7 +57,7 @@ for _ in $(seq 1 300); do grep -q '^listening on ' "$tmp/server.out" 2> /dev/nul
 addr=$(sed -n 's/^listening on //p' "$tmp/server.out" | head -1)
 [ -n "$addr" ] || { cat "$tmp/server.err"; fail "the reference server did not start"; }
 espeak-ng -v en-us -s 160 -w "$tmp/espeak.wav" "turn on the kitchen lights"
-sox "$tmp/espeak.wav" -r 16000 -c 1 -b 16 -e signed-integer "$tmp/speech.wav"
+sox -R "$tmp/espeak.wav" -r 16000 -c 1 -b 16 -e signed-integer "$tmp/speech.wav"
 expected="turn on the kitchen lights  [intent: turn_on]  [room: kitchen]"
 got=$(cd "$tmp" && "$tmp/venv/bin/speechclient" --url "grpc://$addr" --file "$tmp/speech.wav" --cache-dir "$tmp/cache" | tail -1)
 [ "$got" = "$expected" ] || fail "the wheel's CLI on a file printed: $got"

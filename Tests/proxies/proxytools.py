@@ -81,23 +81,12 @@ def make_recording(path: pathlib.Path, phrases=PHRASES, gap_after=None, gap_s=0.
     work.mkdir(parents=True, exist_ok=True)
     cache = {}
     pcm = bytearray(b"\0\0" * int(SAMPLE_RATE * 0.5))
-    # sox dithers when it resamples espeak-ng's 22.05 kHz, with a new random seed each run:
-    # PocketSphinx then hears some runs' "what time is it" as "what time". SOX_OPTS=-R (sox's
-    # repeatable mode: a fixed seed) makes the same recording every time, the one checked below.
-    saved = os.environ.get("SOX_OPTS")
-    os.environ["SOX_OPTS"] = "-R"
-    try:
-        for text in phrases:
-            if text not in cache:
-                wav = synthesize(text, work / f"p{len(cache)}.wav")
-                with wave.open(str(wav)) as w:
-                    assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (SAMPLE_RATE, 1, 2)
-                    cache[text] = w.readframes(w.getnframes())
-    finally:
-        if saved is None:
-            del os.environ["SOX_OPTS"]
-        else:
-            os.environ["SOX_OPTS"] = saved
+    for text in phrases:  # speechtools.synthesize runs sox repeatably (-R): the same audio every run
+        if text not in cache:
+            wav = synthesize(text, work / f"p{len(cache)}.wav")
+            with wave.open(str(wav)) as w:
+                assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (SAMPLE_RATE, 1, 2)
+                cache[text] = w.readframes(w.getnframes())
     for i, text in enumerate(phrases):
         pcm += cache[text]
         pause = gap_s if gap_after == i else pause_after(i)

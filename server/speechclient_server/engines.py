@@ -85,11 +85,13 @@ class Engine:
 
 
 def synthesize(text: str) -> bytes:
-    """espeak-ng speech as 16 kHz mono PCM16 (raises OSError/CalledProcessError without the tools)."""
+    """espeak-ng speech as 16 kHz mono PCM16 (raises OSError/CalledProcessError without the tools).
+    The same bytes every time (sox -R: its dither's seed is otherwise random), so every start of
+    the server measures the same warm CMN."""
     with tempfile.TemporaryDirectory() as tmp:
         wav, raw = os.path.join(tmp, "w.wav"), os.path.join(tmp, "w.raw")
         subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", wav, text], check=True, capture_output=True)
-        subprocess.run(["sox", wav, "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
+        subprocess.run(["sox", "-R", wav, "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
                        check=True, capture_output=True)
         with open(raw, "rb") as f:
             return f.read()

@@ -104,7 +104,7 @@ def speech(tmp_path_factory):
         if key not in cache:
             wav, raw = folder / f"{len(cache)}.wav", folder / f"{len(cache)}.raw"
             subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", str(wav), text], check=True)
-            subprocess.run(["sox", str(wav), "-r", str(rate), "-c", "1", "-b", "16", "-e", "signed-integer",
+            subprocess.run(["sox", "-R", str(wav), "-r", str(rate), "-c", "1", "-b", "16", "-e", "signed-integer",
                             str(raw)], check=True)
             cache[key] = raw.read_bytes()
         return cache[key]

@@ -56,7 +56,7 @@ def synthesize(text: str, rate: int = 16000) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         wav, raw = os.path.join(tmp, "s.wav"), os.path.join(tmp, "s.raw")
         subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", wav, text], check=True, capture_output=True)
-        subprocess.run(["sox", wav, "-r", str(rate), "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
+        subprocess.run(["sox", "-R", wav, "-r", str(rate), "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
                        check=True, capture_output=True)
         with open(raw, "rb") as f:
             return f.read()

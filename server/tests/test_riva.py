@@ -68,7 +68,7 @@ def wav(tmp_path_factory):
         if key not in made:
             raw, out = folder / f"{len(made)}-espeak.wav", folder / f"{len(made)}.wav"
             subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", str(raw), text], check=True)
-            subprocess.run(["sox", str(raw), "-r", str(rate), *(sox or ("-c", "1", "-b", "16", "-e", "signed-integer")),
+            subprocess.run(["sox", "-R", str(raw), "-r", str(rate), *(sox or ("-c", "1", "-b", "16", "-e", "signed-integer")),
                             str(out)], check=True)
             made[key] = out
         return made[key]

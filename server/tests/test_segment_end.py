@@ -24,7 +24,7 @@ def say(tmp_path_factory):
         if key not in cache:
             wav, raw = folder / f"{len(cache)}.wav", folder / f"{len(cache)}.raw"
             subprocess.run(["espeak-ng", "-v", voice, "-s", str(wpm), "-w", str(wav), text], check=True)
-            cmd = ["sox", str(wav), "-r", str(rate), "-c", "1", "-b", "16", "-e", "signed-integer", str(raw)]
+            cmd = ["sox", "-R", str(wav), "-r", str(rate), "-c", "1", "-b", "16", "-e", "signed-integer", str(raw)]
             if trim:
                 cmd += ["reverse", "silence", "1", "0.01", "1%", "reverse"]
             subprocess.run(cmd, check=True)

@@ -27,7 +27,7 @@ def narrate(tmp_path_factory):
         txt.write_text(text)
         if not raw.exists():
             subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", str(wav), "-f", str(txt)], check=True)
-            subprocess.run(["sox", str(wav), "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", str(raw)],
+            subprocess.run(["sox", "-R", str(wav), "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", str(raw)],
                            check=True)
         return raw.read_bytes(), text
     return make

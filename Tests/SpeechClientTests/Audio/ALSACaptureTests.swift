@@ -20,7 +20,7 @@ import Glibc
     static let fixture: Fixture? = {
         let dir = AudioFixtures.directory()
         let raw = dir + "/speech.raw"
-        guard run("espeak-ng -v en-us -s 160 -w \(dir)/speech.wav 'turn on the kitchen lights' && sox \(dir)/speech.wav -r 16000 -c 1 -b 16 -e signed-integer -t raw \(raw)") else { return nil }
+        guard run("espeak-ng -v en-us -s 160 -w \(dir)/speech.wav 'turn on the kitchen lights' && sox -R \(dir)/speech.wav -r 16000 -c 1 -b 16 -e signed-integer -t raw \(raw)") else { return nil }
         let conf = """
         </usr/share/alsa/alsa.conf>
         pcm.testmic { type file; slave.pcm "null"; file "/dev/null"; infile "\(raw)"; format "raw"; hint { show on; description "Test microphone\nsynthesized speech" } }
