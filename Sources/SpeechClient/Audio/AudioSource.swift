@@ -49,3 +49,13 @@ public enum SpeechAudio {
     @inline(__always) public static func milliseconds(samples: Int) -> Int { samples / samplesPerMillisecond }
     @inline(__always) public static func seconds(samples: Int) -> Double { Double(samples) / Double(sampleRate) }
 }
+
+extension SpeechAudio {
+    /// Seconds with one decimal, for messages ("12.3").
+    static func secondsText(_ seconds: Double) -> String {
+        let tenths = Int((seconds * 10).rounded())
+        return "\(tenths / 10).\(tenths % 10)"
+    }
+
+    static func secondsText(samples: Int) -> String { secondsText(seconds(samples: samples)) }
+}

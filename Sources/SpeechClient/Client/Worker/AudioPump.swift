@@ -70,7 +70,7 @@ final class AudioPump {
             if let wav = file as? WAVFileSource, let h = wav.header, h.missingBytes > 0 {
                 // Issue 19 item 7: a cut-short copy is streamed, and the loss said.
                 let rate = Double(max(1, h.format.sampleRate * h.blockAlign))
-                log(.warning, "\(wav.path): the data chunk declares \(h.dataBytes + h.missingBytes) bytes but the file holds \(h.dataBytes): its last \(ClientWorker.seconds(Double(h.missingBytes) / rate)) s are missing; transcribing the \(ClientWorker.seconds(Double(h.dataBytes) / rate)) s there are")
+                log(.warning, "\(wav.path): the data chunk declares \(h.dataBytes + h.missingBytes) bytes but the file holds \(h.dataBytes): its last \(SpeechAudio.secondsText(Double(h.missingBytes) / rate)) s are missing; transcribing the \(SpeechAudio.secondsText(Double(h.dataBytes) / rate)) s there are")
             }
         case .microphone:
             if source == nil { try openMicrophone(log: log) }

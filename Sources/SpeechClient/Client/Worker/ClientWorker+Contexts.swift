@@ -37,17 +37,14 @@ extension ClientWorker {
         woken = false
         contextId = ""
         endEvents = []
-        reconnection.reset()
-        replay.reset()
-        contextSamples = 0
+        supervisor.begin()
         numbering.reset()
-        rotation.reset()
         client?.transition({ _, _ in }, contextOpen: true)
         do throws(SpeechClientError) {
-            try openLane(from: 0, end: nil)
+            try supervisor.openLane(from: 0, end: nil, host: self)
         } catch {
             // Only reached when the prepared stream vanished in between: retried as a loss.
-            laneLost(from: 0, end: nil, cause: error, servedLongEnough: false)
+            supervisor.laneLost(from: 0, end: nil, cause: error, servedLongEnough: false, host: self)
         }
     }
 
@@ -59,29 +56,27 @@ extension ClientWorker {
     /// Whether `samples` more pushed audio fit in the replay buffer beside what is not final yet
     /// (the caller holds `audioLock`). Outside a context everything fits (it is dropped).
     func hasRoom(forSamples samples: Int) -> Bool {
-        (contextOpen && !stopSent ? unfinishedSamples : 0) + samples <= replay.capacitySamples
+        (contextOpen && !stopSent ? supervisor.unfinishedSamples : 0) + samples <= supervisor.replay.capacitySamples
     }
-
-    /// Audio recorded and not yet final (in flight at the server, or waiting): a file is never
-    /// let ahead of what the replay buffer can hold, so a stream lost at any moment loses nothing.
-    private var unfinishedSamples: Int { contextSamples - replayPoint }
 
     /// Reads one block from the source into the context; at the end of a file, stops it.
     /// A file is read as fast as the server takes it: while the stream's backlog is above
-    /// `fileBacklogLimit`, or the audio in flight fills the replay buffer, the worker waits
+    /// `LaneSupervisor.backlogLimit`, or the audio in flight (not yet final) fills the replay
+    /// buffer, so that a stream lost at any moment loses nothing, the worker waits
     /// (checking commands between waits) instead of sending more. The microphone is never held
     /// back: its audio cannot wait.
     func pumpOnce() {
         guard pumping, audio.isOpen else { pumping = false; return }
         if waitsForServer {
-            let unsent = lanes.liveLane?.stream.backlogBytes ?? 0
+            let unsent = supervisor.lanes.liveLane?.stream.backlogBytes ?? 0
             let chunkSamples = SpeechAudio.samples(milliseconds: options.chunkMilliseconds)
-            var full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
-            if full && lanes.count == 1 && contextOpen && !stopSent && endpointer == nil {
+            let capacity = supervisor.replay.capacitySamples
+            var full = supervisor.unfinishedSamples + 2 * chunkSamples > capacity
+            if full && supervisor.lanes.count == 1 && contextOpen && !stopSent && endpointer == nil {
                 // Nothing is draining that would free the buffer: end this server context (the
                 // server then finishes every word of it) and go on in a new one.
-                rotate(reason: "the audio in flight filled the replay buffer")
-                full = unfinishedSamples + 2 * chunkSamples > replay.capacitySamples
+                supervisor.rotate(reason: "the audio in flight filled the replay buffer", host: self)
+                full = supervisor.unfinishedSamples + 2 * chunkSamples > capacity
             }
             // A file heard by a wake-word service is not read ahead of real time (a command
             // still ends the wait).
@@ -97,11 +92,11 @@ extension ClientWorker {
                 stall(waitingFor: [])
                 return
             }
-            if lanes.liveLane?.cursor != nil {
-                stall(waitingFor: lanes.replayingStreams)
+            if supervisor.lanes.liveLane?.cursor != nil {
+                stall(waitingFor: supervisor.lanes.replayingStreams)
                 return
             }
-            if unsent > Self.fileBacklogLimit, let stream = lanes.liveLane?.stream {
+            if unsent > LaneSupervisor.backlogLimit, let stream = supervisor.lanes.liveLane?.stream {
                 stall(waitingFor: [stream])
                 if stalledUntil != nil { return }
             }
@@ -136,36 +131,16 @@ extension ClientWorker {
             // A descriptor goes on in the next context: the resampler's tail belongs to this one.
             var descriptor = false
             if case .descriptor = options.audio { descriptor = true }
-            for c in audio.drain(resamplerTail: descriptor) { sendAudio(c) }
+            for c in audio.drain(resamplerTail: descriptor) { supervisor.sendAudio(c, host: self) }
         }
         stopSent = true
         client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")\(replaying ? " (after the replay)" : "")")
-        endLiveAudio()
+        supervisor.endLiveAudio()
         if auto {
             client?.transition { state, _ in
                 if state == .starting || state == .listening { state = .stopping }
             }
         }
-    }
-
-    /// The live audio ends here: the current lane (or the repair waiting to replace it) gets its
-    /// end, and its stop goes out once its replay has caught up.
-    private func endLiveAudio() {
-        if let gen = lanes.live, var lane = lanes[gen] {
-            lane.end = contextSamples
-            if lane.cursor == nil { stopLane(&lane) }
-            lanes[gen] = lane
-            lanes.endLive()
-        }
-        reconnection.endLiveAudio(at: contextSamples)
-    }
-
-    /// Stop, then the end of the request side: the server finishes the words and ends the stream.
-    func stopLane(_ lane: inout Lane) {
-        guard !lane.stopSent else { return }
-        lane.stream.send(.stop)
-        lane.stream.finish()
-        lane.stopSent = true
     }
 
     /// The end of a context's reading (see `AudioPump.endContext`).
@@ -176,7 +151,7 @@ extension ClientWorker {
 
     /// A context could not run: report the error, then the stop. A start queued behind it still
     /// happens (the header promises it after the pending stop completes; an error completes it).
-    /// A loss `reconnection` noted is not reported: the error names everything from the last final segment on.
+    /// A loss `supervisor.reconnection` noted is not reported: the error names everything from the last final segment on.
     func failContext(_ error: SpeechClientError) {
         endContext(events: closeUnfinishedSegments(why: "the context failed") + [.error(error), .stop(contextId: contextId)], startQueued: true)
     }
@@ -211,10 +186,8 @@ extension ClientWorker {
     /// `events` are queued with the state change, and then, with `startQueued`, a start the
     /// application queued behind this context (or made during a resume) begins.
     func endContext(events: [ClientEvent], startQueued: Bool) {
-        reconnection.reset()
+        supervisor.end()
         authRetried = false
-        for lane in lanes.removeAll() where !lane.stopSent { lane.stream.cancel() }
-        replay.reset()
         contextOpen = false
         stopSent = false
         endEvents = []
@@ -260,7 +233,7 @@ extension ClientWorker {
 
     /// The context ends once the user's stop was sent and every lane has finished.
     func endContextIfDone() {
-        guard contextOpen, stopSent, lanes.live == nil, lanes.isEmpty, reconnection.isSettled else { return }
+        guard contextOpen, stopSent, supervisor.lanes.live == nil, supervisor.lanes.isEmpty, supervisor.reconnection.isSettled else { return }
         let id = contextId
         client?.log(.debug, "context \(id) finished")
         endContext(events: closeUnfinishedSegments(why: "the context ended") + endEvents + [.stop(contextId: id)], startQueued: true)

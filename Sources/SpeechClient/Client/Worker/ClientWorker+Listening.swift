@@ -14,7 +14,7 @@ extension ClientWorker {
             client?.emit(.level(Float(VoiceActivityDetector.decibels(chunk)), positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: at))))
         }
         guard var ep = endpointer else {
-            sendAudio(chunk)
+            supervisor.sendAudio(chunk, host: self)
             return
         }
         if let wake { hearForWake(chunk, at: at, on: wake) }
@@ -43,7 +43,7 @@ extension ClientWorker {
                         client?.emit(.error(SpeechClientError(.network, "the server has not finished the previous context; speech heard meanwhile is being dropped")))
                     }
                 } else if contextOpen && !stopSent {
-                    sendAudio(chunk)
+                    supervisor.sendAudio(chunk, host: self)
                 }
             case .close:
                 lastActivationEnd = audioSamples
@@ -108,7 +108,7 @@ extension ClientWorker {
         let (chunks, closed) = backlog.take()
         openListeningContext()
         guard contextOpen else { return }
-        for c in chunks { sendAudio(c) }
+        for c in chunks { supervisor.sendAudio(c, host: self) }
         if closed { sendStop() }
     }
 
@@ -165,7 +165,7 @@ extension ClientWorker {
             // the rest find it open, or come from before its end.
             let at = min(sample ?? audioSamples, audioSamples)
             guard !ep.isActive, !contextOpen, !backlog.isWaiting, at > lastActivationEnd else { return }
-            client?.log(.info, "wake word '\(name)' heard at \(Self.seconds(SpeechAudio.seconds(samples: at))) s")
+            client?.log(.info, "wake word '\(name)' heard at \(SpeechAudio.secondsText(samples: at)) s")
             client?.emit(.listen(.activate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: at)), name: name))
             let actions = ep.activate(from: at)
             endpointer = ep

@@ -22,11 +22,11 @@ extension ClientWorker {
             }
             return
         }
-        guard var lane = lanes[gen] else { return }
+        guard var lane = supervisor.lanes[gen] else { return }
         if isHeld(gen) {
             switch event {
             case .response(let response):
-                if case .started = response.payload { lanes[gen]?.startDue = .max }  // acknowledged, applied later
+                if case .started = response.payload { supervisor.lanes[gen]?.startDue = .max }  // acknowledged, applied later
                 if case .rttRequest(let id) = response.payload {
                     lane.stream.send(.rttResponse(id: id))
                 } else if let error = hold(response, lane: gen) {
@@ -35,7 +35,7 @@ extension ClientWorker {
                 }
                 return
             case .closed(nil):
-                lanes[gen]?.endedWhileHeld = true
+                supervisor.lanes[gen]?.endedWhileHeld = true
                 return
             default:
                 break
@@ -44,7 +44,7 @@ extension ClientWorker {
         switch event {
         case .closed(let error):
             defer { releaseHeld() }
-            let wasCurrent = lanes.remove(gen)
+            let wasCurrent = supervisor.lanes.remove(gen)
             let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
             dropSegments(of: lane)
             // A rejected token (expired, or a server restarted with a new secret), before the
@@ -53,18 +53,18 @@ extension ClientWorker {
             if !authRetried, cause.code == .auth {
                 authRetried = true
                 client?.log(.info, "the server rejected the token\(contextId.isEmpty ? "" : " during context \(contextId)"); logging in again")
-                let delay = reconnection.retryAfterLogin((lane.floor, wasCurrent ? nil : lane.end), now: Clock.monotonicNanos())
-                reportReconnecting(attempt: 1, delayMilliseconds: delay, cause: cause)
+                let delay = supervisor.reconnection.retryAfterLogin((lane.floor, wasCurrent ? nil : lane.end), now: Clock.monotonicNanos())
+                supervisor.reportReconnecting(attempt: 1, delayMilliseconds: delay, cause: cause, host: self)
                 return
             }
             let served = lane.startedAt.map { Clock.monotonicNanos() &- $0 >= Self.servedLongEnoughNanos } ?? false
-            laneLost(from: lane.floor, end: wasCurrent ? nil : lane.end, cause: cause, servedLongEnough: served)
+            supervisor.laneLost(from: lane.floor, end: wasCurrent ? nil : lane.end, cause: cause, servedLongEnough: served, host: self)
         case .goingAway:
             // The server or a proxy worker is draining: a lane still taking audio moves to a new
             // connection at its next pause, within the drain timeout.
-            if gen == lanes.live && lane.moveBy == nil {
+            if gen == supervisor.lanes.live && lane.moveBy == nil {
                 lane.moveBy = Clock.monotonicNanos() + UInt64(options.drainTimeoutMilliseconds) * 1_000_000
-                lanes[gen] = lane
+                supervisor.lanes[gen] = lane
                 client?.log(.info, "the connection is closing (GOAWAY): context \(contextId) moves to a new connection at its next pause")
             }
         case .response(let response):
@@ -74,9 +74,9 @@ extension ClientWorker {
 
     /// Keeps a response of a lane that waits for an earlier one; an error past the byte bound.
     func hold(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
-        guard let held = lanes[gen]?.held else { return nil }
+        guard let held = supervisor.lanes[gen]?.held else { return nil }
         // Across the context's lanes: each one may be short (a rotation every few seconds).
-        if lanes.heldBytes + response.heldBytes > Lane.maxHeldBytes {
+        if supervisor.lanes.heldBytes + response.heldBytes > Lane.maxHeldBytes {
             return SpeechClientError(.parse, "the server sent more than \(Lane.maxHeldBytes >> 20) MiB of results on later streams while an earlier stream of the context was still open; the stream was ended")
         }
         held.push(response)
@@ -85,9 +85,9 @@ extension ClientWorker {
 
     /// Whether a lane's responses wait: an earlier lane (by its audio) is still open.
     func isHeld(_ gen: Int) -> Bool {
-        guard let lane = lanes[gen] else { return false }
+        guard let lane = supervisor.lanes[gen] else { return false }
         // A lost earlier lane waiting to be replaced holds it as well: its words come first.
-        return lanes.hasEarlier(than: gen) || reconnection.holdsAudio(before: lane.start)
+        return supervisor.lanes.hasEarlier(than: gen) || supervisor.reconnection.holdsAudio(before: lane.start)
     }
 
     /// After a lane ended: the earliest open lane applies the responses it was holding, in order
@@ -96,26 +96,15 @@ extension ClientWorker {
         if releasingHeld { return }
         releasingHeld = true
         defer { releasingHeld = false }
-        while contextOpen, let (gen, lane) = lanes.first {
+        while contextOpen, let (gen, lane) = supervisor.lanes.first {
             if isHeld(gen) { return }
             if let response = lane.held.pop() {
                 handleResponse(response, lane: gen)
                 continue
             }
             guard lane.endedWhileHeld else { return }
-            lanes[gen]?.endedWhileHeld = false
+            supervisor.lanes[gen]?.endedWhileHeld = false
             handleStream(.closed(nil), generation: gen)
-        }
-    }
-
-    /// A lane was lost: its unfinished audio [from, end) is replayed on a new stream after a
-    /// delay when the loss is retryable and attempts remain; otherwise the context fails.
-    func laneLost(from: Int, end: Int?, cause: SpeechClientError, servedLongEnough: Bool) {
-        switch reconnection.laneLost((from, end), cause: cause, servedLongEnough: servedLongEnough, now: Clock.monotonicNanos()) {
-        case .retry(let attempt, let delay): reportReconnecting(attempt: attempt, delayMilliseconds: delay, cause: cause)
-        case .joinsScheduledAttempt: break
-        case .fail(let attempts?): failContext(lostAudioError(cause, attempts: attempts, from: from))
-        case .fail(nil): failContext(cause)
         }
     }
 
@@ -141,24 +130,23 @@ extension ClientWorker {
         assembler.drop(context: contextId, segments: lane.openSegments)
         assembler.forgetEnded(context: contextId, segments: lane.endedSegments)
         if let id = lane.serverContext { numbering.forget(serverContext: id) }
-        numbering.giveBack(lane.openSegments, latestOpenElsewhere: lanes.latestOpenSegment)
+        numbering.giveBack(lane.openSegments, latestOpenElsewhere: supervisor.lanes.latestOpenSegment)
     }
 
     private func handleResponse(_ response: SLUResponse, lane gen: Int) {
-        guard var lane = lanes[gen] else { return }
+        guard var lane = supervisor.lanes[gen] else { return }
         switch response.payload {
         case .started:
             authRetried = false
             lane.serverContext = response.audioContext
             lane.startedAt = Clock.monotonicNanos()
             lane.startDue = .max
-            lanes[gen] = lane
+            supervisor.lanes[gen] = lane
             numbering.started(serverContext: response.audioContext, atSample: lane.start)
-            if let loss = reconnection.takePendingLoss() {
+            if let loss = supervisor.reconnection.takePendingLoss() {
                 // The replay was taken: now the loss is final, and reported once.
-                let lost = SpeechAudio.seconds(samples: loss.to - loss.from)
                 client?.emit(.error(SpeechClientError(.network,
-                    "the replay buffer overflowed while reconnecting: \(Self.seconds(lost)) s of audio from \(Self.seconds(SpeechAudio.seconds(samples: loss.from))) s into context \(contextId) were not transcribed")))
+                    "the replay buffer overflowed while reconnecting: \(SpeechAudio.secondsText(samples: loss.to - loss.from)) s of audio from \(SpeechAudio.secondsText(samples: loss.from)) s into context \(contextId) were not transcribed")))
             }
             if contextId.isEmpty {
                 contextId = response.audioContext
@@ -167,11 +155,11 @@ extension ClientWorker {
                     if state == .starting { state = .listening }
                 }, events: [.start(contextId: response.audioContext)])
             } else {
-                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext) from \(Self.seconds(SpeechAudio.seconds(samples: lane.start))) s")
+                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext) from \(SpeechAudio.secondsText(samples: lane.start)) s")
             }
         case .finished(let code, let message):
             // Everything this lane carried is final now.
-            if lanes.remove(gen) {
+            if supervisor.lanes.remove(gen) {
                 // The server ended the context by itself (a limit, an error): no more audio.
                 if !stopSent {
                     stopSent = true
@@ -190,7 +178,7 @@ extension ClientWorker {
             if let code {
                 endEvents.append(.error(SpeechClientError(.api, "context \(id)\(response.audioContext == id ? "" : " (server context \(response.audioContext))") finished with error \(code): \(message ?? "")")))
             }
-            reconnection.progressed()
+            supervisor.reconnection.progressed()
             releaseReplay()
             releaseHeld()
             endContextIfDone()
@@ -208,30 +196,21 @@ extension ClientWorker {
     /// Forgets audio every lane has finished with, and wakes a push waiting for room (and a
     /// file waiting for it: this may run on the thread that received the final segment).
     func releaseReplay() {
-        replay.release(upTo: replayPoint)
+        supervisor.releaseReplay()
         audioLock.broadcast()
         if pumping && waitsForServer { client?.pokeWorker() }
     }
 
-    /// The pump waits: until one of `streams` has drained to `fileBacklogLimit` (each is asked
+    /// The pump waits: until one of `streams` has drained to `LaneSupervisor.backlogLimit` (each is asked
     /// to say so), a command, a poke, or the safety bound. A stream that has drained already
     /// means no wait.
     func stall(waitingFor streams: [any RecognitionStream]) {
         let client = self.client
-        for stream in streams where !stream.notifyWhenBacklog(atMost: Self.fileBacklogLimit, { [weak client] in client?.pokeWorker() }) {
+        for stream in streams where !stream.notifyWhenBacklog(atMost: LaneSupervisor.backlogLimit, { [weak client] in client?.pokeWorker() }) {
             stalledUntil = nil
             return
         }
         stalledUntil = Clock.monotonicNanos() + Self.stallSafetyNanos
-    }
-
-    /// The first sample not yet final in every lane (and every lane waiting to be replaced): the
-    /// replay buffer keeps audio from here, and a file is not let further ahead than it holds.
-    var replayPoint: Int {
-        var point = contextSamples
-        if let floor = lanes.lowestFloor { point = min(point, floor) }
-        if let from = reconnection.earliestRepair { point = min(point, from) }
-        return point
     }
 
     /// Folds a segment update into the user's context (its id, continuous segment ids and word
@@ -239,7 +218,7 @@ extension ClientWorker {
     func applySegmentUpdate(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
         // A result for another context than the one this stream carries was filed under the
         // current one (issue 23 item 3): it is a protocol error that ends the stream.
-        if let expected = lanes[gen]?.serverContext, response.audioContext != expected {
+        if let expected = supervisor.lanes[gen]?.serverContext, response.audioContext != expected {
             let named = String(response.audioContext.unicodeScalars.prefix(64).map {
                 $0.properties.generalCategory == .control ? "?" : Character($0)
             })
@@ -257,18 +236,18 @@ extension ClientWorker {
             return error
         }
         guard let segment = applied else { return nil }
-        if var lane = lanes[gen] {
+        if var lane = supervisor.lanes[gen] {
             if segment.isFinal {
                 lane.openSegments.remove(segment.segmentId)
                 lane.endedSegments.insert(segment.segmentId)
-                reconnection.progressed()
+                supervisor.reconnection.progressed()
                 if let end = segment.words.map(\.endMilliseconds).max() {
-                    lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: Int(end))), lane.end ?? contextSamples)
+                    lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: Int(end))), lane.end ?? supervisor.contextSamples)
                 }
             } else {
                 lane.openSegments.insert(segment.segmentId)
             }
-            lanes[gen] = lane
+            supervisor.lanes[gen] = lane
             if segment.isFinal { releaseReplay() }
         }
         if options.activation == .wakeword && !woken {

@@ -14,11 +14,11 @@ import Synchronization
 /// by concern:
 /// - `ClientWorker+Contexts`: start, stop, reading the source into a context, a context's end;
 /// - `ClientWorker+Responses`: stream events, held responses, segments, lost lanes;
-/// - `ClientWorker+Lanes`: audio out, rotation, reconnection and replay;
 /// - `ClientWorker+Listening`: each chunk taken, hands-free listening, the wake-word service.
-/// The parts that stand alone (and are tested alone): `AudioPump`, `RotationPolicy`,
-/// `ReconnectionPlan`, `ContextNumbering`, `WakeListener`, `ActivationBacklog`, `Lane`,
-/// `LaneSet` (the lanes' audio order and the live lane), `ReplayBuffer`.
+/// The parts that stand alone (and are tested alone): `LaneSupervisor` (audio out, rotation,
+/// reconnection and replay; the worker is its `LaneHost`) with its `LaneSet`, `Lane`,
+/// `ReplayBuffer`, `RotationPolicy` and `ReconnectionPlan`; `AudioPump`, `ContextNumbering`,
+/// `WakeListener`, `ActivationBacklog`.
 final class ClientWorker: @unchecked Sendable {
     /// The client, set once by its constructor. Under a lock because the event loop reads it
     /// too (a prepared stream's or the wake service's events), possibly while the constructor
@@ -54,8 +54,8 @@ final class ClientWorker: @unchecked Sendable {
     var generation = 0
     /// A stream opened before a context (prepare-on-init, resume): the next context's first lane.
     var prepared: (generation: Int, stream: any RecognitionStream)?
-    /// The streams of the open context (see `Lane`), and the one taking live audio.
-    var lanes = LaneSet()
+    /// The context's lanes, its audio kept for replay, rotation and reconnection.
+    let supervisor: LaneSupervisor
     var assembler = SegmentAssembler()
 
     /// The microphone, file or descriptor, read into chunks.
@@ -80,15 +80,8 @@ final class ClientWorker: @unchecked Sendable {
 
     // Reconnection with replay (issue 5). The user sees one context: the id of the first
     // `started`, segment ids and word times continuous across the server contexts that carry it.
-    var replay: ReplayBuffer
-    /// Samples of the user's context recorded so far (sent, or held while disconnected).
-    var contextSamples = 0
     /// Segment ids and word times of the server contexts, in the user's context.
     var numbering = ContextNumbering()
-    /// When the live lane moves to a new stream (byte budget, context limit, GOAWAY).
-    var rotation: RotationPolicy
-    /// Lanes lost and waiting to be replaced, the next attempt and how many remain.
-    var reconnection: ReconnectionPlan
     /// `releaseHeld` is running (it may end lanes, which would call it again).
     var releasingHeld = false
     /// The last connection state reported, so that only changes are.
@@ -117,10 +110,7 @@ final class ClientWorker: @unchecked Sendable {
         self.options = options
         self.service = service
         audio = AudioPump(input: options.audio, chunkMilliseconds: options.chunkMilliseconds, makeSource: makeSource)
-        replay = ReplayBuffer(capacitySamples: SpeechAudio.samples(milliseconds: options.replayBufferMilliseconds))
-        rotation = RotationPolicy(budgetBytes: options.streamBudgetBytes, contextLimitMilliseconds: options.contextRolloverMilliseconds)
-        reconnection = ReconnectionPlan(attempts: options.reconnectAttempts, initialDelayMilliseconds: options.reconnectInitialDelayMilliseconds,
-                                        maxDelayMilliseconds: options.reconnectMaxDelayMilliseconds)
+        supervisor = LaneSupervisor(options: options)
         if let server = options.wakeService, options.activation == .wakeword {
             let cancellation = self.cancellation
             let link = self.link
@@ -135,10 +125,6 @@ final class ClientWorker: @unchecked Sendable {
         shutdown()
         link.client = nil
     }
-
-    /// Below the 256 KiB at which a call fails (GRPCChannel.Configuration.maxQueuedSendBytes)
-    /// by far more than one block; 64 KiB with 2 ms naps capped files at ~1,000x real time.
-    static let fileBacklogLimit = 160 * 1024
 
     /// A lane the server served this long before it was lost counts as progress: a proxy's idle
     /// timeout cutting streams during a long pause must not use up the reconnect attempts.
@@ -178,7 +164,7 @@ final class ClientWorker: @unchecked Sendable {
         // same) and reopened by the next start.
         let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
         // Taken every step (a file's every chunk): no arrays built for it.
-        let deadline = Self.earliest(Self.earliest(reconnection.due?.at, idleDeadline), Self.earliest(laneDeadlines, stalledUntil))
+        let deadline = Self.earliest(Self.earliest(supervisor.reconnection.due?.at, idleDeadline), Self.earliest(laneDeadlines, stalledUntil))
         switch client.takeCommand() {
         case .closing:
             return .closed
@@ -198,14 +184,14 @@ final class ClientWorker: @unchecked Sendable {
     }
 
     /// A lane still has replay audio to send.
-    var replaying: Bool { lanes.replaying }
+    var replaying: Bool { supervisor.lanes.replaying }
 
     /// The source is being read and can take audio now (a file waits while a reconnection is
     /// pending: nothing would take its audio but the replay buffer; a microphone is read all the same).
-    private var pumpWanted: Bool { pumping && !(waitsForServer && (reconnection.due != nil || (contextOpen && !stopSent && lanes.live == nil))) }
+    private var pumpWanted: Bool { pumping && !(waitsForServer && (supervisor.reconnection.due != nil || (contextOpen && !stopSent && supervisor.lanes.live == nil))) }
 
     /// The earlier of a lane's move off a going-away connection and a start acknowledgement due.
-    private var laneDeadlines: UInt64? { Self.earliest(lanes.nextMoveDeadline, lanes.nextStartDeadline) }
+    private var laneDeadlines: UInt64? { Self.earliest(supervisor.lanes.nextMoveDeadline, supervisor.lanes.nextStartDeadline) }
 
     static func earliest(_ a: UInt64?, _ b: UInt64?) -> UInt64? {
         guard let a else { return b }
@@ -217,7 +203,7 @@ final class ClientWorker: @unchecked Sendable {
     /// hung server once left a context STARTING for 40 s): it is retried like a lost connection,
     /// its audio replayed, until the reconnect attempts run out.
     private func expireUnacknowledgedStarts(now: UInt64) {
-        for (gen, lane) in lanes.unacknowledged(at: now) {
+        for (gen, lane) in supervisor.lanes.unacknowledged(at: now) {
             lane.stream.cancel()
             handleStream(.closed(SpeechClientError(.timeout, "the server did not acknowledge the start of the context within \(options.startTimeoutMilliseconds) ms",
                                                    grpcStatus: GRPCStatus.unavailable)), generation: gen)
@@ -229,18 +215,18 @@ final class ClientWorker: @unchecked Sendable {
     private func idleStep(idleDeadline: UInt64?) {
         guard let client else { return }
         let now = Clock.monotonicNanos()
-        if let due = lanes.nextStartDeadline, now >= due {
+        if let due = supervisor.lanes.nextStartDeadline, now >= due {
             expireUnacknowledgedStarts(now: now)
-        } else if let due = reconnection.due, now >= due.at {
-            attemptReconnect()
+        } else if let due = supervisor.reconnection.due, now >= due.at {
+            supervisor.attemptReconnect(host: self)
         } else if replaying || pumping {
-            let replayed = replaying && pumpReplay()
+            let replayed = replaying && supervisor.pumpReplay(host: self)
             if pumpWanted { pumpOnce() } else if !replayed {
                 // Replay lanes wait for their streams to drain; a file waits for a reconnection.
-                stall(waitingFor: lanes.replayingStreams)
+                stall(waitingFor: supervisor.lanes.replayingStreams)
             }
-        } else if let by = lanes.nextMoveDeadline, now >= by {
-            rotate(reason: "the connection is closing (GOAWAY)")
+        } else if let by = supervisor.lanes.nextMoveDeadline, now >= by {
+            supervisor.rotate(reason: "the connection is closing (GOAWAY)", host: self)
         } else if let idleDeadline, now >= idleDeadline {
             client.log(.debug, "closing the idle SLU stream")
             prepared?.stream.finish()
@@ -273,7 +259,7 @@ final class ClientWorker: @unchecked Sendable {
     /// A segment update taken on the receiving thread (see `isDirectUpdate`); the caller holds
     /// `audioLock`. A response the assembler refuses ends the stream through the worker.
     func takeDirect(_ event: StreamEvent, generation gen: Int) {
-        guard let lane = lanes[gen], case .response(let response) = event else { return }
+        guard let lane = supervisor.lanes[gen], case .response(let response) = event else { return }
         if isHeld(gen) {
             if let error = hold(response, lane: gen) {
                 lane.stream.cancel()
@@ -303,7 +289,7 @@ final class ClientWorker: @unchecked Sendable {
     }
 
     private func releaseAll() {
-        for lane in lanes.removeAll() { lane.stream.cancel() }
+        for lane in supervisor.lanes.removeAll() { lane.stream.cancel() }
         prepared?.stream.cancel()
         prepared = nil
         audio.close()
@@ -350,7 +336,7 @@ final class ClientWorker: @unchecked Sendable {
         generation += 1
         let gen = generation
         let config = SLUConfig(languageCode: options.language)
-        if reconnection.due == nil && contextOpen == false { report(.connecting) }
+        if supervisor.reconnection.due == nil && contextOpen == false { report(.connecting) }
         client?.log(.debug, "opening an SLU stream (language \(options.language))")
         let stream: any RecognitionStream
         do throws(SpeechClientError) {
@@ -358,34 +344,13 @@ final class ClientWorker: @unchecked Sendable {
                 link.client?.streamEvent(event, generation: gen)
             }
         } catch {
-            if reconnection.due == nil && !contextOpen && !cancellation.isCancelled { report(.unavailable, reason: error) }
+            if supervisor.reconnection.due == nil && !contextOpen && !cancellation.isCancelled { report(.unavailable, reason: error) }
             throw error
         }
         stream.send(.config(config))
         prepared = (gen, stream)
         client?.log(.debug, "SLU stream open")
         report(.ready)
-    }
-
-    /// A new lane on a new stream for the audio [from, end) (end nil: live audio), its start sent.
-    /// Audio before what was recorded so far is replayed from the replay buffer as the stream drains.
-    func openLane(from: Int, end: Int?) throws(SpeechClientError) {
-        try ensureStream()
-        guard let (gen, stream) = prepared else { return }
-        prepared = nil
-        let replayFrom = from < (end ?? contextSamples) ? from : nil
-        var lane = Lane(stream: stream, start: from, end: end, replayFrom: replayFrom)
-        lane.startDue = Clock.monotonicNanos() + UInt64(options.startTimeoutMilliseconds) * 1_000_000
-        let start = SLURequest.start(appId: options.appId ?? "", options: options.contextOptions)
-        stream.send(start)
-        lane.bytes = start.encoded().count + 5  // the gRPC prefix
-        if end != nil && replayFrom == nil {
-            stream.send(.stop)
-            stream.finish()
-            lane.stopSent = true
-        }
-        lanes.add(lane, generation: gen, live: end == nil)
-        if end == nil { rotation.reset() }
     }
 
     /// After a successful prepare-on-init (which ran before the client existed, so its reports
@@ -446,6 +411,22 @@ final class ClientWorker: @unchecked Sendable {
             if !cancellation.isCancelled { client?.emit(.error(error)) }
         }
     }
+}
+
+/// What the worker is to its `LaneSupervisor`.
+extension ClientWorker: LaneHost {
+    /// The prepared stream, or one opened now (`ensureStream`).
+    func takeStream() throws(SpeechClientError) -> (generation: Int, stream: any RecognitionStream)? {
+        try ensureStream()
+        guard let taken = prepared else { return nil }
+        prepared = nil
+        return taken
+    }
+
+    var connectCancelled: Bool { cancellation.isCancelled }
+    var liveAudioEnded: Bool { stopSent }
+
+    func log(_ level: LogLevel, _ message: String) { client?.log(level, message) }
 }
 
 /// The client as its worker's callbacks reach it (`ClientWorker.link`): weakly, behind a lock,

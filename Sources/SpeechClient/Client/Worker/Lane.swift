@@ -57,6 +57,14 @@ struct Lane {
     /// field and message tags, the gRPC prefix (an upper bound: what a proxy counts).
     static func audioBytes(samples: Int) -> Int { samples * SpeechAudio.bytesPerSample + 16 }
 
+    /// Stop, then the end of the request side: the server finishes the words and ends the stream.
+    mutating func stop() {
+        guard !stopSent else { return }
+        stream.send(.stop)
+        stream.finish()
+        stopSent = true
+    }
+
     /// Sends a chunk of live audio on the stream, unless the lane is still replaying.
     mutating func sendLive(_ chunk: [Int16]) {
         guard cursor == nil else { return }

@@ -1,6 +1,6 @@
 /// What to do about a context's lost lanes (issues 5 and 18): which audio each replacement
 /// replays, when the next attempt is, how many remain, and which audio the replay buffer no
-/// longer held. It decides; the worker opens the streams, reports and logs. Positions are
+/// longer held. It decides; `LaneSupervisor` opens the streams, reports and logs. Positions are
 /// samples of the user's context.
 struct ReconnectionPlan {
     /// Audio a lost lane had not finished: [from, end), end nil for the lane taking live audio.

@@ -1,0 +1,260 @@
+/// What a `LaneSupervisor` asks of the worker that owns it: streams for new lanes, and what
+/// becomes of the context when its audio cannot be carried on.
+protocol LaneHost: AnyObject {
+    /// A stream for the next lane and its generation: the prepared one, or one opened now. Nil
+    /// when none could be had without an error (the lane is then not opened).
+    func takeStream() throws(SpeechClientError) -> (generation: Int, stream: any RecognitionStream)?
+    /// A suspend or a free interrupted the connect: what failed is not the server's fault.
+    var connectCancelled: Bool { get }
+    /// The user's live audio has ended (the stop was sent): no lane moves to a new stream any more.
+    var liveAudioEnded: Bool { get }
+    /// The user's context id, for messages ("" before its first `started`).
+    var contextId: String { get }
+    func report(_ state: ConnectionState, attempt: Int, delayMilliseconds: Int, reason: SpeechClientError?)
+    /// The context cannot go on: its error, then its stop.
+    func failContext(_ error: SpeechClientError)
+    /// The context ends if its stop was sent and every lane has finished.
+    func endContextIfDone()
+    func log(_ level: LogLevel, _ message: String)
+}
+
+/// The connection side of one context (issues 5 and 18): its lanes, the audio kept to replay,
+/// moving the live lane to a new stream, and replacing lost lanes. Every chunk is kept in the
+/// `ReplayBuffer` and sent on the live lane; before a chunk the live lane moves to a new stream
+/// when `RotationPolicy` says so (a byte budget, the context limit, a connection going away);
+/// a lost lane is replaced after the delay `ReconnectionPlan` sets by a lane that replays its
+/// unfinished audio [floor, end) as its stream drains. When the buffer no longer holds that
+/// audio, or the attempts run out, the error names exactly which audio was not transcribed.
+///
+/// The worker owns it and is its `LaneHost`, passed to each call that may need it. The worker's
+/// responses read and update the lanes (final words raise a lane's floor; a lane lost or
+/// finished is removed). A class: the host's calls (a failed context) reset it while one of its
+/// own calls runs. Guarded by the worker's `audioLock`, as the worker's other state.
+final class LaneSupervisor {
+    /// The streams of the open context (see `Lane`), and the one taking live audio.
+    var lanes = LaneSet()
+    var replay: ReplayBuffer
+    /// When the live lane moves to a new stream (byte budget, context limit, GOAWAY).
+    var rotation: RotationPolicy
+    /// Lanes lost and waiting to be replaced, the next attempt and how many remain.
+    var reconnection: ReconnectionPlan
+    /// Samples of the user's context recorded so far (sent, or held while disconnected).
+    private(set) var contextSamples = 0
+
+    private let startRequest: SLURequest
+    private let startTimeoutNanos: UInt64
+    private let reconnectAttempts: Int
+
+    /// A file's stream may hold this much unsent before the worker waits for it to drain; a
+    /// replaying lane sends no more than that either. Below the 256 KiB at which a call fails
+    /// (GRPCChannel.Configuration.maxQueuedSendBytes) by far more than one block; 64 KiB with
+    /// 2 ms naps capped files at ~1,000x real time.
+    static let backlogLimit = 160 * 1024
+
+    init(options: ClientOptions) {
+        replay = ReplayBuffer(capacitySamples: SpeechAudio.samples(milliseconds: options.replayBufferMilliseconds))
+        rotation = RotationPolicy(budgetBytes: options.streamBudgetBytes, contextLimitMilliseconds: options.contextRolloverMilliseconds)
+        reconnection = ReconnectionPlan(attempts: options.reconnectAttempts, initialDelayMilliseconds: options.reconnectInitialDelayMilliseconds,
+                                        maxDelayMilliseconds: options.reconnectMaxDelayMilliseconds)
+        startRequest = SLURequest.start(appId: options.appId ?? "", options: options.contextOptions)
+        startTimeoutNanos = UInt64(options.startTimeoutMilliseconds) * 1_000_000
+        reconnectAttempts = options.reconnectAttempts
+    }
+
+    // MARK: - A context's beginning and end
+
+    /// A new context: nothing recorded, nothing lost (its first lane is opened by `openLane`).
+    func begin() {
+        reconnection.reset()
+        replay.reset()
+        contextSamples = 0
+        rotation.reset()
+    }
+
+    /// The context is over: every lane goes (those that did not send their stop are cancelled)
+    /// and the audio kept for them with it.
+    func end() {
+        reconnection.reset()
+        for lane in lanes.removeAll() where !lane.stopSent { lane.stream.cancel() }
+        replay.reset()
+    }
+
+    /// A new lane on a new stream for the audio [from, end) (end nil: live audio), its start
+    /// sent. Audio before what was recorded so far is replayed from the buffer as the stream drains.
+    func openLane(from: Int, end: Int?, host: some LaneHost) throws(SpeechClientError) {
+        guard let (gen, stream) = try host.takeStream() else { return }
+        let replayFrom = from < (end ?? contextSamples) ? from : nil
+        var lane = Lane(stream: stream, start: from, end: end, replayFrom: replayFrom)
+        lane.startDue = Clock.monotonicNanos() + startTimeoutNanos
+        stream.send(startRequest)
+        lane.bytes = startRequest.encoded().count + 5  // the gRPC prefix
+        if end != nil && replayFrom == nil { lane.stop() }
+        lanes.add(lane, generation: gen, live: end == nil)
+        if end == nil { rotation.reset() }
+    }
+
+    // MARK: - Audio out
+
+    /// Every chunk of the context is kept for replay, then sent on the live lane when it is
+    /// caught up. Before it, the lane moves to a new stream when its budget says so.
+    func sendAudio(_ chunk: [Int16], host: some LaneHost) {
+        rotateIfDue(before: chunk, host: host)
+        replay.append(chunk)
+        contextSamples += chunk.count
+        // In place: a copy of the lane and its write-back were a few percent of a file's time.
+        lanes.sendLive(chunk)
+    }
+
+    /// The live audio ends here: the live lane (or the repair waiting to replace it) gets its
+    /// end, and its stop goes out once its replay has caught up.
+    func endLiveAudio() {
+        if let gen = lanes.live, var lane = lanes[gen] {
+            lane.end = contextSamples
+            if lane.cursor == nil { lane.stop() }
+            lanes[gen] = lane
+            lanes.endLive()
+        }
+        reconnection.endLiveAudio(at: contextSamples)
+    }
+
+    /// The first sample not yet final in every lane (and every lane waiting to be replaced): the
+    /// replay buffer keeps audio from here, and a file is not let further ahead than it holds.
+    var replayPoint: Int {
+        var point = contextSamples
+        if let floor = lanes.lowestFloor { point = min(point, floor) }
+        if let from = reconnection.earliestRepair { point = min(point, from) }
+        return point
+    }
+
+    /// Audio recorded and not yet final (in flight at the server, or waiting to be replayed).
+    var unfinishedSamples: Int { contextSamples - replayPoint }
+
+    /// Forgets audio every lane has finished with.
+    func releaseReplay() { replay.release(upTo: replayPoint) }
+
+    // MARK: - Rotation
+
+    /// Before each chunk of live audio: the lane moves to a new stream when `rotation` says so.
+    private func rotateIfDue(before chunk: [Int16], host: some LaneHost) {
+        guard let lane = lanes.liveLane, lane.cursor == nil, !host.liveAudioEnded else { return }
+        if let why = rotation.reason(before: chunk, streamBytes: lane.bytes, sentSamples: contextSamples - lane.start,
+                                     moveBy: lane.moveBy, now: Clock.monotonicNanos()) {
+            rotate(reason: why, host: host)
+        }
+    }
+
+    /// The live lane ends here (stop, then end of stream: it drains) and a new lane on a new
+    /// stream takes the audio from here. The application sees one context.
+    func rotate(reason: String, host: some LaneHost) {
+        guard let gen = lanes.live, var lane = lanes[gen], lane.cursor == nil, !host.liveAudioEnded else { return }
+        lane.end = contextSamples
+        lane.moveBy = nil
+        lane.stop()
+        lanes[gen] = lane
+        lanes.endLive()
+        rotation.reset()
+        let id = host.contextId
+        host.log(.info, "context \(id.isEmpty ? "(not started yet)" : id) continues on a new stream at \(SpeechAudio.secondsText(samples: contextSamples)) s: \(reason)")
+        do throws(SpeechClientError) {
+            try openLane(from: contextSamples, end: nil, host: host)
+        } catch {
+            if host.connectCancelled { return }
+            laneLost(from: contextSamples, end: nil, cause: error, servedLongEnough: false, host: host)
+        }
+    }
+
+    // MARK: - Lost lanes
+
+    /// A lane was lost: its unfinished audio [from, end) is replayed on a new stream after a
+    /// delay when the loss is retryable and attempts remain; otherwise the context fails.
+    func laneLost(from: Int, end: Int?, cause: SpeechClientError, servedLongEnough: Bool, host: some LaneHost) {
+        switch reconnection.laneLost((from, end), cause: cause, servedLongEnough: servedLongEnough, now: Clock.monotonicNanos()) {
+        case .retry(let attempt, let delay): reportReconnecting(attempt: attempt, delayMilliseconds: delay, cause: cause, host: host)
+        case .joinsScheduledAttempt: break
+        case .fail(let attempts?): host.failContext(lostAudioError(cause, attempts: attempts, from: from))
+        case .fail(nil): host.failContext(cause)
+        }
+    }
+
+    /// A lost lane will be replaced after `delayMilliseconds` (`reconnection` scheduled it).
+    func reportReconnecting(attempt: Int, delayMilliseconds delayMs: UInt64, cause: SpeechClientError, host: some LaneHost) {
+        host.report(.reconnecting, attempt: attempt, delayMilliseconds: Int(delayMs), reason: nil)
+        let of = reconnectAttempts == ClientOptions.unlimitedReconnects ? "unlimited" : "of \(reconnectAttempts)"
+        host.log(.warning, "connection lost during context \(host.contextId) (\(cause.message)); reconnecting in \(delayMs) ms, attempt \(attempt) \(of)")
+    }
+
+    /// When it is time: opens a new stream for each lost lane and replays the audio it had not
+    /// finished. When the buffer no longer holds all of it, an error says what was lost.
+    func attemptReconnect(host: some LaneHost) {
+        guard let (attempt, pending) = reconnection.takeDue(now: Clock.monotonicNanos()) else { return }
+        for (k, repair) in pending.enumerated() {
+            let from = reconnection.replayStart(of: repair, oldestSample: replay.oldestSample)
+            do throws(SpeechClientError) {
+                try openLane(from: from, end: repair.end, host: host)
+            } catch {
+                if host.connectCancelled {
+                    // Suspended (or freed) during an outage: the context cannot finish. The lanes
+                    // not reopened are out of the plan (`takeDue`), so not in `replayPoint`: their
+                    // audio, from this one's on (the earliest left), was not transcribed either.
+                    host.failContext(lostAudioError(SpeechClientError(.network, "the client was suspended while reconnecting"),
+                                                    attempts: attempt, from: min(replayPoint, repair.from)))
+                    return
+                }
+                switch reconnection.attemptFailed(remaining: pending[k...], error: error, now: Clock.monotonicNanos()) {
+                case .giveUp:
+                    let point = replayPoint  // with the repairs: the error names their audio too
+                    reconnection.dropRepairs()
+                    host.report(.unavailable, attempt: 0, delayMilliseconds: 0, reason: error)
+                    host.failContext(lostAudioError(error, attempts: attempt, from: point))
+                case .retry(let next, let delay):
+                    reportReconnecting(attempt: next, delayMilliseconds: delay, cause: error, host: host)
+                }
+                return
+            }
+            host.log(.info, "reconnected; replaying \(SpeechAudio.secondsText(samples: (repair.end ?? contextSamples) - from)) s of audio")
+        }
+        host.report(.ready, attempt: 0, delayMilliseconds: 0, reason: nil)
+        _ = pumpReplay(host: host)
+        host.endContextIfDone()
+    }
+
+    /// Sends replay audio on every lane that has some, while its stream's send backlog is under
+    /// `backlogLimit`; a lane with an end sends its stop once all of it is out, a live lane then
+    /// takes live audio again. Returns whether it made progress.
+    @discardableResult
+    func pumpReplay(host: some LaneHost) -> Bool {
+        var sent = false
+        for gen in lanes.generations {
+            guard var lane = lanes[gen], let cursor = lane.cursor else { continue }
+            // Checked first: this runs each time the worker looks while the stream drains.
+            if lane.stream.backlogBytes > Self.backlogLimit { continue }
+            let target = lane.end ?? replay.endSample
+            var at = max(cursor, replay.oldestSample)
+            for chunk in replay.chunks(from: at, upTo: target) {
+                if lane.stream.backlogBytes > Self.backlogLimit { break }
+                lane.stream.send(.audio(chunk))
+                lane.bytes += Lane.audioBytes(samples: chunk.count)
+                at += chunk.count
+                sent = true
+            }
+            if at >= target {
+                lane.cursor = nil
+                if lane.end != nil { lane.stop() }
+                host.log(.debug, "replay done")
+            } else {
+                lane.cursor = at
+            }
+            lanes[gen] = lane
+        }
+        return sent
+    }
+
+    /// The error that ends a context whose connection could not be restored: what failed and
+    /// exactly which audio was not transcribed.
+    func lostAudioError(_ error: SpeechClientError, attempts: Int, from: Int) -> SpeechClientError {
+        let lost = contextSamples - from
+        return SpeechClientError(error.code, "reconnection failed after \(attempts) attempt(s) (\(error.message)); "
+            + "the last \(SpeechAudio.secondsText(samples: lost)) s of audio, from \(SpeechAudio.secondsText(samples: from)) s into the context, were not transcribed",
+            grpcStatus: error.grpcStatus)
+    }
+}

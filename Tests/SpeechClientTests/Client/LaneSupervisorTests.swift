@@ -1,0 +1,192 @@
+import Testing
+@testable import SpeechClient
+
+/// The connection side of a context alone, without a client, a worker or a server: which audio
+/// each stream is given, in which order, when a lane moves, is lost, is replaced, and what the
+/// context is told when its audio cannot be carried on. Chunk k holds the sample value k, so a
+/// stream's log names exactly the chunks it was sent.
+@Suite struct LaneSupervisorTests {
+    /// A stream that writes down what it is given.
+    final class RecordingStream: RecognitionStream, @unchecked Sendable {
+        var log: [String] = []
+        var backlog = 0
+        func send(_ request: SLURequest) {
+            switch request {
+            case .config: log.append("config")
+            case .start: log.append("start")
+            case .audio(let samples): log.append("audio \(samples.first ?? -1)")
+            case .stop: log.append("stop")
+            case .rttResponse: log.append("rtt")
+            }
+        }
+        func finish() { log.append("finish") }
+        func cancel() { log.append("cancel") }
+        var backlogBytes: Int { backlog }
+        func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { false }
+    }
+
+    /// The worker's side: a stream per lane (or an error), and what the supervisor reports.
+    final class Host: LaneHost {
+        var streams: [RecordingStream] = []
+        var openError: SpeechClientError?
+        var newStreamBacklog = 0
+        var connectCancelled = false
+        var liveAudioEnded = false
+        var contextId = "ctx"
+        var reports: [ConnectionState] = []
+        var failure: SpeechClientError?
+        var logs: [String] = []
+
+        func takeStream() throws(SpeechClientError) -> (generation: Int, stream: any RecognitionStream)? {
+            if let openError { throw openError }
+            let stream = RecordingStream()
+            stream.backlog = newStreamBacklog
+            streams.append(stream)
+            return (streams.count, stream)
+        }
+        func report(_ state: ConnectionState, attempt: Int, delayMilliseconds: Int, reason: SpeechClientError?) { reports.append(state) }
+        func failContext(_ error: SpeechClientError) { failure = error }
+        func endContextIfDone() {}
+        func log(_ level: LogLevel, _ message: String) { logs.append(message) }
+    }
+
+    static let chunkSamples = 1_600  // 100 ms
+
+    func chunk(_ k: Int) -> [Int16] { [Int16](repeating: Int16(k), count: Self.chunkSamples) }
+
+    /// Reconnection at once (no delay), so a test can attempt it right after the loss.
+    func supervisor(_ configure: (inout ClientOptions) -> Void = { _ in }) -> LaneSupervisor {
+        var options = ClientOptions()
+        options.reconnectInitialDelayMilliseconds = 0
+        configure(&options)
+        let s = LaneSupervisor(options: options)
+        s.begin()
+        return s
+    }
+
+    func lost(_ s: LaneSupervisor, lane gen: Int, host: Host) {
+        // What the worker does when a lane's stream closes before its `finished`.
+        guard let lane = s.lanes[gen] else { Issue.record("no lane \(gen)"); return }
+        let wasLive = s.lanes.remove(gen)
+        s.laneLost(from: lane.floor, end: wasLive ? nil : lane.end, cause: SpeechClientError(.network, "connection reset"),
+                   servedLongEnough: false, host: host)
+    }
+
+    @Test func aRotationEndsTheLiveLaneAndTheNextChunkGoesToANewStream() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<3 { s.sendAudio(chunk(k), host: host) }
+        s.rotate(reason: "a test", host: host)
+        s.sendAudio(chunk(3), host: host)
+        #expect(host.streams[0].log == ["start", "audio 0", "audio 1", "audio 2", "stop", "finish"])
+        #expect(host.streams[1].log == ["start", "audio 3"])
+        #expect(s.lanes.live == 2)
+        #expect(s.lanes[1]?.end == 3 * Self.chunkSamples && s.lanes[1]?.stopSent == true)
+        #expect(s.replayPoint == 0 && s.unfinishedSamples == 4 * Self.chunkSamples)  // nothing final yet
+        // After the user's stop no lane moves any more.
+        host.liveAudioEnded = true
+        s.rotate(reason: "too late", host: host)
+        #expect(host.streams.count == 2)
+    }
+
+    @Test func aLostLiveLaneIsReplayedFromItsFloorThenTakesLiveAudioAgain() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<4 { s.sendAudio(chunk(k), host: host) }
+        s.lanes[1]?.floor = 2 * Self.chunkSamples  // chunks 0 and 1 are in final segments
+        lost(s, lane: 1, host: host)
+        #expect(host.reports == [.reconnecting])
+        s.sendAudio(chunk(4), host: host)  // recorded while disconnected: kept for the replay
+        #expect(host.streams.count == 1)
+        s.attemptReconnect(host: host)
+        s.sendAudio(chunk(5), host: host)
+        #expect(host.streams[1].log == ["start", "audio 2", "audio 3", "audio 4", "audio 5"])
+        #expect(host.reports == [.reconnecting, .ready])
+        #expect(s.lanes.live == 2 && !s.lanes.replaying && host.failure == nil)
+    }
+
+    @Test func aLiveChunkNeverOvertakesTheReplay() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<2 { s.sendAudio(chunk(k), host: host) }
+        lost(s, lane: 1, host: host)
+        host.newStreamBacklog = LaneSupervisor.backlogLimit + 1  // the new stream has not drained
+        s.attemptReconnect(host: host)
+        s.sendAudio(chunk(2), host: host)
+        #expect(host.streams[1].log == ["start"] && s.lanes.replaying)
+        host.streams[1].backlog = 0
+        #expect(s.pumpReplay(host: host))
+        s.sendAudio(chunk(3), host: host)
+        #expect(host.streams[1].log == ["start", "audio 0", "audio 1", "audio 2", "audio 3"])
+    }
+
+    @Test func aLaneLostWhileDrainingIsReplayedToItsEndAndStopped() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<3 { s.sendAudio(chunk(k), host: host) }
+        s.rotate(reason: "a test", host: host)
+        s.sendAudio(chunk(3), host: host)
+        lost(s, lane: 1, host: host)  // the old lane, before its finished
+        s.attemptReconnect(host: host)
+        #expect(host.streams[2].log == ["start", "audio 0", "audio 1", "audio 2", "stop", "finish"])
+        #expect(s.lanes.live == 2)  // the live lane was not touched
+        #expect(host.streams[1].log == ["start", "audio 3"])
+    }
+
+    @Test func audioTheBufferNoLongerHeldIsNotedAsLost() throws {
+        let s = supervisor { $0.replayBufferMilliseconds = 200 }, host = Host()  // two chunks
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<4 { s.sendAudio(chunk(k), host: host) }
+        lost(s, lane: 1, host: host)
+        s.attemptReconnect(host: host)
+        #expect(host.streams[1].log == ["start", "audio 2", "audio 3"])
+        let pending = s.reconnection.takePendingLoss()  // reported by the worker at `started`
+        let loss = try #require(pending)
+        #expect(loss.from == 0 && loss.to == 2 * Self.chunkSamples)
+    }
+
+    @Test func whenTheAttemptsRunOutTheErrorNamesTheAudioNotTranscribed() throws {
+        let s = supervisor { $0.reconnectAttempts = 1 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<4 { s.sendAudio(chunk(k), host: host) }
+        s.lanes[1]?.floor = Self.chunkSamples
+        lost(s, lane: 1, host: host)
+        host.openError = SpeechClientError(.network, "connection refused")
+        s.attemptReconnect(host: host)
+        let failure = try #require(host.failure)
+        #expect(failure.code == .network)
+        #expect(failure.message.contains("reconnection failed after 1 attempt(s) (connection refused)"), "\(failure.message)")
+        #expect(failure.message.contains("the last 0.3 s of audio, from 0.1 s into the context, were not transcribed"), "\(failure.message)")
+        #expect(host.reports == [.reconnecting, .unavailable])
+    }
+
+    @Test func aSuspendDuringAnOutageFailsTheContextNamingTheAudio() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<2 { s.sendAudio(chunk(k), host: host) }
+        lost(s, lane: 1, host: host)
+        host.openError = SpeechClientError(.network, "interrupted")
+        host.connectCancelled = true
+        s.attemptReconnect(host: host)
+        let failure = try #require(host.failure)
+        #expect(failure.message.contains("the client was suspended while reconnecting"), "\(failure.message)")
+        #expect(failure.message.contains("the last 0.2 s of audio, from 0.0 s"), "\(failure.message)")
+    }
+
+    @Test func theEndOfTheLiveAudioStopsTheLaneOnlyOnceItsReplayIsOut() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        s.sendAudio(chunk(0), host: host)
+        lost(s, lane: 1, host: host)
+        host.newStreamBacklog = LaneSupervisor.backlogLimit + 1
+        s.attemptReconnect(host: host)
+        s.endLiveAudio()
+        #expect(host.streams[1].log == ["start"])  // no stop before the replayed audio
+        host.streams[1].backlog = 0
+        s.pumpReplay(host: host)
+        #expect(host.streams[1].log == ["start", "audio 0", "stop", "finish"])
+        s.end()
+        #expect(s.lanes.isEmpty && s.replay.bufferedSamples == 0)
+        #expect(host.streams[1].log.last == "finish")  // a lane that sent its stop is not cancelled
+    }
+}
