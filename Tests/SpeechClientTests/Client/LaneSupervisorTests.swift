@@ -33,8 +33,11 @@ import Testing
         var connectCancelled = false
         var liveAudioEnded = false
         var contextId = "ctx"
-        var reports: [ConnectionState] = []
+        /// Each report as its state, attempt and reason ("reconnecting 1", "unavailable 0 connection refused").
+        var reports: [String] = []
         var failure: SpeechClientError?
+        /// What the worker does when a context fails: it ends it, and may begin the next at once.
+        var onFail: (() -> Void)?
         var logs: [String] = []
 
         func takeStream() throws(SpeechClientError) -> (generation: Int, stream: any RecognitionStream)? {
@@ -44,8 +47,13 @@ import Testing
             streams.append(stream)
             return (streams.count, stream)
         }
-        func report(_ state: ConnectionState, attempt: Int, delayMilliseconds: Int, reason: SpeechClientError?) { reports.append(state) }
-        func failContext(_ error: SpeechClientError) { failure = error }
+        func report(_ state: ConnectionState, attempt: Int, delayMilliseconds: Int, reason: SpeechClientError?) {
+            reports.append("\(state) \(attempt)" + (reason.map { " \($0.message)" } ?? ""))
+        }
+        func failContext(_ error: SpeechClientError) {
+            failure = error
+            onFail?()
+        }
         func endContextIfDone() {}
         func log(_ level: LogLevel, _ message: String) { logs.append(message) }
     }
@@ -95,13 +103,14 @@ import Testing
         for k in 0..<4 { s.sendAudio(chunk(k), host: host) }
         s.lanes[1]?.floor = 2 * Self.chunkSamples  // chunks 0 and 1 are in final segments
         lost(s, lane: 1, host: host)
-        #expect(host.reports == [.reconnecting])
+        #expect(host.reports == ["reconnecting 1"])
         s.sendAudio(chunk(4), host: host)  // recorded while disconnected: kept for the replay
         #expect(host.streams.count == 1)
         s.attemptReconnect(host: host)
         s.sendAudio(chunk(5), host: host)
         #expect(host.streams[1].log == ["start", "audio 2", "audio 3", "audio 4", "audio 5"])
-        #expect(host.reports == [.reconnecting, .ready])
+        #expect(host.reports == ["reconnecting 1", "ready 0"])
+        #expect(host.logs.contains("reconnected; replaying 0.3 s of audio"), "\(host.logs)")
         #expect(s.lanes.live == 2 && !s.lanes.replaying && host.failure == nil)
     }
 
@@ -157,7 +166,7 @@ import Testing
         #expect(failure.code == .network)
         #expect(failure.message.contains("reconnection failed after 1 attempt(s) (connection refused)"), "\(failure.message)")
         #expect(failure.message.contains("the last 0.3 s of audio, from 0.1 s into the context, were not transcribed"), "\(failure.message)")
-        #expect(host.reports == [.reconnecting, .unavailable])
+        #expect(host.reports == ["reconnecting 1", "unavailable 0 connection refused"])
     }
 
     @Test func aSuspendDuringAnOutageFailsTheContextNamingTheAudio() throws {
@@ -188,5 +197,41 @@ import Testing
         s.end()
         #expect(s.lanes.isEmpty && s.replay.bufferedSamples == 0)
         #expect(host.streams[1].log.last == "finish")  // a lane that sent its stop is not cancelled
+    }
+
+    @Test func aMoveInterruptedByASuspendIsReplayedOnceTheSuspendIsHandled() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<2 { s.sendAudio(chunk(k), host: host) }
+        host.openError = Cancellation.error
+        host.connectCancelled = true
+        s.rotate(reason: "a test", host: host)
+        s.sendAudio(chunk(2), host: host)
+        #expect(host.failure == nil && host.reports == ["reconnecting 1"])
+        #expect(host.streams[0].log == ["start", "audio 0", "audio 1", "stop", "finish"])  // it drains
+        host.openError = nil
+        host.connectCancelled = false
+        s.endLiveAudio()  // the suspend stops the context
+        s.attemptReconnect(host: host)
+        #expect(host.streams[1].log == ["start", "audio 2", "stop", "finish"])
+    }
+
+    @Test func aMoveThatEndsTheContextDoesNotCarryItsChunkIntoTheNext() throws {
+        let s = supervisor { $0.reconnectAttempts = 0 }, host = Host()
+        host.onFail = {  // a start was queued behind the context: the next one begins at once
+            s.end()
+            s.begin()
+            host.openError = nil
+            try? s.openLane(from: 0, end: nil, host: host)
+        }
+        try s.openLane(from: 0, end: nil, host: host)
+        s.sendAudio(chunk(0), host: host)
+        s.lanes[1]?.moveBy = 0  // the connection is going away and its drain deadline has passed
+        host.openError = SpeechClientError(.network, "connection refused")
+        s.sendAudio(chunk(1), host: host)
+        #expect(host.failure?.message == "connection refused")
+        #expect(s.contextSamples == 0 && host.streams[1].log == ["start"])  // none of the old context's audio
+        s.sendAudio(chunk(2), host: host)
+        #expect(host.streams[1].log == ["start", "audio 2"])
     }
 }

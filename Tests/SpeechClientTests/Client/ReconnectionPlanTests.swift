@@ -1,8 +1,8 @@
 import Testing
 @testable import SpeechClient
 
-/// The reconnection decisions alone (the worker's use of them: ClientTests, BoundedStreamTests,
-/// and the fault and proxy suites against real servers and proxies).
+/// The reconnection decisions alone (their use: LaneSupervisorTests, and through a whole client
+/// ClientTests, BoundedStreamTests, and the fault and proxy suites against real servers and proxies).
 @Suite struct ReconnectionPlanTests {
     static let lost = SpeechClientError(.network, "connection reset")
     static let ms: UInt64 = 1_000_000

@@ -75,7 +75,10 @@ extension ClientWorker {
             if full && supervisor.lanes.count == 1 && contextOpen && !stopSent && endpointer == nil {
                 // Nothing is draining that would free the buffer: end this server context (the
                 // server then finishes every word of it) and go on in a new one.
+                let context = supervisor.epoch
                 supervisor.rotate(reason: "the audio in flight filled the replay buffer", host: self)
+                // A move that failed ended the context: the next step looks afresh.
+                if supervisor.epoch != context { return }
                 full = supervisor.unfinishedSamples + 2 * chunkSamples > capacity
             }
             // A file heard by a wake-word service is not read ahead of real time (a command

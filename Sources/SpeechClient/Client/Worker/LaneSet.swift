@@ -10,7 +10,7 @@ struct LaneSet {
     /// loss, stop, or the server ending it) and the next.
     private(set) var live: Int?
 
-    /// In place (`_modify`): the worker sends every chunk through a lane, and a copy of the lane
+    /// In place (`_modify`): the supervisor sends every chunk through a lane, and a copy of the lane
     /// and its write-back were a few percent of a file's time.
     subscript(generation: Int) -> Lane? {
         get { byGeneration[generation] }

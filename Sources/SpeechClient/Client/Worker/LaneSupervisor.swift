@@ -40,6 +40,9 @@ final class LaneSupervisor {
     var reconnection: ReconnectionPlan
     /// Samples of the user's context recorded so far (sent, or held while disconnected).
     private(set) var contextSamples = 0
+    /// Counts the contexts begun and ended: a call that may end the context (a move that fails
+    /// it) tells by it whether the context it worked for is still the open one.
+    private(set) var epoch = 0
 
     private let startRequest: SLURequest
     private let startTimeoutNanos: UInt64
@@ -65,6 +68,7 @@ final class LaneSupervisor {
 
     /// A new context: nothing recorded, nothing lost (its first lane is opened by `openLane`).
     func begin() {
+        epoch += 1
         reconnection.reset()
         replay.reset()
         contextSamples = 0
@@ -74,6 +78,7 @@ final class LaneSupervisor {
     /// The context is over: every lane goes (those that did not send their stop are cancelled)
     /// and the audio kept for them with it.
     func end() {
+        epoch += 1
         reconnection.reset()
         for lane in lanes.removeAll() where !lane.stopSent { lane.stream.cancel() }
         replay.reset()
@@ -98,7 +103,11 @@ final class LaneSupervisor {
     /// Every chunk of the context is kept for replay, then sent on the live lane when it is
     /// caught up. Before it, the lane moves to a new stream when its budget says so.
     func sendAudio(_ chunk: [Int16], host: some LaneHost) {
+        let context = epoch
         rotateIfDue(before: chunk, host: host)
+        // A move that failed ended the context (and a start queued behind it may have begun the
+        // next): the chunk belonged to the ended one, and goes with it, as later chunks do.
+        guard epoch == context else { return }
         replay.append(chunk)
         contextSamples += chunk.count
         // In place: a copy of the lane and its write-back were a few percent of a file's time.
@@ -158,8 +167,11 @@ final class LaneSupervisor {
         do throws(SpeechClientError) {
             try openLane(from: contextSamples, end: nil, host: host)
         } catch {
-            if host.connectCancelled { return }
-            laneLost(from: contextSamples, end: nil, cause: error, servedLongEnough: false, host: host)
+            // A suspend interrupted the connect: the live audio from here is replayed once it is
+            // handled (its stop gives the repair an end), while the lane before drains. Before,
+            // that audio was never sent and nothing said so.
+            let cause = host.connectCancelled ? SpeechClientError(.network, "the client was suspended while the context moved to a new stream") : error
+            laneLost(from: contextSamples, end: nil, cause: cause, servedLongEnough: false, host: host)
         }
     }
 
