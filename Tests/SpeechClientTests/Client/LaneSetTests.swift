@@ -58,6 +58,21 @@ import Synchronization
         #expect(set.removeAll().count == 2 && set.isEmpty && set.live == nil)
     }
 
+    @Test func settingALaneReplacesItInItsPlaceAndNilTakesItOut() {
+        var set = LaneSet()
+        let first = CountingStream(), replacement = CountingStream()
+        set.add(lane(start: 0, stream: first), generation: 2, live: true)
+        set.add(lane(start: 0, end: 5), generation: 1, live: false)  // an older stream, added later
+        #expect(set.generations == [1, 2])
+        set[2] = lane(start: 0, stream: replacement)
+        #expect(set.live == 2 && set.liveStream === replacement && set.generations == [1, 2])
+        #expect(!set.liveIsReplaying)
+        set[1] = nil
+        #expect(set.generations == [2] && set.live == 2)
+        set[7]?.floor = 3  // no lane 7: nothing is added
+        #expect(set.count == 1)
+    }
+
     @Test func whatTheWorkerReadsAcrossTheLanes() {
         var set = LaneSet()
         #expect(set.lowestFloor == nil && set.latestOpenSegment == nil && !set.replaying)

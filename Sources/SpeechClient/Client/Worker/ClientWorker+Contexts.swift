@@ -68,7 +68,7 @@ extension ClientWorker {
     func pumpOnce() {
         guard pumping, audio.isOpen else { pumping = false; return }
         if waitsForServer {
-            let unsent = supervisor.lanes.liveLane?.stream.backlogBytes ?? 0
+            let unsent = supervisor.lanes.liveStream?.backlogBytes ?? 0
             let chunkSamples = SpeechAudio.samples(milliseconds: options.chunkMilliseconds)
             let capacity = supervisor.replay.capacitySamples
             var full = supervisor.unfinishedSamples + 2 * chunkSamples > capacity
@@ -95,11 +95,11 @@ extension ClientWorker {
                 stall(waitingFor: [])
                 return
             }
-            if supervisor.lanes.liveLane?.cursor != nil {
+            if supervisor.lanes.liveIsReplaying {
                 stall(waitingFor: supervisor.lanes.replayingStreams)
                 return
             }
-            if unsent > LaneSupervisor.backlogLimit, let stream = supervisor.lanes.liveLane?.stream {
+            if unsent > LaneSupervisor.backlogLimit, let stream = supervisor.lanes.liveStream {
                 stall(waitingFor: [stream])
                 if stalledUntil != nil { return }
             }

@@ -5,35 +5,64 @@
 /// A lane's responses are applied only when no lane before it is open, so that segments reach
 /// the application in the order of their audio whatever order the streams answer in.
 struct LaneSet {
-    private var byGeneration: [Int: Lane] = [:]
+    /// Oldest stream first. An array, not a dictionary: a context has one to three lanes, and
+    /// sending a chunk in place through a dictionary (`_modify`) heap-allocated three coroutine
+    /// frames per chunk (a malloc probe on a file: 3 of the worker's 9 allocations per chunk)
+    /// and hashed the generation at every look-up.
+    private var entries: [(generation: Int, lane: Lane)] = []
     /// The lane taking live audio: nil before the first, and between a lane's end (rotation,
     /// loss, stop, or the server ending it) and the next.
     private(set) var live: Int?
 
-    /// In place (`_modify`): the supervisor sends every chunk through a lane, and a copy of the lane
-    /// and its write-back were a few percent of a file's time.
-    subscript(generation: Int) -> Lane? {
-        get { byGeneration[generation] }
-        _modify { yield &byGeneration[generation] }
+    private func index(of generation: Int) -> Int? {
+        var i = 0
+        while i < entries.count {
+            if entries[i].generation == generation { return i }
+            i += 1
+        }
+        return nil
     }
 
-    var isEmpty: Bool { byGeneration.isEmpty }
-    var count: Int { byGeneration.count }
+    /// A lane by generation. Setting one replaces the lane of that generation or adds it (not
+    /// live); setting nil takes it out (`remove` also ends it being live).
+    subscript(generation: Int) -> Lane? {
+        get { index(of: generation).map { entries[$0].lane } }
+        set {
+            if let newValue {
+                add(newValue, generation: generation, live: false)
+            } else if let i = index(of: generation) {
+                entries.remove(at: i)
+            }
+        }
+    }
+
+    var isEmpty: Bool { entries.isEmpty }
+    var count: Int { entries.count }
     /// The generations, oldest stream first.
-    var generations: [Int] { byGeneration.keys.sorted() }
+    var generations: [Int] { entries.map(\.generation) }
 
     /// The live lane, if any.
-    var liveLane: Lane? { live.flatMap { byGeneration[$0] } }
+    var liveLane: Lane? { live.flatMap { self[$0] } }
+    /// The live lane's stream, and whether it is still replaying: read per chunk of a file, in place.
+    var liveStream: (any RecognitionStream)? { live.flatMap(index(of:)).map { entries[$0].lane.stream } }
+    var liveIsReplaying: Bool { live.flatMap(index(of:)).map { entries[$0].lane.cursor != nil } ?? false }
 
+    /// Adds a lane, or replaces the lane of its generation (live stays live).
     mutating func add(_ lane: Lane, generation: Int, live isLive: Bool) {
-        byGeneration[generation] = lane
+        if let i = index(of: generation) {
+            entries[i].lane = lane
+        } else {
+            // Each stream has a newer generation: nearly always at the end.
+            let at = entries.lastIndex { $0.generation < generation }.map { $0 + 1 } ?? 0
+            entries.insert((generation, lane), at: at)
+        }
         if isLive { live = generation }
     }
 
     /// Removes a lane; whether it was the live one (no lane is live then).
     @discardableResult
     mutating func remove(_ generation: Int) -> Bool {
-        byGeneration[generation] = nil
+        self[generation] = nil
         guard live == generation else { return false }
         live = nil
         return true
@@ -44,53 +73,70 @@ struct LaneSet {
 
     /// Empties the set; the lanes that were in it, for their streams to be cancelled.
     mutating func removeAll() -> [Lane] {
-        let lanes = Array(byGeneration.values)
-        byGeneration = [:]
+        let lanes = entries.map(\.lane)
+        entries = []
         live = nil
         return lanes
     }
 
-    /// Sends a chunk on the live lane, unless there is none or it is still replaying.
+    /// Sends a chunk on the live lane, unless there is none or it is still replaying. In place
+    /// (an array element): a copy of the lane and its write-back were a few percent of a file's time.
     mutating func sendLive(_ chunk: [Int16]) {
-        if let gen = live { byGeneration[gen]?.sendLive(chunk) }
+        if let gen = live, let i = index(of: gen) { entries[i].lane.sendLive(chunk) }
     }
 
     // MARK: - Audio order
 
     /// The first lane in audio order.
     var first: (generation: Int, lane: Lane)? {
-        byGeneration.min { Self.precedes($0, $1) }.map { (generation: $0.key, lane: $0.value) }
+        entries.min { Self.precedes($0, $1) }
     }
 
     /// Whether a lane before `generation` in audio order is open (false for a lane not here).
     func hasEarlier(than generation: Int) -> Bool {
-        guard let lane = byGeneration[generation] else { return false }
-        return byGeneration.contains { $0.key != generation && Self.precedes($0, (generation, lane)) }
+        guard let i = index(of: generation) else { return false }
+        return entries.contains { $0.generation != generation && Self.precedes($0, entries[i]) }
     }
 
-    private static func precedes(_ a: (key: Int, value: Lane), _ b: (key: Int, value: Lane)) -> Bool {
-        (a.value.start, a.key) < (b.value.start, b.key)
+    private static func precedes(_ a: (generation: Int, lane: Lane), _ b: (generation: Int, lane: Lane)) -> Bool {
+        (a.lane.start, a.generation) < (b.lane.start, b.generation)
     }
 
-    // MARK: - Across the lanes (read per chunk and per worker turn: `lazy`, no array built)
+    // MARK: - Across the lanes (those read per chunk or per worker step go by index: their
+    // fields are read in place, no lane is copied and no array built)
 
     /// The responses held across the lanes, in bytes (bounded by `Lane.maxHeldBytes`).
-    var heldBytes: Int { byGeneration.values.reduce(0) { $0 + $1.held.bytes } }
+    var heldBytes: Int { entries.reduce(0) { $0 + $1.lane.held.bytes } }
     /// Some lane is still sending audio from the replay buffer.
-    var replaying: Bool { byGeneration.values.contains { $0.cursor != nil } }
+    var replaying: Bool {
+        for i in entries.indices where entries[i].lane.cursor != nil { return true }
+        return false
+    }
     /// The streams of the lanes still replaying (what a stalled file waits for).
-    var replayingStreams: [any RecognitionStream] { byGeneration.values.filter { $0.cursor != nil }.map(\.stream) }
+    var replayingStreams: [any RecognitionStream] { entries.filter { $0.lane.cursor != nil }.map(\.lane.stream) }
     /// The lowest floor: no lane needs audio from before it.
-    var lowestFloor: Int? { byGeneration.values.lazy.map(\.floor).min() }
+    var lowestFloor: Int? {
+        var lowest: Int?
+        for i in entries.indices { lowest = min(lowest ?? .max, entries[i].lane.floor) }
+        return lowest
+    }
     /// The latest segment id a lane has open (a lost lane gives back the ids above it).
-    var latestOpenSegment: Int32? { byGeneration.values.compactMap { $0.openSegments.max() }.max() }
+    var latestOpenSegment: Int32? { entries.compactMap { $0.lane.openSegments.max() }.max() }
     /// The earliest time a lane must move to a new connection (GOAWAY).
-    var nextMoveDeadline: UInt64? { byGeneration.values.lazy.compactMap(\.moveBy).min() }
+    var nextMoveDeadline: UInt64? {
+        var next: UInt64?
+        for i in entries.indices { if let by = entries[i].lane.moveBy { next = min(next ?? .max, by) } }
+        return next
+    }
     /// The earliest time a lane's start must be acknowledged by.
-    var nextStartDeadline: UInt64? { byGeneration.values.lazy.map(\.startDue).filter { $0 != .max }.min() }
+    var nextStartDeadline: UInt64? {
+        var next: UInt64?
+        for i in entries.indices where entries[i].lane.startDue != .max { next = min(next ?? .max, entries[i].lane.startDue) }
+        return next
+    }
     /// The lanes whose start was not acknowledged in time, oldest stream first, as they are now
     /// (ending one may change or remove the others: each is still cancelled).
     func unacknowledged(at now: UInt64) -> [(generation: Int, lane: Lane)] {
-        byGeneration.filter { now >= $0.value.startDue }.sorted { $0.key < $1.key }.map { (generation: $0.key, lane: $0.value) }
+        entries.filter { now >= $0.lane.startDue }
     }
 }
