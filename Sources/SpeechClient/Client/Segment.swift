@@ -34,9 +34,6 @@ public final class Segment: Sendable {
     /// what the client's queue of undelivered events counts against its byte bound.
     public let heldBytes: Int
 
-    public let contextIdC: OwnedCString
-    public let intentC: OwnedCString
-
     /// What the words and entities are made from: given whole, or the assembler's state at the
     /// update, shared with it (issue 23: an update used to copy the whole segment; now the
     /// words, the transcript and their C copies are made on first use, once per snapshot, so a
@@ -58,9 +55,17 @@ public final class Segment: Sendable {
         var entityTypes: [OwnedCString]
         var entityValues: [OwnedCString]
     }
-    private let viewCache = Locked<View?>(nil)
-    private let cViewCache = Locked<CView?>(nil)
-    private let jsonCache = Locked<OwnedCString?>(nil)
+    /// What is made on first use, once per snapshot, under one lock kept inside the object. An
+    /// update nobody reads (most tentative ones) then costs the snapshot alone: before, it made
+    /// three locks and two C strings at once, 10 allocations of the worker's per segment.
+    private struct Caches {
+        var view: View?
+        var cView: CView?
+        var json: OwnedCString?
+        var contextIdC: OwnedCString?
+        var intentC: OwnedCString?
+    }
+    private let caches = Mutex(Caches())
 
     public convenience init(contextId: String, segmentId: Int32, isFinal: Bool, words: [Word], intent: String?,
                             intentIsFinal: Bool, entities: [Entity], confidence: Float = -1) {
@@ -81,8 +86,25 @@ public final class Segment: Sendable {
         self.intentIsFinal = intentIsFinal
         self.confidence = confidence
         self.heldBytes = heldBytes
-        contextIdC = OwnedCString(contextId)
-        intentC = OwnedCString(intent ?? "")
+    }
+
+    /// C copies for the C accessors: made once, and kept as long as the snapshot.
+    public var contextIdC: OwnedCString {
+        caches.withLock { c in
+            if let made = c.contextIdC { return made }
+            let made = OwnedCString(contextId)
+            c.contextIdC = made
+            return made
+        }
+    }
+
+    public var intentC: OwnedCString {
+        caches.withLock { c in
+            if let made = c.intentC { return made }
+            let made = OwnedCString(intent ?? "")
+            c.intentC = made
+            return made
+        }
     }
 
     public var words: [Word] { view.words }
@@ -95,22 +117,24 @@ public final class Segment: Sendable {
     public var entityValueC: [OwnedCString] { cView.entityValues }
 
     private var view: View {
-        viewCache.withLock { cache in
-            if let cache { return cache }
-            let made = Self.makeView(parts, isFinal: isFinal)
-            cache = made
-            return made
-        }
+        caches.withLock { c in Self.view(&c, parts, isFinal: isFinal) }
+    }
+
+    private static func view(_ c: inout Caches, _ parts: Parts, isFinal: Bool) -> View {
+        if let made = c.view { return made }
+        let made = makeView(parts, isFinal: isFinal)
+        c.view = made
+        return made
     }
 
     private var cView: CView {
-        let v = view
-        return cViewCache.withLock { cache in
-            if let cache { return cache }
+        caches.withLock { c in
+            if let made = c.cView { return made }
+            let v = Self.view(&c, parts, isFinal: isFinal)
             let made = CView(transcript: OwnedCString(v.transcript), words: v.words.map { OwnedCString($0.text) },
                              entityTypes: v.entities.map { OwnedCString($0.type) },
                              entityValues: v.entities.map { OwnedCString($0.value) })
-            cache = made
+            c.cView = made
             return made
         }
     }
@@ -158,11 +182,14 @@ public final class Segment: Sendable {
     public var json: String { jsonC.string }
 
     public var jsonC: OwnedCString {
-        jsonCache.withLock { cache in
-            if let cache { return cache }
-            let made = OwnedCString(renderJSON())
-            cache = made
-            return made
+        if let made = caches.withLock({ $0.json }) { return made }
+        // Rendered outside the lock (it reads the words, which take it); two threads that both
+        // render keep the first one's.
+        let rendered = OwnedCString(renderJSON())
+        return caches.withLock { c in
+            if let made = c.json { return made }
+            c.json = rendered
+            return rendered
         }
     }
 

@@ -233,4 +233,15 @@ import Testing
             #expect(s.wordTextC.map(\.string) == expected)
         }
     }
+
+    @Test func aSnapshotsCCopiesAreMadeOnceAndKept() {
+        let s = Segment(contextId: "ctx", segmentId: 1, isFinal: true,
+                        words: [Segment.Word(text: "hi", index: 0, startMilliseconds: 0, endMilliseconds: 90, isFinal: true)],
+                        intent: "greet", intentIsFinal: true, entities: [])
+        // The C accessors hand out these pointers for as long as the snapshot lives.
+        #expect(s.contextIdC === s.contextIdC && s.contextIdC.string == "ctx")
+        #expect(s.intentC === s.intentC && s.intentC.string == "greet")
+        #expect(s.transcriptC === s.transcriptC && s.transcriptC.string == "hi")
+        #expect(s.jsonC === s.jsonC && s.json.contains("\"context_id\":\"ctx\""))
+    }
 }
