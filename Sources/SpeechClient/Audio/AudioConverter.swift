@@ -20,9 +20,12 @@ public final class AudioConverter {
         return quantize(resampler?.process(mono) ?? mono)
     }
 
+    /// The input is the output format already (mono at 16 kHz): 16-bit samples pass as they are.
+    public var passesThrough: Bool { input.channels == 1 && resampler == nil }
+
     /// Pushed PCM: 16-bit interleaved samples.
     public func process(int16 interleaved: UnsafeBufferPointer<Int16>) -> [Int16] {
-        if input.channels == 1 && resampler == nil { return Array(interleaved) }
+        if passesThrough { return Array(interleaved) }
         var floats = [Float](repeating: 0, count: interleaved.count)
         for i in 0..<interleaved.count { floats[i] = Float(interleaved[i]) / 32768 }
         return process(floats)

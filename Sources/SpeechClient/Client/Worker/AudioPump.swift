@@ -105,10 +105,10 @@ final class AudioPump {
         let frames = max(1, source.format.sampleRate * chunkMilliseconds / 1000)
         do throws(SpeechClientError) {
             if let pcm = source as? Int16AudioSource, pcm.deliversInt16 {
-                // 16-bit already: at 16 kHz mono the samples go out as they are.
+                // 16-bit already: at 16 kHz mono the block itself is the audio (no copy of it).
                 guard let block = try pcm.readInt16(maxFrames: frames) else { return .ended(last: drain(resamplerTail: true)) }
                 let converter = converter(for: source.format)
-                return .chunks(chunker.append(block.withUnsafeBufferPointer { converter.process(int16: $0) }))
+                return .chunks(chunker.append(converter.passesThrough ? block : block.withUnsafeBufferPointer { converter.process(int16: $0) }))
             }
             guard let block = try source.read(maxFrames: frames) else { return .ended(last: drain(resamplerTail: true)) }
             guard !block.isEmpty else { return .chunks([]) }
