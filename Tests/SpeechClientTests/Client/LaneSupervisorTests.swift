@@ -80,12 +80,17 @@ import Testing
                    servedLongEnough: false, host: host)
     }
 
-    @Test func aRotationEndsTheLiveLaneAndTheNextChunkGoesToANewStream() throws {
-        let s = supervisor(), host = Host()
+    /// Chunks 0-2 on lane 1, a rotation, chunk 3 on lane 2.
+    func rotateAfterThreeChunks(_ s: LaneSupervisor, host: Host) throws {
         try s.openLane(from: 0, end: nil, host: host)
         for k in 0..<3 { s.sendAudio(chunk(k), host: host) }
         s.rotate(reason: "a test", host: host)
         s.sendAudio(chunk(3), host: host)
+    }
+
+    @Test func aRotationEndsTheLiveLaneAndTheNextChunkGoesToANewStream() throws {
+        let s = supervisor(), host = Host()
+        try rotateAfterThreeChunks(s, host: host)
         #expect(host.streams[0].log == ["start", "audio 0", "audio 1", "audio 2", "stop", "finish"])
         #expect(host.streams[1].log == ["start", "audio 3"])
         #expect(s.lanes.live == 2)
@@ -131,10 +136,7 @@ import Testing
 
     @Test func aLaneLostWhileDrainingIsReplayedToItsEndAndStopped() throws {
         let s = supervisor(), host = Host()
-        try s.openLane(from: 0, end: nil, host: host)
-        for k in 0..<3 { s.sendAudio(chunk(k), host: host) }
-        s.rotate(reason: "a test", host: host)
-        s.sendAudio(chunk(3), host: host)
+        try rotateAfterThreeChunks(s, host: host)
         lost(s, lane: 1, host: host)  // the old lane, before its finished
         s.attemptReconnect(host: host)
         #expect(host.streams[2].log == ["start", "audio 0", "audio 1", "audio 2", "stop", "finish"])
