@@ -46,7 +46,7 @@ import Synchronization
         set.sendLive([0, 1])
         #expect(live.sent.load(ordering: .relaxed) == 1 && draining.sent.load(ordering: .relaxed) == 0)
         #expect(set[2]?.bytes == Lane.audioBytes(samples: 2))  // the send is counted on the lane kept
-        #expect(set.liveLane?.stream === live)
+        #expect(set.liveStream === live)
         #expect(!set.remove(1) && set.live == 2)
         set.endLive()
         #expect(set.live == nil && set.count == 1)
@@ -73,10 +73,26 @@ import Synchronization
         #expect(set.count == 1)
     }
 
+    @Test func aLaneIsReadAndChangedWhereItIs() {
+        var set = LaneSet()
+        let stream = CountingStream()
+        set.add(lane(start: 0, end: 8), generation: 1, live: false)
+        set.add(lane(start: 8, stream: stream), generation: 2, live: true)
+        #expect(set.update(2) { lane -> Int in
+            lane.floor = 12
+            lane.openSegments.insert(4)
+            return lane.start
+        } == 8)
+        #expect(set.read(2) { $0.floor == 12 && $0.openSegments == [4] && $0.stream === stream } == true)
+        #expect(set.read(1) { $0.floor } == 0)  // the other lane is untouched
+        #expect(set.update(9) { $0.floor = 1 } == nil && set.read(9) { $0.floor } == nil && !set.contains(9))
+        #expect(set.contains(1) && set.contains(2) && set.count == 2)
+    }
+
     @Test func whatTheWorkerReadsAcrossTheLanes() {
         var set = LaneSet()
         #expect(set.lowestFloor == nil && set.latestOpenSegment == nil && !set.replaying)
-        #expect(set.nextMoveDeadline == nil && set.nextStartDeadline == nil && set.liveLane == nil)
+        #expect(set.nextMoveDeadline == nil && set.nextStartDeadline == nil && set.liveStream == nil)
         set.add(lane(start: 0), generation: 1, live: true)  // acknowledged: startDue is .max
         #expect(set.nextStartDeadline == nil && set.unacknowledged(at: .max - 1).isEmpty)
         _ = set.removeAll()

@@ -22,20 +22,20 @@ extension ClientWorker {
             }
             return
         }
-        guard var lane = supervisor.lanes[gen] else { return }
-        if isHeld(gen) {
+        guard let stream = supervisor.stream(of: gen) else { return }
+        if supervisor.isHeld(gen) {
             switch event {
             case .response(let response):
-                if case .started = response.payload { supervisor.lanes[gen]?.startDue = .max }  // acknowledged, applied later
+                if case .started = response.payload { supervisor.laneAcknowledged(gen) }  // applied later
                 if case .rttRequest(let id) = response.payload {
-                    lane.stream.send(.rttResponse(id: id))
+                    stream.send(.rttResponse(id: id))
                 } else if let error = hold(response, lane: gen) {
-                    lane.stream.cancel()
+                    stream.cancel()
                     handleStream(.closed(error), generation: gen)
                 }
                 return
             case .closed(nil):
-                supervisor.lanes[gen]?.endedWhileHeld = true
+                supervisor.setEndedWhileHeld(gen, true)
                 return
             default:
                 break
@@ -44,6 +44,7 @@ extension ClientWorker {
         switch event {
         case .closed(let error):
             defer { releaseHeld() }
+            guard let lane = supervisor.lanes[gen] else { return }
             let wasCurrent = supervisor.lanes.remove(gen)
             let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
             dropSegments(of: lane)
@@ -62,9 +63,7 @@ extension ClientWorker {
         case .goingAway:
             // The server or a proxy worker is draining: a lane still taking audio moves to a new
             // connection at its next pause, within the drain timeout.
-            if gen == supervisor.lanes.live && lane.moveBy == nil {
-                lane.moveBy = Clock.monotonicNanos() + UInt64(options.drainTimeoutMilliseconds) * 1_000_000
-                supervisor.lanes[gen] = lane
+            if supervisor.connectionGoingAway(lane: gen, moveBy: Clock.monotonicNanos() + UInt64(options.drainTimeoutMilliseconds) * 1_000_000) {
                 client?.log(.info, "the connection is closing (GOAWAY): context \(contextId) moves to a new connection at its next pause")
             }
         case .response(let response):
@@ -83,13 +82,6 @@ extension ClientWorker {
         return nil
     }
 
-    /// Whether a lane's responses wait: an earlier lane (by its audio) is still open.
-    func isHeld(_ gen: Int) -> Bool {
-        guard let lane = supervisor.lanes[gen] else { return false }
-        // A lost earlier lane waiting to be replaced holds it as well: its words come first.
-        return supervisor.lanes.hasEarlier(than: gen) || supervisor.reconnection.holdsAudio(before: lane.start)
-    }
-
     /// After a lane ended: the earliest open lane applies the responses it was holding, in order
     /// (which may end it too, and so on).
     private func releaseHeld() {
@@ -97,13 +89,13 @@ extension ClientWorker {
         releasingHeld = true
         defer { releasingHeld = false }
         while contextOpen, let (gen, lane) = supervisor.lanes.first {
-            if isHeld(gen) { return }
+            if supervisor.isHeld(gen) { return }
             if let response = lane.held.pop() {
                 handleResponse(response, lane: gen)
                 continue
             }
             guard lane.endedWhileHeld else { return }
-            supervisor.lanes[gen]?.endedWhileHeld = false
+            supervisor.setEndedWhileHeld(gen, false)
             handleStream(.closed(nil), generation: gen)
         }
     }
@@ -134,15 +126,12 @@ extension ClientWorker {
     }
 
     private func handleResponse(_ response: SLUResponse, lane gen: Int) {
-        guard var lane = supervisor.lanes[gen] else { return }
+        guard supervisor.lanes.contains(gen) else { return }
         switch response.payload {
         case .started:
+            guard let start = supervisor.laneStarted(gen, serverContext: response.audioContext) else { return }
             authRetried = false
-            lane.serverContext = response.audioContext
-            lane.startedAt = Clock.monotonicNanos()
-            lane.startDue = .max
-            supervisor.lanes[gen] = lane
-            numbering.started(serverContext: response.audioContext, atSample: lane.start)
+            numbering.started(serverContext: response.audioContext, atSample: start)
             if let loss = supervisor.reconnection.takePendingLoss() {
                 // The replay was taken: now the loss is final, and reported once.
                 client?.emit(.error(SpeechClientError(.network,
@@ -155,9 +144,10 @@ extension ClientWorker {
                     if state == .starting { state = .listening }
                 }, events: [.start(contextId: response.audioContext)])
             } else {
-                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext) from \(SpeechAudio.secondsText(samples: lane.start)) s")
+                client?.log(.info, "context \(contextId) continues on the server as \(response.audioContext) from \(SpeechAudio.secondsText(samples: start)) s")
             }
         case .finished(let code, let message):
+            guard let lane = supervisor.lanes[gen] else { return }
             // Everything this lane carried is final now.
             if supervisor.lanes.remove(gen) {
                 // The server ended the context by itself (a limit, an error): no more audio.
@@ -183,11 +173,11 @@ extension ClientWorker {
             releaseHeld()
             endContextIfDone()
         case .rttRequest(let id):
-            lane.stream.send(.rttResponse(id: id))
+            supervisor.stream(of: gen)?.send(.rttResponse(id: id))
         default:
             if let error = applySegmentUpdate(response, lane: gen) {
                 // A server past the assembler's bounds: end the stream as for a malformed message.
-                lane.stream.cancel()
+                supervisor.stream(of: gen)?.cancel()
                 handleStream(.closed(error), generation: gen)
             }
         }
@@ -218,7 +208,7 @@ extension ClientWorker {
     func applySegmentUpdate(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
         // A result for another context than the one this stream carries was filed under the
         // current one (issue 23 item 3): it is a protocol error that ends the stream.
-        if let expected = supervisor.lanes[gen]?.serverContext, response.audioContext != expected {
+        if let expected = supervisor.serverContext(of: gen), response.audioContext != expected {
             let named = String(response.audioContext.unicodeScalars.prefix(64).map {
                 $0.properties.generalCategory == .control ? "?" : Character($0)
             })
@@ -236,19 +226,9 @@ extension ClientWorker {
             return error
         }
         guard let segment = applied else { return nil }
-        if var lane = supervisor.lanes[gen] {
-            if segment.isFinal {
-                lane.openSegments.remove(segment.segmentId)
-                lane.endedSegments.insert(segment.segmentId)
-                supervisor.reconnection.progressed()
-                if let end = segment.words.map(\.endMilliseconds).max() {
-                    lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: Int(end))), lane.end ?? supervisor.contextSamples)
-                }
-            } else {
-                lane.openSegments.insert(segment.segmentId)
-            }
-            supervisor.lanes[gen] = lane
-            if segment.isFinal { releaseReplay() }
+        let end = segment.isFinal ? segment.words.map(\.endMilliseconds).max().map { Int($0) } : nil
+        if supervisor.segmentUpdated(lane: gen, segment: segment.segmentId, isFinal: segment.isFinal, endMilliseconds: end) {
+            releaseReplay()
         }
         if options.activation == .wakeword && !woken {
             // Withheld until the phrase is heard; from that snapshot on, the context's

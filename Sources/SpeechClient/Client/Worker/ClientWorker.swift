@@ -259,16 +259,10 @@ final class ClientWorker: @unchecked Sendable {
     /// A segment update taken on the receiving thread (see `isDirectUpdate`); the caller holds
     /// `audioLock`. A response the assembler refuses ends the stream through the worker.
     func takeDirect(_ event: StreamEvent, generation gen: Int) {
-        guard let lane = supervisor.lanes[gen], case .response(let response) = event else { return }
-        if isHeld(gen) {
-            if let error = hold(response, lane: gen) {
-                lane.stream.cancel()
-                client?.enqueue(.stream(.closed(error), generation: gen))
-            }
-            return
-        }
-        if let error = applySegmentUpdate(response, lane: gen) {
-            lane.stream.cancel()
+        guard supervisor.lanes.contains(gen), case .response(let response) = event else { return }
+        let error = supervisor.isHeld(gen) ? hold(response, lane: gen) : applySegmentUpdate(response, lane: gen)
+        if let error {
+            supervisor.stream(of: gen)?.cancel()
             client?.enqueue(.stream(.closed(error), generation: gen))
         }
     }

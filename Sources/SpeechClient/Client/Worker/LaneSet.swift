@@ -36,13 +36,28 @@ struct LaneSet {
         }
     }
 
+    /// Reads a lane where it is, copying nothing but what `body` returns: a copy of a lane
+    /// retains its stream, its sets and its strings, and the worker looks at a lane for every
+    /// response and every chunk. Nil when there is no lane of that generation.
+    func read<R>(_ generation: Int, _ body: (borrowing Lane) -> R) -> R? {
+        guard let i = index(of: generation) else { return nil }
+        return body(entries[i].lane)
+    }
+
+    /// Changes a lane where it is (no copy and write-back). Nil when there is none.
+    @discardableResult
+    mutating func update<R>(_ generation: Int, _ body: (inout Lane) -> R) -> R? {
+        guard let i = index(of: generation) else { return nil }
+        return body(&entries[i].lane)
+    }
+
+    func contains(_ generation: Int) -> Bool { index(of: generation) != nil }
+
     var isEmpty: Bool { entries.isEmpty }
     var count: Int { entries.count }
     /// The generations, oldest stream first.
     var generations: [Int] { entries.map(\.generation) }
 
-    /// The live lane, if any.
-    var liveLane: Lane? { live.flatMap { self[$0] } }
     /// The live lane's stream, and whether it is still replaying: read per chunk of a file, in place.
     var liveStream: (any RecognitionStream)? { live.flatMap(index(of:)).map { entries[$0].lane.stream } }
     var liveIsReplaying: Bool { live.flatMap(index(of:)).map { entries[$0].lane.cursor != nil } ?? false }

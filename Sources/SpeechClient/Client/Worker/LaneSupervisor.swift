@@ -27,8 +27,8 @@ protocol LaneHost: AnyObject {
 /// audio, or the attempts run out, the error names exactly which audio was not transcribed.
 ///
 /// The worker owns it and is its `LaneHost`, passed to each call that may need it. The worker's
-/// responses read and update the lanes (final words raise a lane's floor; a lane lost or
-/// finished is removed). A class: the host's calls (a failed context) reset it while one of its
+/// responses tell it what the server said of a lane (started, a segment open or final, going
+/// away), and remove a lane lost or finished. A class: the host's calls (a failed context) reset it while one of its
 /// own calls runs. Guarded by the worker's `audioLock`, as the worker's other state.
 final class LaneSupervisor {
     /// The streams of the open context (see `Lane`), and the one taking live audio.
@@ -117,10 +117,12 @@ final class LaneSupervisor {
     /// The live audio ends here: the live lane (or the repair waiting to replace it) gets its
     /// end, and its stop goes out once its replay has caught up.
     func endLiveAudio() {
-        if let gen = lanes.live, var lane = lanes[gen] {
-            lane.end = contextSamples
-            if lane.cursor == nil { lane.stop() }
-            lanes[gen] = lane
+        if let gen = lanes.live {
+            let end = contextSamples
+            lanes.update(gen) { lane in
+                lane.end = end
+                if lane.cursor == nil { lane.stop() }
+            }
             lanes.endLive()
         }
         reconnection.endLiveAudio(at: contextSamples)
@@ -141,13 +143,83 @@ final class LaneSupervisor {
     /// Forgets audio every lane has finished with.
     func releaseReplay() { replay.release(upTo: replayPoint) }
 
+    // MARK: - What the server says of a lane (the worker's responses)
+
+    /// Whether a lane's responses wait: a lane before it in audio order is still open, or a lost
+    /// one waiting to be replaced (its words come first).
+    func isHeld(_ gen: Int) -> Bool {
+        guard let start = lanes.read(gen, { $0.start }) else { return false }
+        return lanes.hasEarlier(than: gen) || reconnection.holdsAudio(before: start)
+    }
+
+    /// The server's context on the lane's stream, once it said `started`.
+    func serverContext(of gen: Int) -> String? { lanes.read(gen) { $0.serverContext } ?? nil }
+
+    /// The lane's stream (nil: no such lane).
+    func stream(of gen: Int) -> (any RecognitionStream)? { lanes.read(gen) { $0.stream } }
+
+    /// The server acknowledged the lane (`started`), naming its server context: the start
+    /// timeout no longer applies. Returns the lane's first sample (nil: no such lane).
+    func laneStarted(_ gen: Int, serverContext: String) -> Int? {
+        let now = Clock.monotonicNanos()
+        return lanes.update(gen) { lane in
+            lane.serverContext = serverContext
+            lane.startedAt = now
+            lane.startDue = .max
+            return lane.start
+        }
+    }
+
+    /// A held lane's `started` arrived (applied later, in order): its start timeout no longer applies.
+    func laneAcknowledged(_ gen: Int) { lanes.update(gen) { $0.startDue = .max } }
+
+    /// The server ended a held lane's stream cleanly (or that was dealt with: `false`).
+    func setEndedWhileHeld(_ gen: Int, _ ended: Bool) { lanes.update(gen) { $0.endedWhileHeld = ended } }
+
+    /// The connection of a lane is going away: the live lane moves to a new stream at its next
+    /// pause, by `moveBy`. Returns whether that was set now (not before, and the lane is live).
+    func connectionGoingAway(lane gen: Int, moveBy: UInt64) -> Bool {
+        guard gen == lanes.live else { return false }
+        return lanes.update(gen) { lane -> Bool in
+            guard lane.moveBy == nil else { return false }
+            lane.moveBy = moveBy
+            return true
+        } ?? false
+    }
+
+    /// A segment update came on the lane. Not final: the lane has it open (dropped if the lane
+    /// is lost). Final: the lane ended it, and its audio up to `endMilliseconds` (its last
+    /// word's end, within the lane) is final: the lane's floor rises there. Returns whether a
+    /// final one raised a lane's floor (audio may then be released).
+    @discardableResult
+    func segmentUpdated(lane gen: Int, segment id: Int32, isFinal: Bool, endMilliseconds: Int?) -> Bool {
+        let recorded = contextSamples
+        let found = lanes.update(gen) { (lane: inout Lane) -> Void in
+            if isFinal {
+                lane.openSegments.remove(id)
+                lane.endedSegments.insert(id)
+                if let end = endMilliseconds {
+                    lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: end)), lane.end ?? recorded)
+                }
+            } else {
+                lane.openSegments.insert(id)
+            }
+        } != nil
+        guard found, isFinal else { return false }
+        reconnection.progressed()
+        return true
+    }
+
     // MARK: - Rotation
 
     /// Before each chunk of live audio: the lane moves to a new stream when `rotation` says so.
     private func rotateIfDue(before chunk: [Int16], host: some LaneHost) {
-        guard let lane = lanes.liveLane, lane.cursor == nil, !host.liveAudioEnded else { return }
-        if let why = rotation.reason(before: chunk, streamBytes: lane.bytes, sentSamples: contextSamples - lane.start,
-                                     moveBy: lane.moveBy, now: Clock.monotonicNanos()) {
+        // Read in place: this runs for every chunk.
+        guard let gen = lanes.live,
+              let (bytes, start, moveBy) = lanes.read(gen, { $0.cursor == nil ? ($0.bytes, $0.start, $0.moveBy) : nil }) ?? nil,
+              !host.liveAudioEnded else { return }
+        if let why = rotation.reason(before: chunk, streamBytes: bytes, sentSamples: contextSamples - start,
+                                     moveBy: moveBy, now: Clock.monotonicNanos()) {
             rotate(reason: why, host: host)
         }
     }
@@ -155,11 +227,13 @@ final class LaneSupervisor {
     /// The live lane ends here (stop, then end of stream: it drains) and a new lane on a new
     /// stream takes the audio from here. The application sees one context.
     func rotate(reason: String, host: some LaneHost) {
-        guard let gen = lanes.live, var lane = lanes[gen], lane.cursor == nil, !host.liveAudioEnded else { return }
-        lane.end = contextSamples
-        lane.moveBy = nil
-        lane.stop()
-        lanes[gen] = lane
+        guard let gen = lanes.live, lanes.read(gen, { $0.cursor == nil }) == true, !host.liveAudioEnded else { return }
+        let end = contextSamples
+        lanes.update(gen) { lane in
+            lane.end = end
+            lane.moveBy = nil
+            lane.stop()
+        }
         lanes.endLive()
         rotation.reset()
         let id = host.contextId
@@ -237,26 +311,27 @@ final class LaneSupervisor {
     func pumpReplay(host: some LaneHost) -> Bool {
         var sent = false
         for gen in lanes.generations {
-            guard var lane = lanes[gen], let cursor = lane.cursor else { continue }
-            // Checked first: this runs each time the worker looks while the stream drains.
-            if lane.stream.backlogBytes > Self.backlogLimit { continue }
-            let target = lane.end ?? replay.endSample
-            var at = max(cursor, replay.oldestSample)
-            for chunk in replay.chunks(from: at, upTo: target) {
-                if lane.stream.backlogBytes > Self.backlogLimit { break }
-                lane.stream.send(.audio(chunk))
-                lane.bytes += Lane.audioBytes(samples: chunk.count)
-                at += chunk.count
-                sent = true
-            }
-            if at >= target {
+            let done = lanes.update(gen) { lane -> Bool in
+                // Checked first: this runs each time the worker looks while the stream drains.
+                guard let cursor = lane.cursor, lane.stream.backlogBytes <= Self.backlogLimit else { return false }
+                let target = lane.end ?? replay.endSample
+                var at = max(cursor, replay.oldestSample)
+                for chunk in replay.chunks(from: at, upTo: target) {
+                    if lane.stream.backlogBytes > Self.backlogLimit { break }
+                    lane.stream.send(.audio(chunk))
+                    lane.bytes += Lane.audioBytes(samples: chunk.count)
+                    at += chunk.count
+                    sent = true
+                }
+                guard at >= target else {
+                    lane.cursor = at
+                    return false
+                }
                 lane.cursor = nil
                 if lane.end != nil { lane.stop() }
-                host.log(.debug, "replay done")
-            } else {
-                lane.cursor = at
+                return true
             }
-            lanes[gen] = lane
+            if done == true { host.log(.debug, "replay done") }
         }
         return sent
     }
