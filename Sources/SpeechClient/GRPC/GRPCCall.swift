@@ -13,7 +13,7 @@ import Synchronization
 /// error saying the server stopped reading. Memory per call therefore stays bounded, the thread
 /// sending audio is never stalled, and the layer above learns at once that it must reconnect (it
 /// keeps its own replay buffer); audio is never dropped silently.
-/// Sendable: `queuedBytes` is thread-safe; the other mutable fields are touched only inside the loop's work.
+/// Sendable: `queuedBytes` and `handedOver` are thread-safe; the other mutable fields are touched only inside the loop's work.
 final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendable {
     let path: String
     private let loop: EventLoop
@@ -25,6 +25,12 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
 
     // Any thread: bytes accepted by send() and not yet taken by HTTP/2.
     private let queuedBytes = SendBacklog()
+    /// Requests given to `send` that the loop's work has not taken yet, and whether a task to
+    /// take them is on its way: the first request of a batch posts one task for all of them, not
+    /// a closure per request (a file's worker turn sends dozens, all of them corked).
+    private let handedOver = Mutex<(messages: [[UInt8]], posted: Bool)>(([], false))
+    /// Loop only: the batch array between two takes, kept for its capacity.
+    private var spareBatch: [[UInt8]] = []
 
     // Loop thread only.
     private var connection: HTTP2Connection?
@@ -94,11 +100,29 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
             }
             return
         }
-        loop.execute { [self] in
-            guard !self.finished else { return }
-            self.outgoing.push(message)
-            self.wakeBody()
+        let post = handedOver.withLock { h -> Bool in
+            h.messages.append(message)
+            if h.posted { return false }
+            h.posted = true
+            return true
         }
+        if post { loop.execute { [self] in self.takeHandedOver() } }
+    }
+
+    /// Inside the loop's work: the requests handed over since the last take join `outgoing`, in order.
+    private func takeHandedOver() {
+        var batch: [[UInt8]] = []
+        swap(&batch, &spareBatch)  // moved, not copied: the array handed over stays unique
+        handedOver.withLock { h in
+            h.posted = false
+            swap(&h.messages, &batch)
+        }
+        if !finished {
+            for message in batch { outgoing.push(message) }
+        }
+        batch.removeAll(keepingCapacity: true)
+        spareBatch = batch
+        if !finished { wakeBody() }
     }
 
     func halfClose() {
@@ -157,6 +181,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         finished = true
         stopDeadline()
         outgoing.removeAll()
+        handedOver.withLock { $0.messages.removeAll() }  // a take already posted finds none
         current = nil
         queuedBytes.clear()
         defer { handler = nil }

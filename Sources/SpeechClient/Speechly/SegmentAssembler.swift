@@ -174,12 +174,15 @@ public struct SegmentAssembler: Sendable {
     /// message size cap, what accumulates is bounded here.
     private func checkBytes(_ response: SLUResponse, state: State,
                             violation: (String) -> SpeechClientError) throws(SpeechClientError) {
-        let longest: Int
+        // Loops, not `map(...).max()`: that built an array for every response.
+        var longest = 0
         switch response.payload {
         case .transcript(let word): longest = word.text.utf8.count
-        case .tentativeTranscript(_, let words), .finalTranscript(let words, _): longest = words.map(\.text.utf8.count).max() ?? 0
+        case .tentativeTranscript(_, let words), .finalTranscript(let words, _):
+            for w in words { longest = max(longest, w.text.utf8.count) }
         case .entity(let e): longest = max(e.type.utf8.count, e.value.utf8.count)
-        case .tentativeEntities(let es): longest = es.map { max($0.type.utf8.count, $0.value.utf8.count) }.max() ?? 0
+        case .tentativeEntities(let es):
+            for e in es { longest = max(longest, e.type.utf8.count, e.value.utf8.count) }
         case .intent(let i), .tentativeIntent(let i): longest = i.utf8.count
         default: return
         }
