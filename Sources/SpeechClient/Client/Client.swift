@@ -19,8 +19,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     enum Command {
         case start
         case stop
-        case audio([[Int16]])
-        case pushEnd([[Int16]])
+        case audio(Chunker.Chunks)
+        case pushEnd(Chunker.Chunks)
         case suspend
         case resume
         case stream(StreamEvent, generation: Int)
@@ -360,10 +360,10 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 }
             }
         }
-        let chunks = pushLock.withLock { () -> [[Int16]] in
-            guard let converter = pushPath?.converter else { return [] }
+        let chunks = pushLock.withLock { () -> Chunker.Chunks in
+            guard let converter = pushPath?.converter else { return Chunker.Chunks() }
             let samples = converter.process(int16: frames)
-            return pushPath?.chunker.append(samples) ?? []
+            return pushPath?.chunker.append(samples) ?? Chunker.Chunks()
         }
         guard !chunks.isEmpty else { return }
         // While the worker is idle (no command queued or in hand, its audio lock free), this
@@ -380,7 +380,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             idleWorker.audioLock.unlock()
         } else {
             if options.pushWaitMilliseconds > 0 {
-                pushedNotTaken.add(chunks.reduce(0) { $0 + $1.count }, ordering: .relaxed)
+                pushedNotTaken.add(chunks.sampleCount, ordering: .relaxed)
             }
             enqueue(.audio(chunks))
         }
@@ -399,9 +399,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 throw SpeechClientError(.invalidState, "there is no context to end (state \(state))")
             }
             state = .stopping
-            let rest = pushLock.withLock { () -> [[Int16]] in
-                guard let converter = pushPath?.converter else { return [] }
-                var tail = pushPath?.chunker.append(converter.flush()) ?? []
+            let rest = pushLock.withLock { () -> Chunker.Chunks in
+                guard let converter = pushPath?.converter else { return Chunker.Chunks() }
+                var tail = pushPath?.chunker.append(converter.flush()) ?? Chunker.Chunks()
                 if let partial = pushPath?.chunker.flush() { tail.append(partial) }
                 return tail
             }

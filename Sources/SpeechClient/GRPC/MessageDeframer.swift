@@ -8,6 +8,9 @@ public struct MessageDeframer {
     private var body: [UInt8] = []
     private var expected = -1  // body length once the 5-byte prefix is complete
 
+    /// Up to this much buffer stays with the stream between messages.
+    static let keptBufferBytes = 512
+
     public init(maxMessageBytes: Int) { self.maxMessageBytes = maxMessageBytes }
 
     /// True when a message has started but not ended (a stream ending now is truncated).
@@ -34,7 +37,6 @@ public struct MessageDeframer {
                 }
                 header.removeAll(keepingCapacity: true)
                 expected = length
-                body = []
                 body.reserveCapacity(min(length, 64 * 1024))  // grows with what really arrives
                 if length == 0 {
                     expected = -1
@@ -47,9 +49,11 @@ public struct MessageDeframer {
             index += take
             if body.count == expected {
                 expected = -1
-                let message = body
-                body = []
-                deliver(message)
+                deliver(body)
+                // The buffer is kept for the next message (no allocation per message) unless the
+                // receiver kept this one (the next append then copies) or it is large (memory per
+                // stream: a small answer's buffer, not the largest one seen).
+                if body.capacity > Self.keptBufferBytes { body = [] } else { body.removeAll(keepingCapacity: true) }
             }
         }
     }

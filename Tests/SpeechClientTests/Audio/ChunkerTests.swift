@@ -5,11 +5,11 @@ import Testing
     @Test func cutsExactChunksAndKeepsTheRest() {
         var c = Chunker(samplesPerChunk: 4)
         #expect(c.append([1, 2, 3]).isEmpty)
-        #expect(c.append([4, 5, 6, 7, 8, 9]) == [[1, 2, 3, 4], [5, 6, 7, 8]])
+        #expect(Array(c.append([4, 5, 6, 7, 8, 9])) == [[1, 2, 3, 4], [5, 6, 7, 8]])
         #expect(c.append([]).isEmpty)
         #expect(c.flush() == [9])
         #expect(c.flush() == nil)
-        #expect(c.append([1, 2, 3, 4]) == [[1, 2, 3, 4]])
+        #expect(Array(c.append([1, 2, 3, 4])) == [[1, 2, 3, 4]])
         #expect(c.flush() == nil)
     }
 
@@ -28,8 +28,19 @@ import Testing
         #expect(out == (0..<Int(next)).map { Int16($0) })
     }
 
+    @Test func chunksHoldOneInlineAndMoreInOrder() {
+        var chunks = Chunker.Chunks()
+        #expect(chunks.isEmpty && Array(chunks).isEmpty && chunks.sampleCount == 0)
+        chunks.append([1, 2])
+        #expect(!chunks.isEmpty && Array(chunks) == [[1, 2]] && chunks.sampleCount == 2)
+        chunks.append([3])
+        chunks.append([4, 5, 6])
+        #expect(Array(chunks) == [[1, 2], [3], [4, 5, 6]] && chunks.sampleCount == 6)
+        #expect(Array(chunks) == [[1, 2], [3], [4, 5, 6]])  // iterated again, the same
+    }
+
     @Test func nonPositiveSizeIsClampedToOne() {
         var c = Chunker(samplesPerChunk: 0)
-        #expect(c.append([1, 2]) == [[1], [2]])
+        #expect(Array(c.append([1, 2])) == [[1], [2]])
     }
 }

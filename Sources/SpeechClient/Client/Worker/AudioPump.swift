@@ -92,16 +92,16 @@ final class AudioPump {
 
     enum Read {
         /// Chunks of the context's audio (possibly none yet).
-        case chunks([[Int16]])
+        case chunks(Chunker.Chunks)
         /// The source ended: its last chunks (the resampler's tail, the partial chunk).
-        case ended(last: [[Int16]])
+        case ended(last: Chunker.Chunks)
         case failed(SpeechClientError)
     }
 
     /// Reads one block (a chunk's length at the source's rate). A microphone blocks up to
     /// 100 ms for it; a file or descriptor returns what there is.
     func read() -> Read {
-        guard let source else { return .ended(last: []) }
+        guard let source else { return .ended(last: Chunker.Chunks()) }
         let frames = max(1, source.format.sampleRate * chunkMilliseconds / 1000)
         do throws(SpeechClientError) {
             if let pcm = source as? Int16AudioSource, pcm.deliversInt16 {
@@ -111,7 +111,7 @@ final class AudioPump {
                 return .chunks(chunker.append(converter.passesThrough ? block : block.withUnsafeBufferPointer { converter.process(int16: $0) }))
             }
             guard let block = try source.read(maxFrames: frames) else { return .ended(last: drain(resamplerTail: true)) }
-            guard !block.isEmpty else { return .chunks([]) }
+            guard !block.isEmpty else { return .chunks(Chunker.Chunks()) }
             // The format is asked after the read: a descriptor's may come with its first block.
             return .chunks(chunker.append(converter(for: source.format).process(block)))
         } catch {
@@ -128,8 +128,8 @@ final class AudioPump {
 
     /// What is buffered at a context's end: the partial chunk, after the resampler's tail when
     /// `resamplerTail` (at the end of the source, or a descriptor whose next context reads on).
-    func drain(resamplerTail: Bool) -> [[Int16]] {
-        var out: [[Int16]] = []
+    func drain(resamplerTail: Bool) -> Chunker.Chunks {
+        var out = Chunker.Chunks()
         if resamplerTail, let converter { out = chunker.append(converter.flush()) }
         if let partial = chunker.flush() { out.append(partial) }
         return out

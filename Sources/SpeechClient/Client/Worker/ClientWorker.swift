@@ -240,7 +240,7 @@ final class ClientWorker: @unchecked Sendable {
     /// have to connect to open a context).
     var takesDirect: Bool { options.activation == .manual }
 
-    func takeDirect(_ chunks: [[Int16]]) {
+    func takeDirect(_ chunks: Chunker.Chunks) {
         for c in chunks { take(c) }
     }
 
@@ -297,7 +297,7 @@ final class ClientWorker: @unchecked Sendable {
         case .audio(let chunks):
             for c in chunks { take(c) }
             if options.pushWaitMilliseconds > 0 {
-                client?.pushedNotTaken.subtract(chunks.reduce(0) { $0 + $1.count }, ordering: .relaxed)
+                client?.pushedNotTaken.subtract(chunks.sampleCount, ordering: .relaxed)
             }
         case .pushEnd(let rest):
             for c in rest { take(c) }
