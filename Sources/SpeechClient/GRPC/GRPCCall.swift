@@ -128,6 +128,9 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     func halfClose() {
         loop.execute { [self] in
             guard !self.finished, !self.halfClosed else { return }
+            // Requests handed over before it go first, even when the task that takes them
+            // waits in another thread's cork: the end of the body never overtakes them.
+            self.takeHandedOver()
             self.halfClosed = true
             self.wakeBody()
         }

@@ -50,9 +50,10 @@ public struct MessageDeframer {
             if body.count == expected {
                 expected = -1
                 deliver(body)
-                // The buffer is kept for the next message (no allocation per message) unless the
-                // receiver kept this one (the next append then copies) or it is large (memory per
-                // stream: a small answer's buffer, not the largest one seen).
+                // The buffer is kept for the next message (no allocation per message) unless it
+                // is large (memory per stream: a small answer's buffer, not the largest one
+                // seen). A receiver that kept this message keeps it intact: the buffer is shared
+                // then, and emptying it makes a new one.
                 if body.capacity > Self.keptBufferBytes { body = [] } else { body.removeAll(keepingCapacity: true) }
             }
         }

@@ -113,6 +113,28 @@ private func channel(_ peer: PeerProcess, host: String = "127.0.0.1",
         #expect(events.eventsAfterClose == 0)
     }
 
+    /// Requests handed over from two threads: one thread's requests wait in its cork (a worker
+    /// turn) while another thread sends and half-closes. The end of the body must not overtake
+    /// anything sent before it, whoever sent it.
+    @Test func aHalfCloseNeverOvertakesRequestsHandedOverBeforeIt() throws {
+        let ch = try channel(echoServer())
+        let events = EventCollector()
+        let call = try ch.openStreamingCall(path: "/test.Echo/Bidi", metadata: []) { events.handle($0) }
+        let other = DispatchSemaphore(value: 0)
+        try EventLoop.shared().corking {
+            call.send([1])  // the task that takes it waits in this thread's cork
+            Thread {
+                call.send([2])
+                call.halfClose()
+                other.signal()
+            }.start()
+            other.wait()
+        }
+        let closed = events.waitClosed()
+        #expect(closed == .some(nil))
+        #expect(events.messages == [[1], [2]])
+    }
+
     @Test func cancelStopsEvents() throws {
         let ch = try channel(echoServer())
         let events = EventCollector()

@@ -73,7 +73,7 @@ extension ClientWorker {
 
     /// Keeps a response of a lane that waits for an earlier one; an error past the byte bound.
     func hold(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
-        guard let held = supervisor.lanes[gen]?.held else { return nil }
+        guard let held = supervisor.lanes.read(gen, { $0.held }) else { return nil }
         // Across the context's lanes: each one may be short (a rotation every few seconds).
         if supervisor.lanes.heldBytes + response.heldBytes > Lane.maxHeldBytes {
             return SpeechClientError(.parse, "the server sent more than \(Lane.maxHeldBytes >> 20) MiB of results on later streams while an earlier stream of the context was still open; the stream was ended")

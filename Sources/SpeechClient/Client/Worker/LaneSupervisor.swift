@@ -189,8 +189,8 @@ final class LaneSupervisor {
 
     /// A segment update came on the lane. Not final: the lane has it open (dropped if the lane
     /// is lost). Final: the lane ended it, and its audio up to `endMilliseconds` (its last
-    /// word's end, within the lane) is final: the lane's floor rises there. Returns whether a
-    /// final one raised a lane's floor (audio may then be released).
+    /// word's end, within the lane) is final: the lane's floor rises there. Returns whether it
+    /// was a final one on a lane still here (audio may then be released).
     @discardableResult
     func segmentUpdated(lane gen: Int, segment id: Int32, isFinal: Bool, endMilliseconds: Int?) -> Bool {
         let recorded = contextSamples
