@@ -89,20 +89,14 @@ public final class Segment: Sendable {
     }
 
     /// C copies for the C accessors: made once, and kept as long as the snapshot.
-    public var contextIdC: OwnedCString {
-        caches.withLock { c in
-            if let made = c.contextIdC { return made }
-            let made = OwnedCString(contextId)
-            c.contextIdC = made
-            return made
-        }
-    }
+    public var contextIdC: OwnedCString { cachedC(\.contextIdC) { OwnedCString(contextId) } }
+    public var intentC: OwnedCString { cachedC(\.intentC) { OwnedCString(intent ?? "") } }
 
-    public var intentC: OwnedCString {
+    private func cachedC(_ slot: WritableKeyPath<Caches, OwnedCString?>, _ make: () -> OwnedCString) -> OwnedCString {
         caches.withLock { c in
-            if let made = c.intentC { return made }
-            let made = OwnedCString(intent ?? "")
-            c.intentC = made
+            if let made = c[keyPath: slot] { return made }
+            let made = make()
+            c[keyPath: slot] = made
             return made
         }
     }

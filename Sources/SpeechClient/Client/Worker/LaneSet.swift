@@ -59,8 +59,8 @@ struct LaneSet {
     var generations: [Int] { entries.map(\.generation) }
 
     /// The live lane's stream, and whether it is still replaying: read per chunk of a file, in place.
-    var liveStream: (any RecognitionStream)? { live.flatMap(index(of:)).map { entries[$0].lane.stream } }
-    var liveIsReplaying: Bool { live.flatMap(index(of:)).map { entries[$0].lane.cursor != nil } ?? false }
+    var liveStream: (any RecognitionStream)? { live.flatMap { read($0) { $0.stream } } }
+    var liveIsReplaying: Bool { live.flatMap { read($0) { $0.cursor != nil } } ?? false }
 
     /// Adds a lane, or replaces the lane of its generation (live stays live).
     mutating func add(_ lane: Lane, generation: Int, live isLive: Bool) {

@@ -28,8 +28,9 @@ protocol LaneHost: AnyObject {
 ///
 /// The worker owns it and is its `LaneHost`, passed to each call that may need it. The worker's
 /// responses tell it what the server said of a lane (started, a segment open or final, going
-/// away), and remove a lane lost or finished. A class: the host's calls (a failed context) reset it while one of its
-/// own calls runs. Guarded by the worker's `audioLock`, as the worker's other state.
+/// away), and remove a lane lost or finished. A class: the host's calls (a failed context) reset
+/// it while one of its own calls runs. Guarded by the worker's `audioLock`, as the worker's other
+/// state.
 final class LaneSupervisor {
     /// The streams of the open context (see `Lane`), and the one taking live audio.
     var lanes = LaneSet()
