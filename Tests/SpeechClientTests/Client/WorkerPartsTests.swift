@@ -53,6 +53,13 @@ import Glibc
         #expect(RotationPolicy.energy([]) == 0)
         #expect(RotationPolicy.energy([3, -4, .min, .max]) == 9 + 16 + 32_768 * 32_768 + 32_767 * 32_767)
         #expect(RotationPolicy.energy([Int16](repeating: .min, count: 1_600)) == 1_600 * 32_768 * 32_768)
+        // Eight at a time, then the rest one by one: every length up to 40, extremes and mixed
+        // signs, against the plain sum.
+        var g = SystemRandomNumberGenerator()
+        for count in 0...40 {
+            let chunk = (0..<count).map { i in i % 5 == 0 ? Int16.min : Int16.random(in: .min ... .max, using: &g) }
+            #expect(RotationPolicy.energy(chunk) == chunk.reduce(Int64(0)) { $0 + Int64($1) * Int64($1) })
+        }
     }
 
     private let loud = [Int16](repeating: 8_000, count: 1_600)
