@@ -597,19 +597,24 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     /// unless it is there already or a thread is running its callbacks (which goes on to these).
     private func wakeCallbackThread() {
         guard eventFD < 0 else { return }
-        let schedule: Bool = lock.withLock {
-            if turnThread != 0 && turnThread == UInt(pthread_self()) {
-                wakeDeferred = true
-                return false
-            }
-            if let loop = networkLoop, loop.deferWake(self, noted: loopWakeNoted) {
-                wakeDeferred = true
-                loopWakeNoted = true
-                return false
-            }
-            return takeDeliveryLocked()
+        if lock.withLock({ deliveryDueLocked() }) { deliveryPool?.schedule(self) }
+    }
+
+    /// With events just queued (`lock` held): whether the caller must queue the callbacks on
+    /// the pool once it lets go of the lock. A worker turn or the loop's work defers that to its
+    /// end (one wake for a burst of responses).
+    private func deliveryDueLocked() -> Bool {
+        guard eventFD < 0 else { return false }
+        if turnThread != 0 && turnThread == UInt(pthread_self()) {
+            wakeDeferred = true
+            return false
         }
-        if schedule { deliveryPool?.schedule(self) }
+        if let loop = networkLoop, loop.deferWake(self, noted: loopWakeNoted) {
+            wakeDeferred = true
+            loopWakeNoted = true
+            return false
+        }
+        return takeDeliveryLocked()
     }
 
     /// The worker's next step may block (a microphone or descriptor read, a connect, a login):
@@ -793,12 +798,13 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     /// context), which is queued until the callbacks are drained.
     func emit(_ event: ClientEvent, whileClosing: Bool = false) {
         if case .connection(let state, _, _, _) = event { connectionNow.store(state.rawValue, ordering: .releasing) }
-        let queued: Bool = lock.withLock {
+        // Queued and the wake decided under one lock: it runs for every segment update.
+        let schedule: Bool = lock.withLock {
             guard whileClosing ? !callbacksClosing : !closing else { return false }
             pushEventLocked(event)
-            return true
+            return deliveryDueLocked()
         }
-        if queued { wakeCallbackThread() }
+        if schedule { deliveryPool?.schedule(self) }
     }
 
     func log(_ level: LogLevel, _ message: String) {
@@ -875,23 +881,17 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             return true
         }
         guard mine else { return false }
+        // One lock per callback: the end of one and the start of the next are taken together
+        // (the emitting thread takes the same lock for each event it queues).
         var ran = 0
-        while ran < Self.deliveryBatch {
-            let event: ClientEvent? = lock.withLock {
-                let e = popEventLocked()
-                if case .idle = e {
-                    wakeIdleWaitersLocked()  // its callback runs with the client idle (see `.idle`)
-                } else if e != nil {
-                    delivering = true
-                }
-                return e
-            }
-            guard let event else { break }
+        var next: ClientEvent? = lock.withLock { popForDeliveryLocked() }
+        while let event = next {
             handler?(self, event)
             ran += 1
-            lock.withLock {
+            next = lock.withLock {
                 delivering = false
                 wakeIdleWaitersLocked()
+                return ran < Self.deliveryBatch ? popForDeliveryLocked() : nil
             }
         }
         return lock.withLock {
@@ -902,6 +902,17 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             deliveryScheduled = true
             return true
         }
+    }
+
+    /// The next event for a pool thread to deliver, marked as being delivered (`lock` held).
+    private func popForDeliveryLocked() -> ClientEvent? {
+        let e = popEventLocked()
+        if case .idle = e {
+            wakeIdleWaitersLocked()  // its callback runs with the client idle (see `.idle`)
+        } else if e != nil {
+            delivering = true
+        }
+        return e
     }
 
     /// `dropQueued`: from deinit (the last reference is gone without a free, so no pool thread
