@@ -49,7 +49,7 @@ WARMUP = env_float("BENCH_WARMUP", 2 if QUICK else 3)
 STREAMS = [int(x) for x in os.environ.get("BENCH_STREAMS", "1,100" if QUICK else "1,100,1000").split(",")]
 REPEAT = int(os.environ.get("BENCH_REPEAT", "1"))
 COLD_RUNS = 3 if QUICK else 7
-FILE_RUNS = 3 if QUICK else 9
+FILE_RUNS = 5 if QUICK else 31
 # Ours keeps each context's unfinished audio for replay after a reconnection; the peers keep
 # none. The sink never finishes a segment, so that buffer only fills: with the default 30 s it
 # takes fresh pages (a page fault per chunk, 8-20 % of the CPU at 1,000 streams) for the whole
@@ -349,8 +349,11 @@ def main():
                 if r and r.get("ok"):
                     results["file"].setdefault(c, []).append(FILE_SECONDS / r["seconds"])
                     results["file_cpu"].setdefault(c, []).append(r["cpu_s"])
+        # The quartiles say how far apart runs of one client are on this VM (about 15 % each side).
         for c, xs in results["file"].items():
-            log(f"file {c}: median {med(xs):.0f} x real time over {len(xs)} runs, cpu {med(results['file_cpu'][c]) * 1000:.1f} ms")
+            q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+            log(f"file {c}: median {med(xs):.0f} x real time (quartiles {q[0]:.0f}-{q[2]:.0f}) over {len(xs)} runs,"
+                f" cpu {med(results['file_cpu'][c]) * 1000:.1f} ms")
         # Idle with the microphone open (ALSA file plugin), and listening to it.
         results["idle"] = idle(port)
     finally:
