@@ -262,6 +262,15 @@ def loadavg():
         return float(f.read().split()[0])
 
 
+def steal_ms():
+    """CPU time the hypervisor took from this VM so far, all CPUs (/proc/stat's steal, in ms).
+    The bursts of late chunks at N=1,000 came in the runs where it took hundreds of ms (the
+    threads that had to push were not running, though the guest saw them as running)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) * 1000 // os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0
+
+
 def main():
     have_cxx = build()
     clients = ["ours"] + (["grpcio"] if "peer_grpcio" not in MISSING else []) + (["grpcxx"] if have_cxx else [])
@@ -282,7 +291,7 @@ def main():
                 order = clients[rep % len(clients):] + clients[:rep % len(clients)]
                 for c in order:
                     lat = os.path.join(OUT, f"lat-{c}-{n}.txt")
-                    s0, t0 = server.cpu(), time.monotonic()
+                    s0, t0, v0 = server.cpu(), time.monotonic(), steal_ms()
                     # Ours as a many-stream program would run it, like grpc++'s completion queue:
                     # the application's thread reads the network (SPC_IO_APPLICATION, 0.3) and
                     # runs the callbacks of what it read right there (spc_io_dispatch, 0.4).
@@ -292,10 +301,12 @@ def main():
                     if r:
                         r["server_cpu_pct"] = 100 * (server.cpu() - s0) / (time.monotonic() - t0)
                         r["load"] = loadavg()
+                        r["steal_ms"] = steal_ms() - v0
                         results["paced"].setdefault(f"{c}/{n}", []).append(r)
                         log(f"paced {c} N={n}: cpu {r['cpu_s']:.3f} s/{r['window_s']} s, rss {r['rss_kb']} KB, "
                             f"added p50/p99 {r['added_p50_ms']:.3f}/{r['added_p99_ms']:.3f} ms, late {r['late']}, "
-                            f"lag {r['lag_mean_ms']:.3f} ms, server {r['server_cpu_pct']:.0f} % of a core")
+                            f"lag {r['lag_mean_ms']:.3f} ms, server {r['server_cpu_pct']:.0f} % of a core, "
+                            f"VM steal {r['steal_ms']} ms")
                 if have_cxx:
                     equal_pacing(results, port, n)
         # The same at the largest N with the library's default replay buffer (30 s = 960 KB of
@@ -460,6 +471,9 @@ def figures(res):
             f.append((f"added_latency_{p}_n{n}", "ms", {c: pick(c, n, f"added_{p}_ms") for c in clients}, True))
     for n in STREAMS:
         f.append((f"late_chunks_n{n}", "chunks", {c: pick(c, n, "late") for c in clients}, True))
+    for n in STREAMS:
+        # Not the client's doing: time the hypervisor took during the run (warm-up included).
+        f.append((f"vm_steal_ms_n{n}", "ms", {c: pick(c, n, "steal_ms") for c in clients}, True))
     for n in STREAMS:
         # Thread wake-ups are most of the client's CPU here (see the README's profile).
         f.append((f"context_switches_per_chunk_n{n}", "switches",
