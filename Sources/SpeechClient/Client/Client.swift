@@ -529,10 +529,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     }
 
     /// Queues an event for the application. The callback thread is signalled by the caller
-    /// once the lock is released (`wakeCallbackThread`: woken under it, it would run straight
-    /// into the lock: on a shared core, two more switches). The event fd is made readable here,
-    /// under the lock: spc_client_event_fd promises it is readable exactly while events are
-    /// pending, and a write made after the lock could land after a dispatch drained the queue.
+    /// once the lock is released (`deliveryDueLocked` decides under it; woken under it, the
+    /// thread would run straight into the lock: on a shared core, two more switches). The
+    /// event fd is made readable here, under the lock: spc_client_event_fd promises it is
+    /// readable exactly while events are pending, and a write made after the lock could land
+    /// after a dispatch drained the queue.
     private func pushEventLocked(_ event: ClientEvent) {
         let size = Self.heldBytes(event)
         if events.count >= Self.maxPendingEvents || pendingBytes + size > Self.maxPendingBytes {
@@ -881,8 +882,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             return true
         }
         guard mine else { return false }
-        // One lock per callback: the end of one and the start of the next are taken together
-        // (the emitting thread takes the same lock for each event it queues).
+        // The end of one callback and the pop of the next share one lock section (the emitting
+        // thread takes the same lock for each event it queues).
         var ran = 0
         var next: ClientEvent? = lock.withLock { popForDeliveryLocked() }
         while let event = next {
