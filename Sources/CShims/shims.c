@@ -33,6 +33,10 @@ int speechclient_shim_ssl_ctx_require_tls12(struct ssl_ctx_st *ctx) {
     return (int)SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 }
 
+int speechclient_shim_ssl_ctx_set_groups(struct ssl_ctx_st *ctx, const char *groups) {
+    return (int)SSL_CTX_set1_groups_list(ctx, groups);
+}
+
 void speechclient_shim_ssl_ctx_set_nonblocking_modes(struct ssl_ctx_st *ctx) {
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
                           | SSL_MODE_RELEASE_BUFFERS);

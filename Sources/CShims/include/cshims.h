@@ -21,6 +21,9 @@ struct ssl_st;
 struct ssl_ctx_st;
 /* SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION); returns 1 on success. */
 int speechclient_shim_ssl_ctx_require_tls12(struct ssl_ctx_st *ctx);
+/* SSL_CTX_set1_groups_list(ctx, groups) (key exchange groups, in order: the first gets the
+   ClientHello's key share); returns 1 on success. */
+int speechclient_shim_ssl_ctx_set_groups(struct ssl_ctx_st *ctx, const char *groups);
 /* SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
    | SSL_MODE_RELEASE_BUFFERS), and SSL_OP_IGNORE_UNEXPECTED_EOF. */
 void speechclient_shim_ssl_ctx_set_nonblocking_modes(struct ssl_ctx_st *ctx);

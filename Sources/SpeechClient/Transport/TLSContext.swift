@@ -32,6 +32,14 @@ final class TLSContext: @unchecked Sendable {
             throw TLSContext.lastError(.tls, "SSL_CTX_set_min_proto_version", context: "requiring TLS 1.2")
         }
         speechclient_shim_ssl_ctx_set_nonblocking_modes(ctx)
+        // The key share goes to P-256: a gRPC server built on the system OpenSSL (Debian's
+        // libgrpc: grpc++ servers there) accepts no other group, and OpenSSL's default share
+        // (X25519 alone) made each connection to it take a HelloRetryRequest: a round trip and
+        // a key pair more. Servers that support X25519 as well (grpcio's BoringSSL, nginx)
+        // take the P-256 share as offered; X25519 stays listed.
+        guard speechclient_shim_ssl_ctx_set_groups(ctx, "P-256:X25519:P-384") == 1 else {
+            throw TLSContext.lastError(.tls, "SSL_CTX_set1_groups_list", context: "offering key exchange groups")
+        }
         // ALPN protocol list in wire format: length-prefixed "h2".
         let alpn: [UInt8] = [2, 0x68, 0x32]
         guard SSL_CTX_set_alpn_protos(ctx, alpn, UInt32(alpn.count)) == 0 else {

@@ -48,6 +48,22 @@ private func tlsError(host: String, port: UInt16, tls: TLSSettings) -> SpeechCli
         #expect(events.messages.count == 20)
     }
 
+    /// The first ClientHello carries a P-256 key share (`TLSContext`): a server that accepts that
+    /// group alone, as a gRPC server built on the system OpenSSL does, answers it at once. With
+    /// OpenSSL's default (an X25519 share alone) it asked again (a HelloRetryRequest): a second
+    /// ClientHello and one more round trip on every connection. The peer closes the connection
+    /// once it has counted the handshake's ClientHellos, so the call fails after the count.
+    @Test func theFirstClientHelloNeedsNoRetryFromAP256OnlyServer() throws {
+        let certs = try TestCertificates.get()
+        let peer = try PeerProcess(script: "tls_hello_counter.py", arguments: [certs.serverCert, certs.serverKey])
+        defer { peer.stop() }
+        let e = tlsError(host: "localhost", port: peer.port, tls: TLSSettings(caFile: certs.caFile))
+        #expect(e != nil)
+        let counts = peer.log.split(separator: "\n").filter { $0.hasPrefix("client hellos: ") }
+        #expect(!counts.isEmpty, "\(peer.log)")
+        #expect(counts.allSatisfy { $0 == "client hellos: 1" }, "\(peer.log)")
+    }
+
     @Test func unknownCAIsRejected() throws {
         let peer = try goodServer()
         // The system store does not know the test CA.
