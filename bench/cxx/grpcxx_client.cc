@@ -14,7 +14,6 @@
 #include <deque>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <sys/resource.h>
 #include <time.h>
@@ -61,7 +60,7 @@ struct Stream {
     SLUResponse resp;
     grpc::Status status;
     std::deque<const SLURequest *> out;  // nullptr = WritesDone
-    bool writing = false, opened = false, started = false, finished = false, done = false;
+    bool writing = false, started = false, finished = false, done = false;
     std::deque<int64_t> sent;
     int64_t next_due = 0;
     void *tag(Op op) { return reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(this) | op); }
@@ -96,7 +95,6 @@ static void handle(Stream *s, Op op, bool ok) {
     switch (op) {
     case OP_START:
         if (!ok) { g.errors++; s->done = true; return; }
-        s->opened = true;
         write(s, &g_config);
         write(s, &g_start);
         s->rw->Read(&s->resp, s->tag(OP_READ));
@@ -176,7 +174,7 @@ static double pct(std::vector<int64_t> &v, double p) {
     return v[size_t(p * (v.size() - 1) + 0.5)] / 1e6;
 }
 
-// The whole file in one string, read at its size (what a program sending a file would do).
+// The whole file in one string (the CA certificates), read at its size.
 static std::string read_file(const char *path) {
     std::ifstream f(path, std::ios::binary | std::ios::ate);
     std::string s(size_t(std::max<std::streamoff>(0, f.tellg())), '\0');
