@@ -836,8 +836,12 @@ SPC_API spc_status spc_client_start(spc_client *client);
 
 /* Requests the end of the current context. Returns at once; the stop callback fires when the
 ** server has sent its last result. In STARTING or LISTENING: stops (a stop before the server
-** acknowledged the start is sent right after it). In STOPPING with a queued start: cancels the
-** queued start. Otherwise: SPC_ERROR_INVALID_STATE. While listening (VOICE or WAKEWORD
+** acknowledged the start is sent right after it). With pushed audio, what is still buffered (the
+** chunk in progress) is sent before the stop, as spc_client_push_end() does (since 0.11; before,
+** it was dropped). In STOPPING with a queued start: cancels the queued start. A start made after
+** spc_client_resume() while the suspended context still finishes waits for it; the audio pushed
+** and the stop made meanwhile belong to that start's context. Otherwise:
+** SPC_ERROR_INVALID_STATE. While listening (VOICE or WAKEWORD
 ** activation) it ends listening: an activation in progress is stopped and delivers its last
 ** results, then the client is IDLE. */
 SPC_API spc_status spc_client_stop(spc_client *client);

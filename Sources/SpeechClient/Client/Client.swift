@@ -44,6 +44,13 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     private var state = ClientState.idle
     private var pendingStart = false
     private var commands = FIFO<Command>()
+    /// Starts, and stops (or push ends), queued for the worker and not taken yet. Guarded by
+    /// `lock`; the worker reads them inside a `transition` closure (which runs under it) when a
+    /// context ends: a start made after a resume, while the suspended context still finished,
+    /// is still to begin, and a stop queued before a start queued behind it was for the context
+    /// that ended, not the next one.
+    private(set) var untakenStarts = 0
+    private(set) var untakenStops = 0
     private var events = FIFO<ClientEvent>()
     private var workerBusy = false
     /// Something the waiting worker waits for happened (a stream drained, audio became final).
@@ -281,6 +288,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 enqueueLocked(.start)
             case .stopping where !pendingStart:
                 pendingStart = true
+                resetPushPath()
             case .stopping:
                 throw SpeechClientError(.invalidState, "a start is already queued behind the pending stop")
             case .starting, .listening:
@@ -297,7 +305,14 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             switch state {
             case .starting, .listening:
                 state = .stopping
-                enqueueLocked(.stop)
+                if case .push = options.audio {
+                    // The pushed audio still in the converter and the chunk in progress (up to
+                    // a chunk, 100 ms by default) ends the context, as with push_end: a stop
+                    // dropped it, clipping the last word of a push-to-talk.
+                    enqueueLocked(.pushEnd(takePushTailLocked()))
+                } else {
+                    enqueueLocked(.stop)
+                }
             case .stopping where pendingStart:
                 pendingStart = false
             default:
@@ -399,13 +414,17 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 throw SpeechClientError(.invalidState, "there is no context to end (state \(state))")
             }
             state = .stopping
-            let rest = pushLock.withLock { () -> Chunker.Chunks in
-                guard let converter = pushPath?.converter else { return Chunker.Chunks() }
-                var tail = pushPath?.chunker.append(converter.flush()) ?? Chunker.Chunks()
-                if let partial = pushPath?.chunker.flush() { tail.append(partial) }
-                return tail
-            }
-            enqueueLocked(.pushEnd(rest))
+            enqueueLocked(.pushEnd(takePushTailLocked()))
+        }
+    }
+
+    /// What the push path still holds: the converter's tail and the chunk in progress.
+    private func takePushTailLocked() -> Chunker.Chunks {
+        pushLock.withLock { () -> Chunker.Chunks in
+            guard let converter = pushPath?.converter else { return Chunker.Chunks() }
+            var tail = pushPath?.chunker.append(converter.flush()) ?? Chunker.Chunks()
+            if let partial = pushPath?.chunker.flush() { tail.append(partial) }
+            return tail
         }
     }
 
@@ -654,6 +673,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     }
 
     private func enqueueLocked(_ command: Command) {
+        switch command {
+        case .start: untakenStarts += 1
+        case .stop, .pushEnd: untakenStops += 1
+        default: break
+        }
         commands.push(command)
         requestWorkerTurnLocked()
     }
@@ -750,6 +774,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             let poked = workerPoked
             workerPoked = false
             guard let command = commands.pop() else { return .nothing(poked: poked) }
+            switch command {
+            case .start: untakenStarts -= 1
+            case .stop, .pushEnd: untakenStops -= 1
+            default: break
+            }
             if poked { workerPoked = true }  // for the step after this command
             workerBusy = true
             return .command(command)

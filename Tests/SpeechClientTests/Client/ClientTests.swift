@@ -338,6 +338,75 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(log.lines.last == "stop ctx-2", "\(log.lines)")
     }
 
+    /// A start made right after a resume, while the suspended context still finishes, waits for
+    /// it and then opens its own context: STARTING, not IDLE (which left a context open that
+    /// could not be stopped, and dropped every push), with the audio pushed and the end made
+    /// meanwhile applied to it in order.
+    @Test func aStartRightAfterAResumeWaitsForTheSuspendedContextThenRunsItsOwn() throws {
+        let log = EventLog()
+        // The stop's answer (the suspended context's end) comes 300 ms after it is sent.
+        let service = FakeRecognitionService(.init(answerDelayMilliseconds: 300, wordsFromAudio: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let first = [Int16](repeating: 1000, count: 1600 * 2)
+        first.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        try client.suspend()
+        try client.resume()
+        try client.start()
+        #expect(client.currentState == .starting)
+        let second = [Int16](repeating: 2000, count: 1600 * 3)
+        second.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(client.currentState == .idle)
+        let lines = log.lines
+        let start2 = try #require(lines.firstIndex(of: "start ctx-2"), "\(lines)")
+        #expect(lines.last == "stop ctx-2", "\(lines)")
+        #expect(lines.firstIndex(of: "stop ctx-1") ?? Int.max < start2, "\(lines)")
+        #expect(lines.contains("segment final a2000 a2000 a2000"), "\(lines)")
+    }
+
+    /// A stop on a pushed-audio client sends what the push path still holds (the chunk in
+    /// progress), as push_end does: it was dropped, clipping the end of a push-to-talk.
+    @Test func aStopSendsThePartialChunkPushedBeforeIt() throws {
+        let service = FakeRecognitionService()
+        let client = try Client(options: try pushOptions(), service: service, handler: { _, _ in })
+        defer { try? client.close() }
+        try client.start()
+        let samples = [Int16](repeating: 500, count: 16_800)  // 1.05 s: ten chunks and a half
+        samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let sent = service.requests.withLock { $0.reduce(0) { n, r in if case .audio(let a) = r { n + a.count } else { n } } }
+        #expect(sent == 16_800)
+    }
+
+    /// A stop queued before the stream failed, then a start queued behind it: the stop was for
+    /// the context that failed. Taken after the next context began, it stopped that one at once
+    /// (its audio dropped); the next context now runs until its own end.
+    @Test func aStopMadeBeforeAFailureDoesNotStopTheContextStartedBehindIt() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failAfterChunks: (1, SpeechClientError(.api, "refused")), failFirstStreamOnly: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        // The first chunk fails the stream; its end is queued behind no command yet.
+        let chunk = [Int16](repeating: 1000, count: 1600)
+        chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.stop()
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-2") }, "\(log.lines)")
+        for _ in 0..<3 { chunk.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines
+        #expect(lines.last == "stop ctx-2", "\(lines)")
+        #expect(lines.contains("segment final w1 w2 w3"), "\(lines)")
+    }
+
     @Test func applicationDeliveryRunsCallbacksInsideDispatch() throws {
         let log = EventLog()
         var o = try pushOptions()

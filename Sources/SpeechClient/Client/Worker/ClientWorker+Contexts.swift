@@ -210,18 +210,28 @@ extension ClientWorker {
             return
         }
         var restart = false
-        client?.transition({ state, pending in
+        var staleStop = false
+        let deferred = deferredStart && startQueued
+        client?.transition({ [client] state, pending in
             if state == .suspended { pending = false; return }
             if pending && startQueued {
                 state = .starting
                 restart = true
+                // A stop still queued was made before that start, for the context that just
+                // ended: taken later, it would stop the next one (and drop its audio).
+                staleStop = (client?.untakenStops ?? 0) > 0
+            } else if startQueued && (deferred || (client?.untakenStarts ?? 0) > 0) {
+                // A start made after a resume, while the suspended context still finished:
+                // its state (STARTING, or STOPPING if stopped since) stands, and it begins now
+                // (deferred) or when the worker takes it. IDLE here left it open but IDLE.
             } else {
                 state = .idle
             }
             pending = false
         }, contextOpen: false, events: events)
-        let deferred = deferredStart && startQueued
         deferredStart = false
+        let held = heldForDeferredStart
+        heldForDeferredStart = HeldCommands()
         if suspended {
             prepared?.stream.finish()
             prepared = nil
@@ -229,9 +239,40 @@ extension ClientWorker {
                 suspendReportPending = false
                 report(.suspended)
             }
+        } else if restart && staleStop {
+            startAfterStaleStop = true
         } else if restart || deferred {
             handleStart()
+            if deferred && contextOpen { applyHeld(held) }
         }
+    }
+
+    /// The audio and the stop the application made for a start that waited for the previous
+    /// context, in their order, now that its context is open.
+    private func applyHeld(_ held: HeldCommands) {
+        for c in held.chunks { take(c) }
+        if held.stop { endpointer != nil ? stopListening(auto: false) : sendStop() }
+    }
+
+    /// While a start waits for the previous context (`deferredStart`), what the application
+    /// pushed or stopped is for the waiting start: it is held, not taken into the context that
+    /// is finishing (which took no more audio and would drop it). Returns false when there is
+    /// no waiting start.
+    func holdForDeferredStart(chunks: Chunker.Chunks, stop: Bool) -> Bool {
+        guard deferredStart else { return false }
+        for c in chunks {
+            if heldForDeferredStart.samples + c.count > supervisor.replay.capacitySamples {
+                if !heldForDeferredStart.overflowed {
+                    heldForDeferredStart.overflowed = true
+                    client?.emit(.error(SpeechClientError(.network, "the server has not finished the previous context; audio pushed for the next one beyond the replay buffer (\(options.replayBufferMilliseconds) ms) is being dropped")))
+                }
+                continue
+            }
+            heldForDeferredStart.samples += c.count
+            heldForDeferredStart.chunks.append(c)
+        }
+        if stop { heldForDeferredStart.stop = true }
+        return true
     }
 
     /// The context ends once the user's stop was sent and every lane has finished.

@@ -71,6 +71,11 @@ final class ClientWorker: @unchecked Sendable {
     var endEvents: [ClientEvent] = []
     /// A start that arrived while the previous context was still finishing (after resume).
     var deferredStart = false
+    /// What the application pushed and stopped for the start that waits (`deferredStart`).
+    var heldForDeferredStart = HeldCommands()
+    /// A start queued behind a stop begins when that stop, queued before it and meant for the
+    /// context that has ended since, is taken (`endContext`).
+    var startAfterStaleStop = false
     var suspended = false
     private var lastActivity = Clock.monotonicNanos()
     /// A suspend came while a context was open: SUSPENDED is reported when that context ends.
@@ -241,6 +246,7 @@ final class ClientWorker: @unchecked Sendable {
     var takesDirect: Bool { options.activation == .manual }
 
     func takeDirect(_ chunks: Chunker.Chunks) {
+        if holdForDeferredStart(chunks: chunks, stop: false) { return }
         for c in chunks { take(c) }
     }
 
@@ -293,15 +299,29 @@ final class ClientWorker: @unchecked Sendable {
     private func handle(_ command: Client.Command) {
         switch command {
         case .start: handleStart()
-        case .stop: endpointer != nil ? stopListening(auto: false) : sendStop()
+        case .stop:
+            if startAfterStaleStop {
+                // The stop of the context that ended; the start queued behind it begins now.
+                startAfterStaleStop = false
+                handleStart()
+            } else if !holdForDeferredStart(chunks: Chunker.Chunks(), stop: true) {
+                endpointer != nil ? stopListening(auto: false) : sendStop()
+            }
         case .audio(let chunks):
-            for c in chunks { take(c) }
+            if !holdForDeferredStart(chunks: chunks, stop: false) {
+                for c in chunks { take(c) }
+            }
             if options.pushWaitMilliseconds > 0 {
                 client?.pushedNotTaken.subtract(chunks.sampleCount, ordering: .relaxed)
             }
         case .pushEnd(let rest):
-            for c in rest { take(c) }
-            endpointer != nil ? stopListening(auto: false) : sendStop()
+            if startAfterStaleStop {
+                startAfterStaleStop = false
+                handleStart()
+            } else if !holdForDeferredStart(chunks: rest, stop: true) {
+                for c in rest { take(c) }
+                endpointer != nil ? stopListening(auto: false) : sendStop()
+            }
         case .suspend: handleSuspend()
         case .resume: handleResume()
         case .stream(let event, let gen):
@@ -375,6 +395,8 @@ final class ClientWorker: @unchecked Sendable {
         // open (its last results come first), at once otherwise (issue 19 item 5).
         if contextOpen { suspendReportPending = true } else { report(.suspended) }
         deferredStart = false
+        heldForDeferredStart = HeldCommands()
+        startAfterStaleStop = false
         if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
         endpointer = nil
         closeWake()
@@ -405,6 +427,15 @@ final class ClientWorker: @unchecked Sendable {
             if !cancellation.isCancelled { client?.emit(.error(error)) }
         }
     }
+}
+
+/// Pushed audio (bounded by the replay buffer) and a stop, held for a start that waits for the
+/// previous context to finish.
+struct HeldCommands {
+    var chunks: [[Int16]] = []
+    var samples = 0
+    var stop = false
+    var overflowed = false
 }
 
 /// What the worker is to its `LaneSupervisor`.
