@@ -137,7 +137,8 @@ public func spc_client_get_connection_state(_ client: OpaquePointer?, _ outState
 
 @c @implementation
 public func spc_client_push_audio(_ client: OpaquePointer?, _ frames: UnsafePointer<Int16>?, _ frameCount: Int) -> spc_status {
-    guard let c = clientFrom(client) else { return SPC_ERROR_INVALID_ARGUMENT }
+    // A size_t past Int.max arrives negative: no buffer is that large (a negative count cast).
+    guard let c = clientFrom(client), frameCount >= 0 else { return SPC_ERROR_INVALID_ARGUMENT }
     if frameCount == 0 { return status { () throws(SpeechClientError) in try c.pushAudio(UnsafeBufferPointer(start: nil, count: 0)) } }
     guard let frames else { return SPC_ERROR_INVALID_ARGUMENT }
     guard case .push(_, let channels) = c.options.audio else { return SPC_ERROR_INVALID_STATE }

@@ -13,6 +13,7 @@
 #include <speechclient.h>
 
 #include <poll.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <math.h>
@@ -41,6 +42,18 @@ static int checks = 0;
     } while (0)
 
 #define CHECK_STATUS(expr, expected) CHECK((expr) == (expected))
+
+/* CHECK, saying what was found. */
+#define CHECKF(cond, ...)                                                           \
+    do {                                                                            \
+        checks++;                                                                   \
+        if (!(cond)) {                                                              \
+            failures++;                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                           \
+            fputc('\n', stderr);                                                    \
+        }                                                                           \
+    } while (0)
 
 static const char *UNREACHABLE = "grpc://127.0.0.1:1";
 
@@ -585,6 +598,17 @@ static void test_option_values(void) {
     spc_options_free(o);
 }
 
+/* Entries of a /proc directory (threads of /proc/self/task, descriptors of /proc/self/fd). */
+static int entries_in(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
 static void test_client_new_failures(void) {
     spc_client *c = (spc_client *)&c; /* must be set to NULL on failure */
     spc_error *e = NULL;
@@ -657,6 +681,18 @@ static void test_client_new_failures(void) {
     CHECK(e != NULL && strstr(spc_error_message(e), "/nonexistent/speech.wav") != NULL);
     CHECK(spc_error_grpc_status(e) == -1);
     spc_error_free(e);
+    /* A failed constructor lets go of what it made: its callback thread (thread delivery) and
+    ** its event fd (application delivery). It kept them: one thread or descriptor per failure. */
+    for (int delivery = 0; delivery < 2; delivery++) {
+        CHECK_STATUS(spc_options_set_delivery(o, delivery ? SPC_DELIVERY_APPLICATION : SPC_DELIVERY_THREAD), SPC_OK);
+        CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_ERROR_AUDIO); /* the library's own threads start */
+        int threads = entries_in("/proc/self/task"), fds = entries_in("/proc/self/fd");
+        for (int i = 0; i < 20; i++) CHECK_STATUS(spc_client_new(o, &c, NULL), SPC_ERROR_AUDIO);
+        int threads_after = entries_in("/proc/self/task"), fds_after = entries_in("/proc/self/fd");
+        CHECKF(threads_after <= threads + 2, "20 failed spc_client_new: %d threads before, %d after", threads, threads_after);
+        CHECKF(fds_after <= fds + 2, "20 failed spc_client_new: %d descriptors before, %d after", fds, fds_after);
+    }
+    CHECK_STATUS(spc_options_set_delivery(o, SPC_DELIVERY_THREAD), SPC_OK);
     /* A file that is not WAV. */
     char path[] = "/tmp/spc-c-suite-XXXXXX";
     int fd = mkstemp(path);

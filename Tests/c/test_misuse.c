@@ -163,6 +163,8 @@ static spc_status call_resume(spc_client *c) { return spc_client_resume(c); }
 static spc_status call_push(spc_client *c) { return spc_client_push_audio(c, pcm, 1600); }
 static spc_status call_push_empty(spc_client *c) { return spc_client_push_audio(c, NULL, 0); }
 static spc_status call_push_null(spc_client *c) { return spc_client_push_audio(c, NULL, 5); }
+/* A count past what any buffer holds (a negative count cast to size_t): refused, not a crash. */
+static spc_status call_push_huge(spc_client *c) { return spc_client_push_audio(c, pcm, SIZE_MAX); }
 static spc_status call_push_end(spc_client *c) { return spc_client_push_end(c); }
 static spc_status call_get_state_null(spc_client *c) { return spc_client_get_state(c, NULL); }
 static spc_status call_wait_zero(spc_client *c) { return spc_client_wait_idle(c, 0); }
@@ -202,6 +204,7 @@ static const struct row table[] = {
     {"push_audio(1600 frames)", call_push, {OK, OK, OK, OK, OK, OK, OK}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
     {"push_audio(NULL, 0)", call_push_empty, {OK, OK, OK, OK, OK, OK, OK}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
     {"push_audio(NULL, 5)", call_push_null, {BAD, BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
+    {"push_audio(SIZE_MAX frames)", call_push_huge, {BAD, BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
     {"push_end", call_push_end, {NO, OK, OK, NO, NO, NO, OK},
      {SAME, SPC_STATE_STOPPING, ENDING, SAME, SAME, SAME, ENDING}},
     {"get_state(NULL)", call_get_state_null, {BAD, BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},

@@ -135,19 +135,6 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         self.handler = handler
         networkLoop = try? EventLoop.shared()
         applicationLoop = options.io == .application && options.delivery == .application ? networkLoop : nil
-        switch options.delivery {
-        case .application:
-            let fd = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
-            guard fd >= 0 else { throw SpeechClientError.errno(.internal, "eventfd", errno, context: "application delivery") }
-            eventFD = fd
-            deliveryPool = nil
-        case .thread:
-            eventFD = -1
-            deliveryPool = try ThreadPool.privateCallbackThread()
-        case .shared:
-            eventFD = -1
-            deliveryPool = ThreadPool.callbacks
-        }
         self.makeSource = makeSource ?? Client.realSource
         let identity = DeviceIdentity.resolve(options: options)
         deviceId = identity.id
@@ -170,6 +157,22 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         if options.prepareOnInit {
             // Connecting and logging in wait for the network here.
             try Client.blockingForTheNetwork(options) { () throws(SpeechClientError) in try worker.prepare() }
+        }
+        // Last of what may fail: a failed constructor runs no deinit, so a callback thread or
+        // an eventfd made before a check that threw (a missing WAV file, a server down with
+        // prepare-on-init) was never let go: one thread or descriptor per failed spc_client_new.
+        switch options.delivery {
+        case .application:
+            let fd = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+            guard fd >= 0 else { throw SpeechClientError.errno(.internal, "eventfd", errno, context: "application delivery") }
+            eventFD = fd
+            deliveryPool = nil
+        case .thread:
+            eventFD = -1
+            deliveryPool = try ThreadPool.privateCallbackThread()
+        case .shared:
+            eventFD = -1
+            deliveryPool = ThreadPool.callbacks
         }
         cancellation = worker.cancellation
         // Under the lock: with prepare-on-init the stream is open and the event loop may
@@ -328,10 +331,14 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             state = .suspended
             pendingStart = false
             idleOwed = options.reportIdle
+            // A connect or login in progress gives up now instead of at its deadline. Before
+            // the command is queued: the worker resets the cancellation when it takes the
+            // suspend, and a cancel after that (a worker quicker than this thread) stayed set,
+            // failing every later connect silently. (Lock order: this lock, then the
+            // cancellation's and a waiting call's result lock, which take nothing else.)
+            cancellation.cancel()
             enqueueLocked(.suspend)
         }
-        // A connect or login in progress gives up now instead of at its deadline.
-        cancellation.cancel()
     }
 
     public func resume() throws(SpeechClientError) {
