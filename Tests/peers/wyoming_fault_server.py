@@ -83,7 +83,7 @@ import time
 VERSION = "1.10.2"
 SCENARIOS = ("Normal", "Streaming", "StreamingStopFirst", "NoInfo", "HTTP", "HugePayload",
              "HugeData", "HugeLine", "TruncatedJSON", "TruncatedData", "UnknownEvents",
-             "NotUTF8", "CloseMidStream", "Error", "NoTranscript")
+             "NotUTF8", "CloseMidStream", "Error", "NoTranscript", "ChunkFlood", "Pings")
 MAX_LINE = 1 << 20          # what we accept from a client
 MAX_DATA = 1 << 20
 MAX_PAYLOAD = 1 << 24
@@ -246,8 +246,12 @@ class Conn:
 
 def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknown: bool = False,
               not_utf8: bool = False, error: bool = False, close_mid_stream: bool = False,
-              no_transcript: bool = False) -> None:
-    """The event loop of a well-behaved ASR server, with the scenario's deviations."""
+              no_transcript: bool = False, chunk_flood: bool = False, pings: bool = False) -> None:
+    """The event loop of a well-behaved ASR server, with the scenario's deviations.
+    chunk_flood: at the first audio, 40 transcript-chunk events of 8 KiB of blanks (no words).
+    pings: at audio-start, 8 pings of 64 KiB of text; once their 8 pongs are in, a streamed
+    transcript "pongs8"."""
+    pongs = 0
     audio_bytes = 0
     bytes_per_second = 32000
     in_audio = False
@@ -268,6 +272,11 @@ def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknow
             log(f"conn {c.index}: describe -> info")
         elif type_ == "ping":
             c.event("pong", {"text": data.get("text")} if data.get("text") else None)
+        elif type_ == "pong" and pings:
+            pongs += 1
+            if pongs == 8:
+                c.event("transcript-start", {"language": "en"})
+                c.event("transcript-chunk", {"text": "pongs8"})
         elif type_ == "transcribe":
             log(f"conn {c.index}: transcribe {data!r}")
         elif type_ == "audio-start":
@@ -281,12 +290,20 @@ def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknow
             chunks_sent = 0
             parts = []
             log(f"conn {c.index}: audio-start {data!r}")
+            if pings:
+                for i in range(8):
+                    c.event("ping", {"text": "p" * 65536})
         elif type_ == "audio-chunk":
             if close_mid_stream and not counted_audio_connection:
                 counted_audio_connection = True
                 with COUNTER_LOCK:
                     AUDIO_CONNECTIONS[0] += 1
                     closing_this = AUDIO_CONNECTIONS[0] <= ARGS.close_count
+            if chunk_flood and in_audio and not started_stream:
+                started_stream = True
+                c.event("transcript-start", {"language": "en"})
+                for i in range(40):
+                    c.event("transcript-chunk", {"text": " " * 8192})
             audio_bytes += len(payload)
             if closing_this and audio_bytes >= bytes_per_second:
                 log(f"conn {c.index}: closing after {audio_bytes} bytes of audio "
@@ -370,6 +387,10 @@ def run_scenario(c: Conn) -> None:
         serve_asr(c, close_mid_stream=True)
     elif s == "NoTranscript":
         serve_asr(c, no_transcript=True)
+    elif s == "ChunkFlood":
+        serve_asr(c, chunk_flood=True)
+    elif s == "Pings":
+        serve_asr(c, pings=True)
     elif s == "NoInfo":
         c.hold(HOLD_S * 10)
     elif s == "HTTP":

@@ -83,12 +83,25 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
         if !isClosed { flush() }
     }
 
-    /// Writes an event at once (loop thread): an answer such as `pong`.
+    /// Writes an event at once (loop thread): an answer such as `pong`. Counted in the backlog
+    /// like any send (`flush` takes every byte written off it: uncounted replies drove it below
+    /// zero, and a stall check then waited for that much more audio), and bounded: a server that
+    /// asks and never reads the answers is a failure, not memory without end.
     func reply(_ event: WyomingEvent) {
         guard !isClosed else { return }
-        out += event.encoded()
+        let bytes = event.encoded()
+        guard out.count - outOffset + bytes.count <= Self.maxUnsentBytes else {
+            fail(SpeechClientError(.network, "\(peer) does not read what is sent to it: over \(Self.maxUnsentBytes / 1024 / 1024) MiB wait to be written"))
+            return
+        }
+        backlog.add(bytes.count)
+        out += bytes
         flush()
     }
+
+    /// Unsent bytes past which a reply fails the connection. Audio waits far below this: its
+    /// senders stall at `LaneSupervisor.backlogLimit`.
+    static let maxUnsentBytes = 8 * 1024 * 1024
 
     private func readAvailable() {
         while !isClosed {

@@ -291,7 +291,15 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         case "transcript-start":
             partial = ""
         case "transcript-chunk":
-            partial += event.data["text"]?.stringValue ?? ""
+            let text = event.data["text"]?.stringValue ?? ""
+            // Bounded as a segment is (each chunk re-splits the whole text): a server that
+            // streams chunks without end, or chunks of blanks that make no words and so never
+            // reach the segment's bounds, grew it for as long as the stream lasted.
+            guard partial.utf8.count + text.utf8.count <= SegmentAssembler.maxSegmentBytes else {
+                connection.fail(SpeechClientError(.parse, "\(peer) streamed a transcript of over \(SegmentAssembler.maxSegmentBytes / 1024) KiB (transcript-chunk events); the stream was ended"))
+                return
+            }
+            partial += text
             let words = SLUWord.words(partial)
             if !words.isEmpty {
                 deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0,

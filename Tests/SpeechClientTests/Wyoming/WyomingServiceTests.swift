@@ -94,6 +94,47 @@ import Testing
         stream.cancel()
     }
 
+    /// A server streaming transcript chunks that make no words (blanks) without end: the text
+    /// is bounded as a segment is, and the stream ends with a parse error naming the bound. The
+    /// text grew for as long as the stream lasted (the segment's bounds never saw it).
+    @Test func aStreamedTranscriptPastASegmentsBoundEndsTheStream() throws {
+        let server = try peer("ChunkFlood")
+        defer { server.stop() }
+        let service = WyomingService(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(server.port)"),
+                                     connectTimeoutMilliseconds: 3000, resultTimeoutMilliseconds: 3000, log: { _, _ in })
+        let closed = OneShot<SpeechClientError?>()
+        let stream = try service.openStream(config: SLUConfig(languageCode: "en-US"), cancellation: nil) { event in
+            if case .closed(let error) = event { closed.set(error) }
+        }
+        defer { stream.cancel() }
+        stream.send(.start(appId: "", options: []))
+        stream.send(.audio(Self.oneSecond))
+        stream.send(.stop)
+        let error = closed.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) ?? nil
+        #expect(error?.code == .parse, "\(String(describing: error))")
+        #expect(error?.message.contains("over 64 KiB") == true, "\(String(describing: error))")
+    }
+
+    /// The answers to a server's pings count in the send backlog like any bytes sent: once the
+    /// server has read them all, nothing is waiting. Uncounted, each reply written took its
+    /// size off the backlog (here 8 x 64 KiB below zero), and a stall check then waited for
+    /// that much more audio.
+    @Test func answersToPingsKeepTheBacklogTrue() throws {
+        let server = try peer("Pings")
+        defer { server.stop() }
+        let service = WyomingService(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(server.port)"),
+                                     connectTimeoutMilliseconds: 3000, resultTimeoutMilliseconds: 3000, log: { _, _ in })
+        let answered = OneShot<Bool>()
+        let stream = try service.openStream(config: SLUConfig(languageCode: "en-US"), cancellation: nil) { event in
+            if case .response(let r) = event, case .tentativeTranscript(let text, _) = r.payload, text == "pongs8" { answered.set(true) }
+        }
+        defer { stream.cancel() }
+        stream.send(.start(appId: "", options: []))
+        // The server says "pongs8" once it has read the 8 answers.
+        #expect(answered.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
+        #expect(stream.backlogBytes == 0)
+    }
+
     /// A stream opened ahead (prepared) and let go without a transcription (idle, suspend) is
     /// closed by `finish`: nothing else would end it, and its connection held it.
     @Test func aStreamFinishedBeforeItStartedIsClosedAndFreed() throws {
