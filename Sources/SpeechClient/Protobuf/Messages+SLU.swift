@@ -37,12 +37,21 @@ extension ProtobufWriter {
 }
 
 extension SLUResponse {
+    /// The longest audio context id taken from a server.
+    public static let maxAudioContextBytes = 1_024
+
     public static func decode(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> SLUResponse {
         var r = ProtobufReader(bytes)
         var response = SLUResponse(audioContext: "", segmentId: 0, payload: .none)
         while let (field, value) = try r.next() {
             switch field {
-            case 1: response.audioContext = try value.text("audio_context")
+            case 1:
+                response.audioContext = try value.text("audio_context")
+                // Every snapshot and the C string of each segment carry it, and a stream may
+                // name a new one with each started: ids are short (UUIDs), so a long one is refused.
+                guard response.audioContext.utf8.count <= maxAudioContextBytes else {
+                    throw SpeechClientError(.parse, "the server sent an audio context id of \(response.audioContext.utf8.count) bytes, over the \(maxAudioContextBytes)-byte limit")
+                }
             case 2: response.segmentId = try value.int32("segment_id")
             case 3: response.payload = .transcript(try decodeWord(try value.message("transcript")))
             case 4: response.payload = .entity(try decodeEntity(try value.message("entity")))
@@ -54,7 +63,15 @@ extension SLUResponse {
                 var words: [SLUWord] = []
                 while let (f, v) = try m.next() {
                     if f == 1 { text = try v.string("tentative_transcript") }
-                    if f == 2 { words.append(try decodeWord(try v.message("tentative_words"))) }
+                    if f == 2 {
+                        // Refused here, not by the assembler later: a word decodes to some 30
+                        // times its bytes on the wire, and a 4 MiB message of empty words made
+                        // two million of them before any bound looked.
+                        guard words.count < SegmentAssembler.maxWordsPerSegment else {
+                            throw SpeechClientError(.parse, "the server sent a tentative transcript of more than \(SegmentAssembler.maxWordsPerSegment) words")
+                        }
+                        words.append(try decodeWord(try v.message("tentative_words")))
+                    }
                 }
                 response.payload = .tentativeTranscript(text: text, words: words)
             case 8:
@@ -62,6 +79,9 @@ extension SLUResponse {
                 var entities: [SLUEntity] = []
                 while let (f, v) = try m.next() {
                     guard f == 1 else { continue }
+                    guard entities.count < SegmentAssembler.maxEntitiesPerSegment else {
+                        throw SpeechClientError(.parse, "the server sent more than \(SegmentAssembler.maxEntitiesPerSegment) tentative entities")
+                    }
                     entities.append(try decodeEntity(try v.message("tentative_entities")))
                 }
                 response.payload = .tentativeEntities(entities)

@@ -146,6 +146,10 @@ public struct RivaResult: Equatable {
         var results: [RivaResult] = []
         while let (field, value) = try r.next() {
             guard field == 1 else { continue }  // results; id (100) and the rest are not used
+            // Bounded as decoded (see SLUResponse.decode): each result becomes a segment.
+            guard results.count < SegmentAssembler.maxOpenSegments else {
+                throw SpeechClientError(.parse, "the server sent more than \(SegmentAssembler.maxOpenSegments) results in one response")
+            }
             results.append(try decodeResult(try value.message("results")))
         }
         return results
@@ -177,6 +181,9 @@ public struct RivaResult: Equatable {
                             case 4: word.3 = SLUWord.confidence(try wv.float("confidence"))
                             default: break
                             }
+                        }
+                        guard timed.count < SegmentAssembler.maxWordsPerSegment else {
+                            throw SpeechClientError(.parse, "the server sent a result of more than \(SegmentAssembler.maxWordsPerSegment) words")
                         }
                         timed.append(word)
                     }

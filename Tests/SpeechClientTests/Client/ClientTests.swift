@@ -407,6 +407,29 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(lines.contains("segment final w1 w2 w3"), "\(lines)")
     }
 
+    /// A result before the stream's started, or a second started: protocol errors that end the
+    /// stream (the context fails with a parse error naming them). A result before started was
+    /// filed under the server's own context string, outside every clean-up, and 256 of them
+    /// failed every later context; each second started kept another server context's mapping.
+    @Test(arguments: [(true, "a result before"), (false, "started twice")])
+    func aResultBeforeStartedOrASecondStartedEndsTheStream(before: Bool, named: String) throws {
+        let log = EventLog()
+        var messages: [String] = []
+        let lock = Locked<[String]>([])
+        let service = FakeRecognitionService(.init(resultBeforeStarted: before, startedTwice: !before))
+        let client = try Client(options: try pushOptions(), service: service, handler: { c, e in
+            if case .error(let error) = e { lock.withLock { $0.append(error.message) } }
+            log.handler(c, e)
+        })
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains { $0.hasPrefix("stop") } }, "\(log.lines)")
+        messages = lock.withLock { $0 }
+        #expect(log.lines.contains("error parse"), "\(log.lines)")
+        #expect(messages.contains { $0.contains(named) }, "\(messages)")
+        #expect(!log.lines.contains { $0.contains("ghost") }, "\(log.lines)")
+    }
+
     @Test func applicationDeliveryRunsCallbacksInsideDispatch() throws {
         let log = EventLog()
         var o = try pushOptions()

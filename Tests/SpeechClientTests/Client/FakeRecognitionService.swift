@@ -51,6 +51,10 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// call takes them: a worker turn's sends are then held until the turn ends, as they
         /// are on the wire, and `requests` is the order the server would see.
         var sendsThroughEventLoop = false
+        /// A tentative transcript for another context ("ghost") comes before started.
+        var resultBeforeStarted = false
+        /// Started comes twice, naming two contexts.
+        var startedTwice = false
     }
 
     let behaviour: Behaviour
@@ -133,7 +137,14 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 s.labels = []
                 let id = "ctx-\(service.contextsStarted.add(1, ordering: .relaxed).newValue)"
                 s.context = id
+                if service.behaviour.resultBeforeStarted {
+                    let w = SLUWord(text: "ghost", index: 0, startMilliseconds: 0, endMilliseconds: 90)
+                    out.append(.response(SLUResponse(audioContext: "ghost", segmentId: 0, payload: .tentativeTranscript(text: "ghost", words: [w]))))
+                }
                 out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .started)))
+                if service.behaviour.startedTwice {
+                    out.append(.response(SLUResponse(audioContext: id + "-again", segmentId: 0, payload: .started)))
+                }
             case .audio(let samples):
                 s.chunks += 1
                 s.labels.append(service.behaviour.wordsFromAudio ? "a\(samples.first ?? 0)" : "w\(s.chunks)")

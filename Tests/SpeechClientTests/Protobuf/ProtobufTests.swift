@@ -50,6 +50,33 @@ import Testing
         #expect { try SLUResponse.decode(bytes[...]) } throws: { ($0 as? SpeechClientError)?.code == .parse }
     }
 
+    /// What a response may make is bounded as it is decoded: a 4 MiB message of empty words
+    /// decoded to two million words (about 30 times its size) before the assembler's bounds
+    /// looked; an audio context id is short.
+    @Test func decodingRefusesMoreWordsEntitiesOrContextThanTheBounds() throws {
+        func tentative(words: Int) -> [UInt8] {
+            var w = ProtobufWriter()
+            w.message(7) { t in for _ in 0..<words { t.message(2) { _ in } } }
+            return w.bytes
+        }
+        let ok = try SLUResponse.decode(tentative(words: SegmentAssembler.maxWordsPerSegment)[...])
+        if case .tentativeTranscript(_, let words) = ok.payload { #expect(words.count == SegmentAssembler.maxWordsPerSegment) } else { Issue.record("\(ok)") }
+        #expect { try SLUResponse.decode(tentative(words: SegmentAssembler.maxWordsPerSegment + 1)[...]) } throws: {
+            ($0 as? SpeechClientError)?.code == .parse && ($0 as? SpeechClientError)?.message.contains("more than 16384 words") == true
+        }
+        var e = ProtobufWriter()
+        e.message(8) { t in for _ in 0...SegmentAssembler.maxEntitiesPerSegment { t.message(1) { _ in } } }
+        #expect { try SLUResponse.decode(e.bytes[...]) } throws: { ($0 as? SpeechClientError)?.code == .parse }
+        var c = ProtobufWriter()
+        c.string(1, String(repeating: "c", count: SLUResponse.maxAudioContextBytes))
+        #expect(try SLUResponse.decode(c.bytes[...]).audioContext.utf8.count == SLUResponse.maxAudioContextBytes)
+        var long = ProtobufWriter()
+        long.string(1, String(repeating: "c", count: SLUResponse.maxAudioContextBytes + 1))
+        #expect { try SLUResponse.decode(long.bytes[...]) } throws: {
+            ($0 as? SpeechClientError)?.code == .parse && ($0 as? SpeechClientError)?.message.contains("audio context id") == true
+        }
+    }
+
     @Test func randomBytesNeverCrash() {
         var rng = SystemRandomNumberGenerator()
         for _ in 0..<20_000 {

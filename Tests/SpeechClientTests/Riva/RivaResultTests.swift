@@ -86,6 +86,20 @@ import Testing
         #expect(plain.confidence == -1 && !plain.json.contains("confidence"))
     }
 
+    /// Bounded as decoded: words in a result, results in a response.
+    @Test func decodingRefusesMoreWordsOrResultsThanTheBounds() {
+        let words = response { r in
+            r.message(1) { result in
+                result.message(1) { alt in for _ in 0...SegmentAssembler.maxWordsPerSegment { alt.message(3) { w in w.string(3, "a") } } }
+            }
+        }
+        #expect { try RivaResult.decodeResponse(words[...]) } throws: { ($0 as? SpeechClientError)?.code == .parse }
+        let results = response { r in for _ in 0...SegmentAssembler.maxOpenSegments { r.message(1) { _ in } } }
+        #expect { try RivaResult.decodeResponse(results[...]) } throws: { ($0 as? SpeechClientError)?.code == .parse }
+        let fine = response { r in for _ in 0..<SegmentAssembler.maxOpenSegments { r.message(1) { _ in } } }
+        #expect((try? RivaResult.decodeResponse(fine[...]))?.count == SegmentAssembler.maxOpenSegments)
+    }
+
     @Test func malformedResponsesAreParseErrors() {
         for bad: [UInt8] in [[0x0A, 0x05, 0x01], [0x0A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]] {
             #expect(throws: SpeechClientError.self) { _ = try RivaResult.decodeResponse(bad[...]) }

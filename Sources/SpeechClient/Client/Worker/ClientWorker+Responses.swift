@@ -129,6 +129,13 @@ extension ClientWorker {
         guard supervisor.lanes.contains(gen) else { return }
         switch response.payload {
         case .started:
+            if supervisor.serverContext(of: gen) != nil {
+                // One context per lane: a second started would map another server context
+                // (and keep it) for every such message.
+                protocolError(SpeechClientError(.parse, "the server sent started twice on the stream of one context; the stream was ended",
+                                                grpcStatus: GRPCStatus.internal), lane: gen)
+                return
+            }
             guard let start = supervisor.laneStarted(gen, serverContext: response.audioContext) else { return }
             authRetried = false
             numbering.started(serverContext: response.audioContext, atSample: start)
@@ -177,10 +184,15 @@ extension ClientWorker {
         default:
             if let error = applySegmentUpdate(response, lane: gen) {
                 // A server past the assembler's bounds: end the stream as for a malformed message.
-                supervisor.stream(of: gen)?.cancel()
-                handleStream(.closed(error), generation: gen)
+                protocolError(error, lane: gen)
             }
         }
+    }
+
+    /// Ends a lane's stream as for a malformed message.
+    private func protocolError(_ error: SpeechClientError, lane gen: Int) {
+        supervisor.stream(of: gen)?.cancel()
+        handleStream(.closed(error), generation: gen)
     }
 
     /// Forgets audio every lane has finished with, and wakes a push waiting for room (and a
@@ -208,7 +220,14 @@ extension ClientWorker {
     func applySegmentUpdate(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
         // A result for another context than the one this stream carries was filed under the
         // current one (issue 23 item 3): it is a protocol error that ends the stream.
-        if let expected = supervisor.serverContext(of: gen), response.audioContext != expected {
+        guard let expected = supervisor.serverContext(of: gen) else {
+            // Before started there is no context to file it under: it was filed under the
+            // server's string, outside every clean-up (256 such segments failed every later
+            // context on the open-segment bound).
+            return SpeechClientError(.parse, "the server sent a result before the stream's context started; the stream was ended",
+                                     grpcStatus: GRPCStatus.internal)
+        }
+        if response.audioContext != expected {
             let named = String(response.audioContext.unicodeScalars.prefix(64).map {
                 $0.properties.generalCategory == .control ? "?" : Character($0)
             })
