@@ -74,8 +74,10 @@
 **     network work that its thread does in spc_io_process() or spc_io_dispatch()).
 **   - Inside a callback you may call spc_client_start(), spc_client_stop(),
 **     spc_client_suspend(), spc_client_resume(), spc_client_push_audio() and the other
-**     non-blocking functions. spc_client_free() and spc_client_wait_idle() called from inside one
-**     of the client's own callbacks return SPC_ERROR_INVALID_STATE instead of deadlocking.
+**     non-blocking functions. spc_client_free(), spc_client_wait_idle() and
+**     spc_client_dispatch() called from inside one of the client's own callbacks return
+**     SPC_ERROR_INVALID_STATE instead of deadlocking (or, for dispatch, running a callback
+**     inside another).
 **   - spc_client_free() returns only after the last callback has returned: no callback of that
 **     client runs after it, so user_data may be released right after.
 **   - No library lock is held while a callback runs.
@@ -901,9 +903,11 @@ SPC_API int spc_client_event_fd(const spc_client *client);
 
 /* With SPC_DELIVERY_APPLICATION: runs pending callbacks on the calling thread, in order, at most
 ** max_events of them (0: all that are pending), and stores how many ran in *out_count (may be
-** NULL); an event whose callback is not set counts as run (it is consumed). Never blocks waiting for events; concurrent calls run one after the other. Callbacks may
-** call the client's functions, except spc_client_free() and spc_client_wait_idle(), which return
-** SPC_ERROR_INVALID_STATE there. In thread delivery mode: SPC_ERROR_INVALID_STATE.
+** NULL); an event whose callback is not set counts as run (it is consumed). Never blocks waiting
+** for events; concurrent calls run one after the other. Callbacks may call the client's
+** functions, except spc_client_free(), spc_client_wait_idle() and this one (a callback run
+** inside another would break their order), which return SPC_ERROR_INVALID_STATE there. In
+** thread delivery mode: SPC_ERROR_INVALID_STATE.
 **
 ** In application mode spc_client_wait_idle() does not wait for pending callbacks (only this
 ** call runs them), and spc_client_free() runs the callbacks still pending before it returns, on

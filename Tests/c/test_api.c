@@ -67,6 +67,7 @@ struct record {
     int on_main_thread;       /* a callback ran on the caller's thread */
     spc_status free_from_cb;   /* what spc_client_free returned inside a callback */
     spc_status wait_from_cb;   /* what spc_client_wait_idle returned inside a callback */
+    spc_status dispatch_from_cb; /* what spc_client_dispatch returned inside a callback */
     spc_status start_from_cb;  /* a start from inside the stop callback */
     int restart;               /* 1: call start from the first stop callback */
     spc_status error_code;
@@ -126,6 +127,7 @@ static void on_stop(spc_client *c, const char *context_id, void *ud) {
     add_event(r, line);
     r->free_from_cb = spc_client_free(c);
     r->wait_from_cb = spc_client_wait_idle(c, 0);
+    r->dispatch_from_cb = spc_client_dispatch(c, 0, NULL);
     if (r->restart) {
         r->restart = 0;
         r->start_from_cb = spc_client_start(c);
@@ -233,6 +235,7 @@ static void record_init(struct record *r) {
     r->main_thread = pthread_self();
     r->free_from_cb = SPC_OK;
     r->wait_from_cb = SPC_OK;
+    r->dispatch_from_cb = SPC_OK;
 }
 
 static spc_options *push_options(struct record *r) {
@@ -973,9 +976,10 @@ static void test_poll_loop_delivery(int app_io) {
     CHECK(st.off_thread == 0);
     CHECK(st.count == 2 && st.seen[0] == SPC_CONNECTION_CONNECTING && st.seen[1] == SPC_CONNECTION_UNAVAILABLE);
     CHECK(st.reason == SPC_ERROR_NETWORK);
-    /* free and wait_idle from inside dispatch were refused (on_stop tries both). */
+    /* free, wait_idle and dispatch from inside dispatch were refused (on_stop tries them). */
     CHECK(r.free_from_cb == SPC_ERROR_INVALID_STATE);
     CHECK(r.wait_from_cb == SPC_ERROR_INVALID_STATE);
+    CHECK(r.dispatch_from_cb == SPC_ERROR_INVALID_STATE);
     /* Nothing pending: the descriptor is quiet. */
     p[0].revents = 0;
     CHECK(poll(p, 1, 0) == 0);

@@ -19,6 +19,20 @@ import Synchronization
         Lane(stream: stream, start: start, end: end, replayFrom: replayFrom)
     }
 
+    /// Only the live lane, caught up with its replay, has a move deadline (GOAWAY): any other
+    /// lane's was due at every step and the worker spun until that lane finished.
+    @Test func onlyTheLiveLaneCaughtUpHasAMoveDeadline() {
+        var set = LaneSet()
+        var replaying = lane(start: 0, replayFrom: 0)
+        replaying.moveBy = 500
+        set.add(replaying, generation: 1, live: true)
+        #expect(set.nextMoveDeadline == nil)
+        set.update(1) { $0.cursor = nil }
+        #expect(set.nextMoveDeadline == 500)
+        set.endLive()  // the stop came before the move
+        #expect(set.nextMoveDeadline == nil)
+    }
+
     @Test func audioOrderIsTheFirstSampleThenTheOlderStream() {
         var set = LaneSet()
         set.add(lane(start: 100), generation: 3, live: true)
@@ -114,7 +128,7 @@ import Synchronization
         #expect(set.lowestFloor == 40)
         #expect(set.latestOpenSegment == 9)
         #expect(set.replaying && set.replayingStreams.count == 1 && set.replayingStreams.first === replaying)
-        #expect(set.nextMoveDeadline == 700)
+        #expect(set.nextMoveDeadline == 900)  // the live lane's: c's (700) is not live, it cannot move
         #expect(set.nextStartDeadline == 300)  // b's acknowledged start (.max) is not a deadline
         #expect(set.unacknowledged(at: 299).isEmpty)
         #expect(set.unacknowledged(at: 500).map(\.generation) == [4, 5])

@@ -137,11 +137,13 @@ struct LaneSet {
     }
     /// The latest segment id a lane has open (a lost lane gives back the ids above it).
     var latestOpenSegment: Int32? { entries.compactMap { $0.lane.openSegments.max() }.max() }
-    /// The earliest time a lane must move to a new connection (GOAWAY).
+    /// When the live lane must move to a new connection (GOAWAY). Only the live lane moves, and
+    /// only once it has caught up with its replay (`LaneSupervisor.rotate`): a deadline of any
+    /// other lane (one a stop ended before its move) or of a replaying one was due at every
+    /// step, and the worker's turns spun until that lane finished.
     var nextMoveDeadline: UInt64? {
-        var next: UInt64?
-        for i in entries.indices { if let by = entries[i].lane.moveBy { next = min(next ?? .max, by) } }
-        return next
+        guard let live, let i = index(of: live), entries[i].lane.cursor == nil else { return nil }
+        return entries[i].lane.moveBy
     }
     /// The earliest time a lane's start must be acknowledged by.
     var nextStartDeadline: UInt64? {
