@@ -371,6 +371,28 @@ def test_application_delivery_runs_callbacks_on_the_callers_thread(silent_wav, c
 
 
 @needs_state_and_delivery
+def test_application_delivery_waits_on_an_event_fd_numbered_past_1024(silent_wav, cache_dir):
+    """updates() and wait_idle() wait on the event fd with poll: select() refused a descriptor
+    numbered 1024 or more (ValueError), which a process with many clients soon has."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        with file_client(silent_wav, cache_dir, delivery="application") as c:
+            assert c.event_fd >= 1024
+            c.start()
+            assert_unreachable_run(list(c.updates(timeout=20)))
+            c.start()
+            assert c.wait_idle(20)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@needs_state_and_delivery
 def test_application_delivery_with_asyncio(silent_wav, cache_dir):
     threads = set()
 
@@ -829,6 +851,46 @@ def test_close_reraises_a_pending_callback_exception_after_freeing(silent_wav, c
     with pytest.raises(ValueError, match="from on_stop"):
         c.close()
     assert c.closed
+
+
+@needs_state_and_delivery
+def test_the_event_loops_reader_leaves_a_callback_exception_to_the_iterator(silent_wav, cache_dir):
+    """With application delivery the event loop's reader (loop.add_reader) runs the callbacks
+    while the consumer awaits something else. An exception a callback raised must reach the
+    iterator (or the next call). The reader's next dispatch re-raised it, so taking it, into
+    asyncio's exception handler, which only logs: the iteration went on as if all was well."""
+    with file_client(silent_wav, cache_dir, delivery="application") as c:
+        c._remember(ValueError("from a callback"))  # as the trampoline saves it
+        c._dispatch_quietly()  # what the loop runs when the event fd is readable
+        with pytest.raises(ValueError, match="from a callback"):
+            c.dispatch()
+
+
+def test_ctrl_c_during_close_leaves_the_client_closed(silent_wav, cache_dir):
+    """Ctrl-C while close() waits for a slow callback is raised as the free returns; the client
+    is closed then, and a second close() (or the interpreter's exit) returns at once. It was
+    left half-closed, and both waited for ever."""
+    import _thread
+    in_callback = threading.Event()
+
+    def slow(update):
+        in_callback.set()
+        time.sleep(1.0)
+
+    c = file_client(silent_wav, cache_dir, on_error=slow)
+    c.start()
+    assert in_callback.wait(20)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        c.close()
+        time.sleep(5)  # not reached when the interrupt lands in close(), as it should
+    timer.join()
+    assert c.closed
+    again = threading.Thread(target=c.close, daemon=True)
+    again.start()
+    again.join(3)
+    assert not again.is_alive()
 
 
 def test_aupdates_reraises_a_callback_exception(silent_wav, cache_dir):

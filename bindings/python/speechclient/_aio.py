@@ -7,6 +7,7 @@ the synchronous API in client.py, which needs none of it.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import collections
 import threading
 import time
@@ -179,10 +180,20 @@ class _AsyncMixin:
     # -- the event fd in an event loop --------------------------------------------------------
 
     def _dispatch_quietly(self) -> None:  # loop.add_reader callback
+        """Runs the pending callbacks for the loop. An exception a callback raised stays saved
+        for the iterator (or the next call) to raise: raised here, it went to asyncio's
+        exception handler, which only logs, and the stream ended as if nothing had happened."""
+        if self.delivery != n.Delivery.APPLICATION or n.spc_client_dispatch is None:
+            return
+        with self._cond:
+            if self._handle is None or self._closing:
+                return
+            self._busy += 1
+            handle = self._handle
         try:
-            self._dispatch_all()
-        except SpeechClientError:
-            pass
+            n.spc_client_dispatch(handle, 0, ctypes.byref(ctypes.c_uint32(0)))
+        finally:
+            self._leave()
 
     def _watch_event_fd(self, loop: asyncio.AbstractEventLoop) -> _Reader:
         """Dispatches from `loop` whenever the event fd is readable. A loop has one reader per fd,

@@ -405,7 +405,15 @@ class _Handle:
                 self._cond.notify_all()
                 raise
         self._remove_readers()
-        status = n.spc_client_free(handle)
+        try:
+            status = n.spc_client_free(handle)
+        except BaseException:
+            # A KeyboardInterrupt raised as the free returned (Python runs signal handlers between
+            # bytecodes, and Ctrl-C during a free that runs pending callbacks lands there): the
+            # handle is gone. Left as it was, `_closing` stayed set and the next close() or the
+            # interpreter's exit waited for ever.
+            self._forget_handle()
+            raise
         if status == n.Status.OK:
             self._forget_handle()
             return

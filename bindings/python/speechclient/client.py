@@ -580,7 +580,7 @@ class Client(_AsyncMixin, _Handle):
 
     def _wait_event_fd(self, seconds: float) -> None:
         """Waits (at most 0.1 s at a time, so close() is not held up) for the event fd. The client
-        counts as busy meanwhile, so the descriptor cannot be closed under the select."""
+        counts as busy meanwhile, so the descriptor cannot be closed under the poll."""
         try:
             handle = self._enter()
         except InvalidStateError:
@@ -588,7 +588,11 @@ class Client(_AsyncMixin, _Handle):
         try:
             fd = n.spc_client_event_fd(handle) if n.spc_client_event_fd is not None else -1
             if fd >= 0:
-                select.select([fd], [], [], min(seconds, 0.1))
+                # poll, not select: select refuses a descriptor numbered 1024 or more, which a
+                # process with many clients (what application delivery is for) soon has.
+                waiter = select.poll()
+                waiter.register(fd, select.POLLIN)
+                waiter.poll(int(min(seconds, 0.1) * 1000))
         finally:
             self._leave()
 
