@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Deque, Iter
 
 from . import _native as n
 from ._handle import _IDLE_POLL_S, _WAIT_SLICE_S, _Buffer
-from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, SpeechTimeoutError
+from .errors import InvalidArgumentError, InvalidStateError, SpeechTimeoutError
 from .types import PushAudio, StopEvent, Update
 
 if TYPE_CHECKING:
