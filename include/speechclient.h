@@ -892,8 +892,8 @@ SPC_API spc_status spc_client_push_end(spc_client *client);
 /* Blocks until the client is IDLE or SUSPENDED with no start queued and every callback for the
 ** events so far has returned (the idle callback excepted: see spc_idle_cb), or until timeout_ms
 ** passes (negative: no limit).
-** SPC_OK when idle, SPC_ERROR_TIMEOUT otherwise. From inside one of the client's own callbacks:
-** SPC_ERROR_INVALID_STATE. */
+** SPC_OK when idle, SPC_ERROR_TIMEOUT otherwise. From inside one of the client's own callbacks,
+** or when another thread frees the client while this waits: SPC_ERROR_INVALID_STATE. */
 SPC_API spc_status spc_client_wait_idle(spc_client *client, int32_t timeout_ms);
 
 /* With SPC_DELIVERY_APPLICATION: a file descriptor (an eventfd) that is readable while events

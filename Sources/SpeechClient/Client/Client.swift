@@ -448,20 +448,24 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         if timeoutMilliseconds == 0 { return false }
         // From another client's callback, on a pool thread: the pool counts it out meanwhile,
         // so this client's callbacks still get a thread.
-        return ThreadPool.callbacks.blocking {
+        // Also ends when the client is freed meanwhile: free lets its contexts go without
+        // making the client idle, and the wait went on for ever.
+        let (idle, freed) = ThreadPool.callbacks.blocking {
             Client.blockingForTheNetwork(options) {
-                lock.withLock {
-                    while !isIdleLocked {
+                lock.withLock { () -> (Bool, Bool) in
+                    while !isIdleLocked && !closing {
                         if let deadline {
-                            if !lock.wait(untilMonotonicNanos: deadline) { return isIdleLocked }
+                            if !lock.wait(untilMonotonicNanos: deadline) { return (isIdleLocked, closing) }
                         } else {
                             lock.wait()
                         }
                     }
-                    return true
+                    return (isIdleLocked, closing)
                 }
             }
         }
+        if freed && !idle { throw SpeechClientError(.invalidState, "the client was freed while wait_idle waited") }
+        return idle
     }
 
     /// Stops the threads: queued callbacks are delivered, then no more run.

@@ -430,6 +430,22 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(!log.lines.contains { $0.contains("ghost") }, "\(log.lines)")
     }
 
+    /// A wait for idle in one thread while another frees the client: it ends, refused (free
+    /// lets the open context go without making the client idle, and it waited for ever).
+    @Test func aWaitForIdleEndsWhenAnotherThreadFreesTheClient() throws {
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(.init(ignoreStop: true)), handler: { _, _ in })
+        try client.start()
+        try client.stop()  // never answered: STOPPING for good
+        let result = OneShot<SpeechClientError.Code?>()
+        runDetached {
+            do throws(SpeechClientError) { _ = try client.waitIdle(timeoutMilliseconds: -1); result.set(nil) } catch { result.set(error.code) }
+        }
+        usleepMs(100)  // the wait has begun (a free before it is refused at its start as well)
+        try client.close()
+        let code = result.wait(untilMonotonicNanos: Clock.monotonicNanos() + 3_000_000_000)
+        #expect(code == .some(.invalidState))
+    }
+
     @Test func applicationDeliveryRunsCallbacksInsideDispatch() throws {
         let log = EventLog()
         var o = try pushOptions()

@@ -236,3 +236,8 @@ func usleepMs(_ ms: Int) {
 #if canImport(Glibc)
 import Glibc
 #endif
+
+/// Runs `body` on a new thread of its own (for tests whose files do not import Foundation).
+func runDetached(_ body: @escaping @Sendable () -> Void) {
+    Thread.detachNewThread(body)
+}
