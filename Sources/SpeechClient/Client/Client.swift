@@ -249,7 +249,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
 
     static let realSource: @Sendable (AudioInput) -> (any AudioSource)? = { input in
         switch input {
-        case .microphone(let device): return ALSACapture(device: device)
+        // Read on its own thread: the worker may be held up in a connect (CaptureBuffer).
+        case .microphone(let device): return CaptureBuffer(ALSACapture(device: device))
         case .file(let path): return WAVFileSource(path: path)
         case .push: return nil
         case .descriptor(let fd, let rate, let channels):

@@ -46,9 +46,14 @@ final class AudioPump {
 
     /// Opens the microphone unless it is open. `log` hears of it, and ALSA's own messages
     /// (as warnings) for as long as the device is open.
-    func openMicrophone(log: @escaping @Sendable (LogLevel, String) -> Void) throws(SpeechClientError) {
+    /// `forContext`: what it captures from its first read is kept for the context.
+    func openMicrophone(forContext: Bool = false, log: @escaping @Sendable (LogLevel, String) -> Void) throws(SpeechClientError) {
         guard case .microphone(let name) = input, source == nil, let mic = makeSource(input) else { return }
         if let alsa = mic as? ALSACapture { alsa.onALSAMessage { log(.warning, $0) } }
+        if let buffered = mic as? CaptureBuffer {
+            buffered.onMessage { log(.warning, $0) }
+            if forContext { buffered.startCollecting() } else { buffered.stopCollecting() }
+        }
         try mic.open()
         source = mic
         converter = AudioConverter(input: mic.format)
@@ -73,7 +78,12 @@ final class AudioPump {
                 log(.warning, "\(wav.path): the data chunk declares \(h.dataBytes + h.missingBytes) bytes but the file holds \(h.dataBytes): its last \(SpeechAudio.secondsText(Double(h.missingBytes) / rate)) s are missing; transcribing the \(SpeechAudio.secondsText(Double(h.dataBytes) / rate)) s there are")
             }
         case .microphone:
-            if source == nil { try openMicrophone(log: log) }
+            if source == nil {
+                try openMicrophone(forContext: true, log: log)
+            } else {
+                // Kept open since an earlier context: what it captured meanwhile is dropped.
+                (source as? CaptureBuffer)?.startCollecting()
+            }
             if let source { converter = AudioConverter(input: source.format) }
         case .descriptor(let fd, _, _):
             // The descriptor stays open between contexts. Its format may come with the audio
@@ -148,9 +158,22 @@ final class AudioPump {
                 descriptorEnded = failed.map { "its reading failed earlier (\($0))" } ?? "the stream has ended"
                 close()
             }
-        case .microphone, .push:
+        case .microphone:
+            (source as? CaptureBuffer)?.stopCollecting()
+        case .push:
             break
         }
+    }
+
+    /// The microphone's audio captured and not read yet, as chunks, without waiting, and no
+    /// more kept from now on: a stop sends what was heard before it (the last word, unread when
+    /// the stop came). Nothing for other sources.
+    func takeCapturedAndStop() -> Chunker.Chunks {
+        guard let buffered = source as? CaptureBuffer, let source else { return Chunker.Chunks() }
+        let block = buffered.takeBuffered()
+        buffered.stopCollecting()
+        guard !block.isEmpty else { return Chunker.Chunks() }
+        return chunker.append(converter(for: source.format).process(block))
     }
 
     /// Lets the device go (suspend) or everything (free).

@@ -134,6 +134,7 @@ extension ClientWorker {
             // A descriptor goes on in the next context: the resampler's tail belongs to this one.
             var descriptor = false
             if case .descriptor = options.audio { descriptor = true }
+            for c in audio.takeCapturedAndStop() { supervisor.sendAudio(c, host: self) }
             for c in audio.drain(resamplerTail: descriptor) { supervisor.sendAudio(c, host: self) }
         }
         stopSent = true

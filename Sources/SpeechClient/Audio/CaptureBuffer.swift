@@ -1,0 +1,180 @@
+/// A microphone read on a thread of its own (`spc-audio`) into a bounded buffer, so that its
+/// audio is kept while the client's worker is held up: a connect or a login blocks the worker
+/// for up to their timeouts (5 s and 10 s by default), during a reconnection above all, and the
+/// device's own buffer holds 400 ms. Read directly by the worker, everything past that was
+/// overrun and lost, though keeping the audio of an outage for replay is the point of
+/// reconnecting.
+///
+/// `read` takes everything buffered (waiting up to 100 ms for the first audio, as the device
+/// read did), so a worker back from a connect sends the audio of the wait at once. Past
+/// `capacitySeconds` the oldest audio is dropped and that is said once per episode. Audio is
+/// kept only between `startCollecting` and `stopCollecting` (a context, or listening): outside,
+/// the device is still read, so that it never overruns, and what it gives is dropped.
+/// Sendable: the buffer and flags are guarded by `lock`; `inner` is read by the capture thread
+/// only, and closed (thread-safe for `ALSACapture`) by `close`.
+public final class CaptureBuffer: AudioSource, @unchecked Sendable {
+    public let inner: any AudioSource & Sendable
+    public let capacitySeconds: Int
+
+    private let lock = ConditionLock()
+    private var samples = FIFO<[Float]>()
+    private var bufferedSamples = 0
+    private var ended = false
+    private var failure: SpeechClientError?
+    private var dropping = false
+    private var collecting = false
+    private var thread: NativeThread?
+    private var openFormat: AudioFormat = .speech
+    private let messages = Locked<(@Sendable (String) -> Void)?>(nil)
+
+    static let readWaitMilliseconds: Int32 = 100
+
+    public init(_ inner: any AudioSource & Sendable, capacitySeconds: Int = 30) {
+        self.inner = inner
+        self.capacitySeconds = max(1, capacitySeconds)
+    }
+
+    deinit { close() }
+
+    public var format: AudioFormat { lock.withLock { openFormat } }
+
+    /// Where the device's messages and this buffer's go (the client's log, as warnings).
+    public func onMessage(_ sink: (@Sendable (String) -> Void)?) {
+        messages.withLock { $0 = sink }
+        (inner as? ALSACapture)?.onALSAMessage(sink)
+    }
+
+    public func open() throws(SpeechClientError) {
+        close()
+        try inner.open()
+        let format = inner.format
+        lock.withLock {
+            openFormat = format
+            samples = FIFO()
+            bufferedSamples = 0
+            ended = false
+            failure = nil
+            dropping = false
+            // `collecting` stays as set: a microphone opened for a context collects from its
+            // first read (a device without a clock, ALSA's file plugin in the tests, gives its
+            // audio as fast as it is read until it is paced: none of it may be dropped).
+        }
+        do throws(SpeechClientError) {
+            let started = try NativeThread(name: "spc-audio") { [self] in capture(format: format) }
+            lock.withLock { thread = started }
+        } catch {
+            inner.close()
+            throw error
+        }
+    }
+
+    /// The capture thread: reads the device until it ends, fails or is closed.
+    private func capture(format: AudioFormat) {
+        let block = max(1, format.sampleRate / 50)  // 20 ms, the device's period
+        let capacity = capacitySeconds * format.sampleRate * max(1, format.channels)
+        while true {
+            let read: [Float]?
+            do throws(SpeechClientError) {
+                read = try inner.read(maxFrames: block)
+            } catch {
+                lock.withLock {
+                    failure = error
+                    ended = true
+                    lock.broadcast()
+                }
+                return
+            }
+            guard let read else {
+                lock.withLock {
+                    ended = true
+                    lock.broadcast()
+                }
+                return
+            }
+            if read.isEmpty { continue }
+            var dropped = 0
+            let firstDrop: Bool = lock.withLock {
+                guard collecting else { return false }
+                _ = samples.push(read)
+                bufferedSamples += read.count
+                while bufferedSamples > capacity, let oldest = samples.pop() {
+                    bufferedSamples -= oldest.count
+                    dropped += oldest.count
+                }
+                let first = dropped > 0 && !dropping
+                if dropped > 0 { dropping = true }
+                lock.broadcast()
+                return first
+            }
+            if firstDrop {
+                let sink = messages.withLock { $0 }
+                sink?("the microphone's audio was not taken for over \(capacitySeconds) s (the client was held up): the oldest is being dropped")
+            }
+        }
+    }
+
+    public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+        let deadline = Clock.monotonicNanos() + UInt64(Self.readWaitMilliseconds) * 1_000_000
+        return try lock.withLock { () throws(SpeechClientError) -> [Float]? in
+            while samples.isEmpty && !ended {
+                if !lock.wait(untilMonotonicNanos: deadline) { break }
+            }
+            if samples.isEmpty {
+                if let failure { throw failure }
+                return ended ? nil : []
+            }
+            var out: [Float] = []
+            out.reserveCapacity(bufferedSamples)
+            while let block = samples.pop() { out.append(contentsOf: block) }
+            bufferedSamples = 0
+            dropping = false
+            return out
+        }
+    }
+
+    /// From now on the audio is kept for `read` (what came before is dropped).
+    public func startCollecting() {
+        lock.withLock {
+            samples = FIFO()
+            bufferedSamples = 0
+            dropping = false
+            collecting = true
+        }
+    }
+
+    /// From now on the audio is dropped as it comes (and so is what is buffered).
+    public func stopCollecting() {
+        lock.withLock {
+            samples = FIFO()
+            bufferedSamples = 0
+            collecting = false
+        }
+    }
+
+    /// What is buffered now, without waiting (a stop sends the audio captured before it).
+    public func takeBuffered() -> [Float] {
+        lock.withLock {
+            var out: [Float] = []
+            out.reserveCapacity(bufferedSamples)
+            while let block = samples.pop() { out.append(contentsOf: block) }
+            bufferedSamples = 0
+            return out
+        }
+    }
+
+    /// Stops the capture thread (closing the device wakes its read) and waits for it.
+    public func close() {
+        let running = lock.withLock { () -> NativeThread? in
+            defer { thread = nil }
+            return thread
+        }
+        inner.close()
+        running?.join()
+        lock.withLock {
+            samples = FIFO()
+            bufferedSamples = 0
+            ended = true
+            lock.broadcast()
+        }
+    }
+}

@@ -1,0 +1,96 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Testing
+@testable import SpeechClient
+
+/// A device on the wall clock, as a sound card is: 16 kHz mono, each sample its own index, and a
+/// 400 ms buffer (ALSA's here) that overruns, losing the oldest audio, when nobody reads it.
+final class WallClockDevice: AudioSource, @unchecked Sendable {
+    private let lock = ConditionLock()
+    private var opened: UInt64 = 0
+    private var nextSample = 0
+    private var closed = false
+    private(set) var overrunSamples = 0
+    let bufferSamples = 6_400
+
+    var format: AudioFormat { .speech }
+    func open() throws(SpeechClientError) {
+        lock.withLock { opened = Clock.monotonicNanos(); nextSample = 0; closed = false }
+    }
+
+    func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+        while true {
+            let out: [Float]? = lock.withLock {
+                if closed { return nil }
+                let produced = Int((Clock.monotonicNanos() - opened) / SpeechAudio.nanosecondsPerSample)
+                if produced - nextSample > bufferSamples {
+                    overrunSamples += produced - bufferSamples - nextSample
+                    nextSample = produced - bufferSamples
+                }
+                let n = min(maxFrames, produced - nextSample)
+                guard n > 0 else { return [] }
+                defer { nextSample += n }
+                return (nextSample..<nextSample + n).map { Float($0) }
+            }
+            guard let out else { return nil }
+            if !out.isEmpty { return out }
+            usleep(5_000)  // the period
+        }
+    }
+
+    func close() { lock.withLock { closed = true } }
+}
+
+@Suite struct CaptureBufferTests {
+    /// A worker held up for 1.5 s (a connect, a login) finds the whole 1.5 s when it reads
+    /// again, in order: read on the device directly, all but its last 400 ms was overrun.
+    @Test func audioCapturedWhileTheReaderIsHeldUpIsKept() throws {
+        let device = WallClockDevice()
+        let buffer = CaptureBuffer(device)
+        try buffer.open()
+        defer { buffer.close() }
+        buffer.startCollecting()
+        usleep(1_500_000)
+        var got: [Float] = []
+        while got.count < 24_000, let block = try buffer.read(maxFrames: 1600) { got += block }
+        #expect(device.overrunSamples == 0)
+        #expect(got.count >= 24_000)
+        #expect(got.enumerated().allSatisfy { Float($0.offset) + (got.first ?? 0) == $0.element })
+    }
+
+    /// Outside a context nothing is kept (the device is still read, so it never overruns), and
+    /// a stop takes what was captured and not read, without waiting.
+    @Test func onlyWhatCameWhileCollectingIsKeptAndAStopTakesItAtOnce() throws {
+        let device = WallClockDevice()
+        let buffer = CaptureBuffer(device)
+        try buffer.open()
+        defer { buffer.close() }
+        usleep(300_000)
+        #expect(buffer.takeBuffered().isEmpty)
+        buffer.startCollecting()
+        usleep(300_000)
+        let t0 = Clock.monotonicNanos()
+        let taken = buffer.takeBuffered()
+        #expect(Clock.monotonicNanos() - t0 < 50_000_000)
+        #expect(taken.count >= 3_200 && taken.count <= 8_000, "\(taken.count)")
+        buffer.stopCollecting()
+        usleep(200_000)
+        #expect(buffer.takeBuffered().isEmpty)
+        #expect(device.overrunSamples == 0)
+    }
+
+    /// Closing ends the capture thread and a read then says the end.
+    @Test func closeEndsTheThreadAndReadsSayTheEnd() throws {
+        let buffer = CaptureBuffer(WallClockDevice())
+        try buffer.open()
+        buffer.close()
+        #expect(try buffer.read(maxFrames: 1600) == nil)
+        buffer.close()  // idempotent
+    }
+
+    /// The library's microphone is read on its own thread.
+    @Test func theMicrophoneIsACaptureBuffer() {
+        #expect(Client.realSource(.microphone(device: "default")) is CaptureBuffer)
+    }
+}
