@@ -65,8 +65,9 @@
 **   - The library owns its threads: one callback thread per client (or, with
 **     SPC_DELIVERY_SHARED, callback threads that all such clients share), plus worker threads
 **     that all clients share (since 0.10; a few, more while a connect, a login or a microphone
-**     holds them up) and a network thread (with SPC_IO_APPLICATION, the application's thread
-**     does some network work, in spc_io_process() or spc_io_dispatch()). All callbacks of one
+**     holds them up), a network thread (with SPC_IO_APPLICATION, the application's thread
+**     does some network work, in spc_io_process() or spc_io_dispatch()), and, for each open
+**     microphone, a thread that reads it (since 0.11). All callbacks of one
 **     client run on that client's callback thread (with SPC_DELIVERY_SHARED, on the shared
 **     callback threads; with SPC_DELIVERY_APPLICATION, on the application's thread inside
 **     spc_client_dispatch() or spc_io_dispatch()), in the order the events happened, one at a
