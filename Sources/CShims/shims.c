@@ -16,6 +16,11 @@ int speechclient_shim_thread_id(void) {
     return (int)syscall(SYS_gettid);
 }
 
+int speechclient_shim_mutex_lock_until(void *mutex, uint64_t deadline_ns) {
+    struct timespec at = { .tv_sec = (time_t)(deadline_ns / 1000000000u), .tv_nsec = (long)(deadline_ns % 1000000000u) };
+    return pthread_mutex_clocklock((pthread_mutex_t *)mutex, CLOCK_MONOTONIC, &at);
+}
+
 static __thread void *send_cork;
 
 void *speechclient_shim_cork(void) { return send_cork; }

@@ -11,6 +11,9 @@
 void speechclient_shim_set_thread_name(const char *name);
 /* The calling thread's kernel id (gettid), as /proc/self/task and top -H show it. */
 int speechclient_shim_thread_id(void);
+/* pthread_mutex_clocklock on CLOCK_MONOTONIC (a _GNU_SOURCE function): 0 when locked, ETIMEDOUT
+** when `deadline_ns` (monotonic) passed first. The mutex is a pthread_mutex_t. */
+int speechclient_shim_mutex_lock_until(void *mutex, uint64_t deadline_ns);
 /* The calling thread's send cork (EventLoop.corking), NULL when it has none. */
 void *speechclient_shim_cork(void);
 void speechclient_shim_set_cork(void *cork);

@@ -84,6 +84,13 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         set { lock.withLock { turnEnding = newValue } }
     }
     private var turnEnding: (@Sendable () -> Void)?
+    /// Tests only: run at the start of each worker turn, before it takes a command (a test may
+    /// hold it there to queue commands behind what is queued already).
+    var turnStartingForTests: (@Sendable () -> Void)? {
+        get { lock.withLock { turnStarting } }
+        set { lock.withLock { turnStarting = newValue } }
+    }
+    private var turnStarting: (@Sendable () -> Void)?
     /// An event of the turn is waiting for that wake.
     private var wakeDeferred = false
     /// The network's loop (also the worker's timers): it holds the sends of a worker turn until the turn's end
@@ -368,14 +375,19 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 // outgrow the replay buffer (a reconnection, a server falling behind), so a loss at any
                 // moment loses nothing. Not from a callback: that would wait for itself.
                 let deadline = Clock.monotonicNanos() + UInt64(options.pushWaitMilliseconds) * 1_000_000
-                let fits: Bool = w.audioLock.withLock {
+                // The worker holds `audioLock` for a whole step, a connect or a login among
+                // them: it is waited for until the deadline only. Not had by then, the room
+                // cannot be known and the push is taken as it is (audio that then outgrows the
+                // replay buffer is reported lost where it is dropped); it waited for the connect.
+                var fits = true
+                if w.audioLock.lock(untilMonotonicNanos: deadline) {
                     while !w.hasRoom(forSamples: count + SpeechAudio.samples(milliseconds: options.chunkMilliseconds) + pushedNotTaken.load(ordering: .relaxed)) {
                         let now = Clock.monotonicNanos()
-                        if now >= deadline || lock.withLock({ closing }) { return false }
+                        if now >= deadline || lock.withLock({ closing }) { fits = false; break }
                         // In slices: a free or a queued command is seen within 50 ms.
                         _ = w.audioLock.wait(untilMonotonicNanos: min(deadline, now + 50_000_000))
                     }
-                    return true
+                    w.audioLock.unlock()
                 }
                 if !fits {
                     // Not taken (nothing was converted yet): the caller may push these frames again.
@@ -396,6 +408,10 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         // audio) are held until it ends (`EventLoop.corking`), and these would overtake them.
         let idleWorker: ClientWorker? = lock.withLock {
             guard commands.isEmpty, !workerBusy, !workerScheduled, !closing, let w = worker, w.takesDirect, w.audioLock.tryLock() else { return nil }
+            guard w.takesDirectWithoutBlocking(samples: chunks.sampleCount) else {
+                w.audioLock.unlock()
+                return nil
+            }
             return w
         }
         if let idleWorker {
@@ -706,16 +722,17 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
 
     /// A turn of the worker, on a worker-pool thread. True: queue it again.
     func runWorkerTurn() -> Bool {
-        let taken: (worker: ClientWorker, ending: (@Sendable () -> Void)?)? = lock.withLock {
+        let taken: (worker: ClientWorker, starting: (@Sendable () -> Void)?, ending: (@Sendable () -> Void)?)? = lock.withLock {
             guard let w = self.worker else {
                 workerScheduled = false
                 lock.broadcast()
                 return nil
             }
             turnThread = UInt(pthread_self())
-            return (w, turnEnding)
+            return (w, turnStarting, turnEnding)
         }
-        guard let (worker, ending) = taken else { return false }
+        guard let (worker, starting, ending) = taken else { return false }
+        starting?()
         // The turn's sends (a file's chunks) leave together at its end, or before it may block.
         let turn = networkLoop.map { loop in
             loop.corking { () -> ClientWorker.Turn in

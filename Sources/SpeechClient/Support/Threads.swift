@@ -35,6 +35,11 @@ public final class ConditionLock: @unchecked Sendable {
     /// For a lock held across a loop's turns (see `EventLoop`); everywhere else, `withLock`.
     public func lock() { pthread_mutex_lock(mutex) }
     public func unlock() { pthread_mutex_unlock(mutex) }
+    /// Takes the lock unless the deadline (monotonic ns) passes first; true when taken (then the
+    /// caller must `unlock()` it). For a caller that promises to wait at most that long.
+    public func lock(untilMonotonicNanos deadline: UInt64) -> Bool {
+        speechclient_shim_mutex_lock_until(mutex, deadline) == 0
+    }
 
     /// Call with the lock held (inside `withLock`).
     public func wait() { pthread_cond_wait(cond, mutex) }

@@ -387,37 +387,32 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
     /// the context that failed. Taken after the next context began, it stopped that one at once
     /// (its audio dropped); the next context now runs until its own end.
     @Test func aStopMadeBeforeAFailureDoesNotStopTheContextStartedBehindIt() throws {
-        // The failure must be queued before the stop and taken after it was made: a worker that
-        // takes it first (a loaded machine) ends the context before the stop, which is then
-        // refused. That run is not this case, and is tried again.
-        var tried = 0
-        while tried < 20 {
-            tried += 1
-            let log = EventLog()
-            let service = FakeRecognitionService(.init(failAfterChunks: (1, SpeechClientError(.api, "refused")), failFirstStreamOnly: true))
-            let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
-            defer { try? client.close() }
-            try client.start()
-            #expect(log.waitFor { $0.contains("start ctx-1") })
-            // The first chunk fails the stream; its end is queued behind no command yet.
-            let chunk = [Int16](repeating: 1000, count: 1600)
-            chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
-            do throws(SpeechClientError) {
-                try client.stop()
-                try client.start()
-            } catch {
-                continue
-            }
-            #expect(log.waitFor { $0.contains("start ctx-2") }, "\(log.lines)")
-            for _ in 0..<3 { chunk.withUnsafeBufferPointer { try? client.pushAudio($0) } }
-            try client.pushEnd()
-            #expect(try client.waitIdle(timeoutMilliseconds: 5000))
-            let lines = log.lines
-            #expect(lines.last == "stop ctx-2", "\(lines)")
-            #expect(lines.contains("segment final w1 w2 w3"), "\(lines)")
-            return
-        }
-        Issue.record("the worker took the failure before the stop in each of \(tried) runs")
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failAfterChunks: (1, SpeechClientError(.api, "refused")), failFirstStreamOnly: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        usleepMs(50)  // the worker idle: the push below sends its chunk itself
+        // The worker's turn for the failure is held at its start until the stop and the start
+        // are queued behind the failure.
+        let atStart = OneShot<Bool>()
+        let release = OneShot<Bool>()
+        client.turnStartingForTests = { atStart.set(true); _ = release.wait() }
+        let chunk = [Int16](repeating: 1000, count: 1600)
+        chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }  // fails the stream
+        #expect(atStart.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
+        client.turnStartingForTests = nil
+        try client.stop()
+        try client.start()
+        release.set(true)
+        #expect(log.waitFor { $0.contains("start ctx-2") }, "\(log.lines)")
+        for _ in 0..<3 { chunk.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines
+        #expect(lines.last == "stop ctx-2", "\(lines)")
+        #expect(lines.contains("segment final w1 w2 w3"), "\(lines)")
     }
 
     /// A result before the stream's started, or a second started: protocol errors that end the
@@ -457,6 +452,49 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         try client.close()
         let code = result.wait(untilMonotonicNanos: Clock.monotonicNanos() + 3_000_000_000)
         #expect(code == .some(.invalidState))
+    }
+
+    /// A push never waits for a connect or a login (the header's promise). A stream move the
+    /// pushed audio makes due (its byte budget) opens a new stream, which may connect: taken on
+    /// the pushing thread, the push waited for it (here 1 s); the worker takes such audio now.
+    @Test func aPushThatMovesTheStreamDoesNotWaitForTheNewOne() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(openDelayMilliseconds: 1_000))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536  // due after 1 s of audio, forced at 2 s
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }  // no pause
+        var longest: UInt64 = 0
+        for _ in 0..<40 {
+            usleepMs(20)  // the worker is idle between pushes: each push may take its own chunks
+            let t0 = Clock.monotonicNanos()
+            loud.withUnsafeBufferPointer { try? client.pushAudio($0) }
+            longest = max(longest, Clock.monotonicNanos() - t0)
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)  // the stream did move
+        #expect(longest < 400_000_000, "a push took \(longest / 1_000_000) ms")
+    }
+
+    /// With a push wait, a push waits for room at most that long, also while the worker is in
+    /// a connect (it holds the lock the room is read under): it waited for the whole connect.
+    @Test func aPushWaitIsBoundedWhileTheWorkerConnects() throws {
+        let service = FakeRecognitionService(.init(openDelayMilliseconds: 2_000))
+        var o = try pushOptions()
+        o.pushWaitMilliseconds = 100
+        let client = try Client(options: o, service: service, handler: { _, _ in })
+        defer { try? client.close() }
+        try client.start()
+        usleepMs(100)  // the worker is in the 2 s open now
+        let chunk = [Int16](repeating: 100, count: 1600)
+        let t0 = Clock.monotonicNanos()
+        chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        let took = (Clock.monotonicNanos() - t0) / 1_000_000
+        #expect(took < 600, "\(took) ms")
     }
 
     @Test func applicationDeliveryRunsCallbacksInsideDispatch() throws {

@@ -245,6 +245,15 @@ final class ClientWorker: @unchecked Sendable {
     /// have to connect to open a context).
     var takesDirect: Bool { options.activation == .manual }
 
+    /// Whether the pushing thread may take these chunks itself now (the caller holds
+    /// `audioLock`): not when they may move the live lane to a new stream without one ready,
+    /// since that may connect and log in, and a push never waits for those (the header's
+    /// promise). The worker takes them then.
+    func takesDirectWithoutBlocking(samples: Int) -> Bool {
+        if deferredStart || !contextOpen || stopSent || prepared != nil { return true }
+        return !supervisor.mayRotate(beforeSamples: samples)
+    }
+
     func takeDirect(_ chunks: Chunker.Chunks) {
         if holdForDeferredStart(chunks: chunks, stop: false) { return }
         for c in chunks { take(c) }

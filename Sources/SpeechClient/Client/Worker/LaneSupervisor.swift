@@ -115,6 +115,15 @@ final class LaneSupervisor {
         lanes.sendLive(chunk)
     }
 
+    /// Sending `samples` more live audio may move the live lane to a new stream (which may
+    /// connect and log in): the pushing thread then leaves them to the worker.
+    func mayRotate(beforeSamples samples: Int) -> Bool {
+        guard let gen = lanes.live,
+              let (bytes, start, moveBy) = lanes.read(gen, { $0.cursor == nil ? ($0.bytes, $0.start, $0.moveBy) : nil }) ?? nil
+        else { return false }
+        return rotation.isDue(streamBytes: bytes + Lane.audioBytes(samples: samples), sentSamples: contextSamples + samples - start, moveBy: moveBy)
+    }
+
     /// The live audio ends here: the live lane (or the repair waiting to replace it) gets its
     /// end, and its stop goes out once its replay has caught up.
     func endLiveAudio() {

@@ -30,6 +30,11 @@ struct RotationPolicy {
         loudEnergy = 0
     }
 
+    /// The stream may move now (at a pause, or at once when forced): no move happens before.
+    func isDue(streamBytes: Int, sentSamples: Int, moveBy: UInt64?) -> Bool {
+        streamBytes > budgetBytes / 2 || sentSamples >= SpeechAudio.samples(milliseconds: contextLimitMilliseconds) || moveBy != nil
+    }
+
     /// Why the stream should move before `chunk` is sent on it, or nil to send it there.
     /// `streamBytes` it has carried, `sentSamples` of audio since its start, `moveBy` the drain
     /// deadline of a connection going away.
@@ -37,7 +42,7 @@ struct RotationPolicy {
                          now: UInt64) -> String? {
         let chunkBytes = Lane.audioBytes(samples: chunk.count)
         let limit = SpeechAudio.samples(milliseconds: contextLimitMilliseconds)
-        let due = streamBytes + chunkBytes > budgetBytes / 2 || sentSamples >= limit || moveBy != nil
+        let due = isDue(streamBytes: streamBytes + chunkBytes, sentSamples: sentSamples, moveBy: moveBy)
         // Only the audio shortly before the rotation point is measured (not every chunk of a
         // stream): 2 s to learn the recent level, then the pause itself.
         let nearlyDue = due || streamBytes + 20 * chunkBytes > budgetBytes / 2
