@@ -705,9 +705,9 @@ SPC_API spc_status spc_options_set_keepalive(spc_options *options, uint32_t inte
 ** time it returns SPC_ERROR_TIMEOUT and takes none of them: push them again. Called from one of
 ** the client's own callbacks it never waits. When the library's worker is held up for longer (a
 ** connect, a login) the room cannot be known: after the wait the frames are taken (since 0.11;
-** audio that then outgrows the buffer is reported lost). 0 (the default): never wait; audio beyond the buffer
-** is reported lost by an error, as for a microphone. Pushing faster than real time (a recording)
-** wants this. Since 0.5. */
+** audio that then outgrows the buffer is reported lost). 0 (the default): never wait; audio
+** beyond the buffer is reported lost by an error, as for a microphone. Pushing faster than real
+** time (a recording) wants this. Since 0.5. */
 SPC_API spc_status spc_options_set_push_wait_ms(spc_options *options, uint32_t ms);
 
 /* Timeouts, each 100-600000 ms:
