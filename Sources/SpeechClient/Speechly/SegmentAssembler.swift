@@ -58,7 +58,7 @@ public struct SegmentAssembler: Sendable {
     }
 
     private var segments: [Key: State] = [:]
-    /// Segments already ended, so a late duplicate cannot resurrect one (bounded per context).
+    /// Segments already ended, so a late duplicate cannot resurrect one (`maxEndedSegments`).
     private var ended: Set<Key> = []
 
     public init() {}
@@ -121,6 +121,9 @@ public struct SegmentAssembler: Sendable {
     /// Bounds on what a server may make the client hold (issue 9: memory stays bounded against a
     /// hostile server). Far above what speech produces: a segment ends at a pause.
     public static let maxOpenSegments = 256
+    /// Segments ended and remembered (so a late update cannot reopen one) until their stream
+    /// finishes: a stream lasts at most minutes, and speech ends a segment every few seconds.
+    public static let maxEndedSegments = 16_384
     public static let maxWordsPerSegment = 16_384
     public static let maxEntitiesPerSegment = 1_024
     /// Bytes (issue 23: bounds in bytes, not only counts). A spoken word is a few bytes and a
@@ -159,6 +162,15 @@ public struct SegmentAssembler: Sendable {
             }
         default:
             break
+        }
+        if !ended.contains(key), ended.count >= Self.maxEndedSegments {
+            switch response.payload {
+            case .segmentEnd, .finalTranscript:
+                // Each is remembered until its stream finishes: a server ending new segments
+                // without end (a segment_end is a few bytes) grew that record without limit.
+                throw violation("ended more than \(Self.maxEndedSegments) segments on streams that have not finished")
+            default: break
+            }
         }
         if state == nil, !ended.contains(key), segments.count >= Self.maxOpenSegments {
             switch response.payload {

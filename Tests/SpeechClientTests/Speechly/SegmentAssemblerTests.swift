@@ -101,6 +101,23 @@ import Testing
         }
     }
 
+    /// Ended segments are remembered until their stream finishes: a server ending new ones
+    /// without end (a segment_end is a few bytes on the wire) is refused past the bound, and a
+    /// stream that finished frees its records.
+    @Test func endedSegmentsAreBounded() throws {
+        var a = SegmentAssembler()
+        for id in 0..<Int32(SegmentAssembler.maxEndedSegments) {
+            _ = try a.applyChecked(SLUResponse(audioContext: "c", segmentId: id, payload: .segmentEnd))
+        }
+        #expect { _ = try a.applyChecked(SLUResponse(audioContext: "c", segmentId: -1, payload: .segmentEnd)) } throws: {
+            ($0 as? SpeechClientError)?.code == .parse && ($0 as? SpeechClientError)?.message.contains("ended more than") == true
+        }
+        // A segment already ended is still taken (its late duplicate is ignored, not refused).
+        #expect(try a.applyChecked(SLUResponse(audioContext: "c", segmentId: 5, payload: .segmentEnd)) == nil)
+        _ = a.apply(SLUResponse(audioContext: "c", segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil)))
+        #expect(try a.applyChecked(SLUResponse(audioContext: "c", segmentId: -1, payload: .segmentEnd)) != nil)
+    }
+
     /// Issue 23: a server sent one new word of ~4 MB per message; memory grew to gigabytes.
     /// Bytes are bounded per word, per segment and per context, before anything is stored.
     @Test func bytesAreBoundedPerWordAndSegment() throws {
