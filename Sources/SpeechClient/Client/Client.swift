@@ -51,6 +51,15 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     /// that ended, not the next one.
     private(set) var untakenStarts = 0
     private(set) var untakenStops = 0
+    /// About the bytes of the server's responses queued for the worker (`SLUResponse.heldBytes`),
+    /// bounded by `maxQueuedResponseBytes`; and the streams whose responses are dropped since
+    /// they passed it (each is being ended). Guarded by `lock`.
+    private var queuedResponseBytes = 0
+    private var overflowedStreams: Set<Int> = []
+    /// Far above what speech produces while the worker is held up (a connect and a login, 15 s
+    /// by default): a server sending faster is ended instead of queued without limit.
+    static let maxQueuedResponseBytes = 16 << 20
+    var queuedResponseBytesForTests: Int { lock.withLock { queuedResponseBytes } }
     private var events = FIFO<ClientEvent>()
     private var workerBusy = false
     /// Something the waiting worker waits for happened (a stream drained, audio became final).
@@ -806,8 +815,10 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             switch command {
             case .start: untakenStarts -= 1
             case .stop, .pushEnd: untakenStops -= 1
+            case .stream(.response(let response), _): queuedResponseBytes -= response.heldBytes
             default: break
             }
+            if commands.isEmpty && !overflowedStreams.isEmpty { overflowedStreams = [] }
             if poked { workerPoked = true }  // for the step after this command
             workerBusy = true
             return .command(command)
@@ -836,6 +847,19 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         let idleWorker: ClientWorker? = lock.withLock {
             guard ClientWorker.isDirectUpdate(event), commands.isEmpty, !workerBusy, !closing, let w = worker,
                   w.audioLock.tryLock() else {
+                if case .response(let response) = event {
+                    if overflowedStreams.contains(generation) { return nil }
+                    let bytes = response.heldBytes
+                    if queuedResponseBytes + bytes > Self.maxQueuedResponseBytes {
+                        // Its stream is ended (a parse error, as for any bound a server passes)
+                        // and what it sends meanwhile is dropped.
+                        overflowedStreams.insert(generation)
+                        enqueueLocked(.stream(.closed(SpeechClientError(.parse, "the server sent more than \(Self.maxQueuedResponseBytes >> 20) MiB of results while the client was held up (a connect, a login); the stream was ended",
+                                                                        grpcStatus: GRPCStatus.internal)), generation: generation))
+                        return nil
+                    }
+                    queuedResponseBytes += bytes
+                }
                 enqueueLocked(.stream(event, generation: generation))
                 return nil
             }

@@ -497,6 +497,31 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(took < 600, "\(took) ms")
     }
 
+    /// Responses that arrive while the worker is held up (a connect, a login) are queued for
+    /// it, bounded in bytes: a server sending without end is ended (its stream closed with a
+    /// parse error) and what it sends meanwhile dropped. The queue grew without limit.
+    @Test func responsesQueuedWhileTheWorkerIsHeldUpAreBounded() throws {
+        let log = EventLog()
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(), handler: log.handler)
+        defer { try? client.close() }
+        let atStart = OneShot<Bool>()
+        let release = OneShot<Bool>()
+        client.turnStartingForTests = { atStart.set(true); _ = release.wait() }
+        try client.start()  // its turn is held at its start
+        #expect(atStart.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
+        client.turnStartingForTests = nil
+        let words = (0..<Int32(60)).map { SLUWord(text: String(repeating: "x", count: 1000), index: $0, startMilliseconds: 0, endMilliseconds: 0) }
+        let bulky = SLUResponse(audioContext: "ctx", segmentId: 0, payload: .tentativeTranscript(text: "", words: words))
+        for _ in 0..<600 { client.streamEvent(.response(bulky), generation: 99) }  // ~36 MB
+        let queued = client.queuedResponseBytesForTests
+        #expect(queued > 0 && queued <= Client.maxQueuedResponseBytes, "\(queued)")
+        release.set(true)
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))  // every command taken
+        #expect(client.queuedResponseBytesForTests == 0)
+    }
+
     @Test func applicationDeliveryRunsCallbacksInsideDispatch() throws {
         let log = EventLog()
         var o = try pushOptions()
