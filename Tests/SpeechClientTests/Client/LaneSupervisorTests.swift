@@ -56,6 +56,8 @@ import Testing
         }
         func endContextIfDone() {}
         func log(_ level: LogLevel, _ message: String) { logs.append(message) }
+        var overflows: [Range<Int>] = []
+        func replayOverflowed(from: Int, to: Int) { overflows.append(from..<to) }
     }
 
     static let chunkSamples = 1_600  // 100 ms
@@ -154,6 +156,23 @@ import Testing
         let pending = s.reconnection.takePendingLoss()  // reported by the worker at `started`
         let loss = try #require(pending)
         #expect(loss.from == 0 && loss.to == 2 * Self.chunkSamples)
+    }
+
+    /// Audio the buffer drops while a replay waits for its stream to drain (the buffer filled
+    /// meanwhile) is said lost, with its range: the replay skipped it quietly.
+    @Test func audioDroppedWhileAReplayWaitsIsSaidLost() throws {
+        let s = supervisor { $0.replayBufferMilliseconds = 300 }, host = Host()  // three chunks
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<2 { s.sendAudio(chunk(k), host: host) }
+        lost(s, lane: 1, host: host)
+        host.newStreamBacklog = LaneSupervisor.backlogLimit + 1  // the new stream has not drained
+        s.attemptReconnect(host: host)
+        #expect(s.reconnection.takePendingLoss() == nil)  // nothing lost when it reconnected
+        for k in 2..<5 { s.sendAudio(chunk(k), host: host) }  // chunks 0 and 1 leave the buffer
+        host.streams[1].backlog = 0
+        #expect(s.pumpReplay(host: host))
+        #expect(host.streams[1].log == ["start", "audio 2", "audio 3", "audio 4"])
+        #expect(host.overflows == [0..<2 * Self.chunkSamples])
     }
 
     @Test func whenTheAttemptsRunOutTheErrorNamesTheAudioNotTranscribed() throws {

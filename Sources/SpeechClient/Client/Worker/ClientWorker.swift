@@ -461,6 +461,11 @@ extension ClientWorker: LaneHost {
     var liveAudioEnded: Bool { stopSent }
 
     func log(_ level: LogLevel, _ message: String) { client?.log(level, message) }
+
+    func replayOverflowed(from: Int, to: Int) {
+        client?.emit(.error(SpeechClientError(.network,
+            "the replay buffer overflowed while replaying: \(SpeechAudio.secondsText(samples: to - from)) s of audio from \(SpeechAudio.secondsText(samples: from)) s into context \(contextId) were not transcribed")))
+    }
 }
 
 /// The client as its worker's callbacks reach it (`ClientWorker.link`): weakly, behind a lock,

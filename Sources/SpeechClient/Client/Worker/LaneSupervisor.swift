@@ -16,6 +16,9 @@ protocol LaneHost: AnyObject {
     /// The context ends if its stop was sent and every lane has finished.
     func endContextIfDone()
     func log(_ level: LogLevel, _ message: String)
+    /// Audio a lane still had to replay was dropped from the replay buffer (it overflowed while
+    /// the lane's stream drained): samples `from..<to` of the context are not transcribed.
+    func replayOverflowed(from: Int, to: Int)
 }
 
 /// The connection side of one context (issues 5 and 18): its lanes, the audio kept to replay,
@@ -320,11 +323,15 @@ final class LaneSupervisor {
     @discardableResult
     func pumpReplay(host: some LaneHost) -> Bool {
         var sent = false
+        var lost: (from: Int, to: Int)?
         for gen in lanes.generations {
             let done = lanes.update(gen) { lane -> Bool in
                 // Checked first: this runs each time the worker looks while the stream drains.
                 guard let cursor = lane.cursor, lane.stream.backlogBytes <= Self.backlogLimit else { return false }
                 let target = lane.end ?? replay.endSample
+                // The buffer dropped audio the lane had still to send (it filled while the
+                // stream drained): skipped, and said, not skipped quietly.
+                if cursor < replay.oldestSample { lost = (cursor, min(replay.oldestSample, target)) }
                 var at = max(cursor, replay.oldestSample)
                 for chunk in replay.chunks(from: at, upTo: target) {
                     if lane.stream.backlogBytes > Self.backlogLimit { break }
@@ -342,6 +349,10 @@ final class LaneSupervisor {
                 return true
             }
             if done == true { host.log(.debug, "replay done") }
+            if let (from, to) = lost, from < to {
+                host.replayOverflowed(from: from, to: to)
+            }
+            lost = nil
         }
         return sent
     }
