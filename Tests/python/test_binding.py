@@ -429,6 +429,39 @@ def has_reader(loop, fd):
     return reader is not None and not reader.cancelled()
 
 
+@needs_state_and_delivery
+def test_close_from_another_thread_unwatches_the_event_fd_before_freeing_it(silent_server, cache_dir):
+    """close() on another thread, while an event loop watches the event fd, has that loop stop
+    watching it before the fd is closed. The removal was only scheduled: the fd was closed with
+    the loop still watching its number, which a new descriptor then reuses (its reader never
+    fired, and the late removal unwatched it)."""
+    result = {}
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        c = silent_push_client(silent_server, cache_dir)
+        c.start()
+        first = asyncio.ensure_future(c.aupdates(timeout=20).__anext__())
+        await asyncio.sleep(0.2)
+        fd = c.event_fd
+        assert has_reader(loop, fd)
+
+        def close_elsewhere():
+            c.close()
+            result["watched"] = has_reader(loop, fd)  # the fd is closed by now
+        t = threading.Thread(target=close_elsewhere)
+        t.start()
+        time.sleep(0.3)  # the loop is busy while the other thread closes
+        await loop.run_in_executor(None, t.join)
+        first.cancel()
+        try:
+            await first
+        except (asyncio.CancelledError, StopAsyncIteration, sc.SpeechClientError):
+            pass
+    asyncio.run(asyncio.wait_for(run(), 30))
+    assert result["watched"] is False
+
+
 async def until(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout
     while not predicate():

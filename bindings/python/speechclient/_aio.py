@@ -231,16 +231,29 @@ class _AsyncMixin:
             pass
 
     def _remove_readers(self) -> None:
+        """Before the event fd is closed (close() frees the client right after): a loop still
+        watching its number would take a descriptor that reuses it for the old one, and a later
+        removal would unwatch the new one. A loop running on another thread removes it there, and
+        this waits for that (a second at most: that loop may itself be waiting for this close)."""
         with self._cond:
             readers, self._readers = self._readers, []
         for loop, fd, thread in readers:
             try:
                 if loop.is_closed():
                     continue
-                if thread == threading.get_ident():
+                if thread == threading.get_ident() or not loop.is_running():
                     loop.remove_reader(fd)
                 else:
-                    loop.call_soon_threadsafe(loop.remove_reader, fd)
+                    removed = threading.Event()
+
+                    def remove(loop: asyncio.AbstractEventLoop = loop, fd: int = fd,
+                               removed: threading.Event = removed) -> None:
+                        try:
+                            loop.remove_reader(fd)
+                        finally:
+                            removed.set()
+                    loop.call_soon_threadsafe(remove)
+                    removed.wait(1.0)
             except Exception:
                 pass
 
