@@ -417,7 +417,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         // audio) are held until it ends (`EventLoop.corking`), and these would overtake them.
         let idleWorker: ClientWorker? = lock.withLock {
             guard commands.isEmpty, !workerBusy, !workerScheduled, !closing, let w = worker, w.takesDirect, w.audioLock.tryLock() else { return nil }
-            guard w.takesDirectWithoutBlocking(samples: chunks.sampleCount) else {
+            guard w.takesDirectWithoutBlocking(chunks) else {
                 w.audioLock.unlock()
                 return nil
             }

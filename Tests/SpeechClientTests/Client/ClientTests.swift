@@ -368,6 +368,64 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(lines.contains("segment final a2000 a2000 a2000"), "\(lines)")
     }
 
+    /// After a resume, while the suspended context still finishes: start, stop, start. The
+    /// first start waits and then runs with its stop; the second runs after it, as a start
+    /// queued behind a stop does. The second start was run in place of the first (one context
+    /// for two starts), or the first was never stopped.
+    @Test func startStopStartAfterAResumeRunsTwoContextsInOrder() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(answerDelayMilliseconds: 300, wordsFromAudio: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        [Int16](repeating: 1000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        try client.suspend()
+        try client.resume()
+        try client.start()
+        [Int16](repeating: 2000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.stop()
+        try client.start()  // queued behind that stop
+        #expect(log.waitFor(timeoutMs: 5000) { $0.contains("start ctx-3") }, "\(log.lines)")
+        [Int16](repeating: 3000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("segment final") }
+        #expect(lines == ["start ctx-1", "segment final a1000", "stop ctx-1", "start ctx-2", "segment final a2000", "stop ctx-2",
+                          "start ctx-3", "segment final a3000", "stop ctx-3"], "\(log.lines)")
+    }
+
+    /// With a push wait, audio pushed for a start that waits for the previous context counts
+    /// against the replay buffer: a push that does not fit times out (nothing taken) instead
+    /// of being taken and then dropped.
+    @Test func aPushWaitCountsTheAudioHeldForAWaitingStart() throws {
+        let log = EventLog()
+        // The suspended context never finishes (its stop is not answered): the start waits.
+        let service = FakeRecognitionService(.init(ignoreStopOnStream: 1))
+        var o = try pushOptions()
+        o.pushWaitMilliseconds = 100
+        o.replayBufferMilliseconds = 1000
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        try client.suspend()
+        try client.resume()
+        try client.start()
+        usleepMs(100)  // the start has been taken, and waits for ctx-1's end
+        let chunk = [Int16](repeating: 100, count: 1600)
+        var timedOut = 0
+        for _ in 0..<15 {
+            let code: SpeechClientError.Code? = chunk.withUnsafeBufferPointer { b in
+                do throws(SpeechClientError) { try client.pushAudio(b); return nil } catch { return error.code }
+            }
+            if code == .timeout { timedOut += 1 }
+        }
+        #expect(timedOut >= 4, "\(timedOut)")  // 1 s of the 1.5 s fits
+        usleepMs(100)
+        #expect(!log.lines.contains { $0.hasPrefix("error") }, "\(log.lines)")
+    }
+
     /// A stop on a pushed-audio client sends what the push path still holds (the chunk in
     /// progress), as push_end does: it was dropped, clipping the end of a push-to-talk.
     @Test func aStopSendsThePartialChunkPushedBeforeIt() throws {

@@ -165,6 +165,11 @@ final class AudioPump {
         }
     }
 
+    /// A microphone keeps nothing from now on (until the next context's start).
+    func stopCollecting() {
+        (source as? CaptureBuffer)?.stopCollecting()
+    }
+
     /// The microphone's audio captured and not read yet, as chunks, without waiting, and no
     /// more kept from now on: a stop sends what was heard before it (the last word, unread when
     /// the stop came). Nothing for other sources.

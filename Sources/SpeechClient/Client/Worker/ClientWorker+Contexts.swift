@@ -56,7 +56,9 @@ extension ClientWorker {
     /// Whether `samples` more pushed audio fit in the replay buffer beside what is not final yet
     /// (the caller holds `audioLock`). Outside a context everything fits (it is dropped).
     func hasRoom(forSamples samples: Int) -> Bool {
-        (contextOpen && !stopSent ? supervisor.unfinishedSamples : 0) + samples <= supervisor.replay.capacitySamples
+        // Held for a start that waits for the previous context, they are bounded the same way.
+        if deferredStart { return heldForDeferredStart.samples + samples <= supervisor.replay.capacitySamples }
+        return (contextOpen && !stopSent ? supervisor.unfinishedSamples : 0) + samples <= supervisor.replay.capacitySamples
     }
 
     /// Reads one block from the source into the context; at the end of a file, stops it.
@@ -195,8 +197,12 @@ extension ClientWorker {
         contextOpen = false
         stopSent = false
         endEvents = []
-        // While listening the source keeps being read between contexts.
-        if endpointer == nil { pumping = false }
+        // While listening the source keeps being read between contexts. Otherwise a microphone
+        // keeps nothing until the next start (a failed context reached here without a stop).
+        if endpointer == nil {
+            pumping = false
+            audio.stopCollecting()
+        }
         if !contextId.isEmpty { _ = assembler.apply(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))) }
         contextId = ""
         var events = events
@@ -215,16 +221,19 @@ extension ClientWorker {
         let deferred = deferredStart && startQueued
         client?.transition({ [client] state, pending in
             if state == .suspended { pending = false; return }
+            if startQueued && (deferred || (client?.untakenStarts ?? 0) > 0) {
+                // A start made after a resume, while the suspended context still finished:
+                // its state (STARTING, or STOPPING if stopped since) stands, and it begins now
+                // (deferred) or when the worker takes it. IDLE here left it open but IDLE. A
+                // start queued behind that one (`pending`) waits for it to end, as usual.
+                return
+            }
             if pending && startQueued {
                 state = .starting
                 restart = true
                 // A stop still queued was made before that start, for the context that just
                 // ended: taken later, it would stop the next one (and drop its audio).
                 staleStop = (client?.untakenStops ?? 0) > 0
-            } else if startQueued && (deferred || (client?.untakenStarts ?? 0) > 0) {
-                // A start made after a resume, while the suspended context still finished:
-                // its state (STARTING, or STOPPING if stopped since) stands, and it begins now
-                // (deferred) or when the worker takes it. IDLE here left it open but IDLE.
             } else {
                 state = .idle
             }
@@ -244,7 +253,8 @@ extension ClientWorker {
             startAfterStaleStop = true
         } else if restart || deferred {
             handleStart()
-            if deferred && contextOpen { applyHeld(held) }
+            // Into the context it opened, or the listening it began (VOICE, WAKEWORD).
+            if deferred && (contextOpen || endpointer != nil) { applyHeld(held) }
         }
     }
 
@@ -253,6 +263,7 @@ extension ClientWorker {
     private func applyHeld(_ held: HeldCommands) {
         for c in held.chunks { take(c) }
         if held.stop { endpointer != nil ? stopListening(auto: false) : sendStop() }
+        audioLock.broadcast()  // a push waiting for room counted the held audio
     }
 
     /// While a start waits for the previous context (`deferredStart`), what the application

@@ -10,6 +10,7 @@ extension ClientWorker {
             case .closed(let error):
                 prepared = nil
                 if let error {
+                    p.stream.cancel()  // ended by the client (a bound passed): reset it
                     client?.log(.warning, "stream closed: \(error.message)")
                     report(.unavailable, reason: error)
                 }
@@ -45,6 +46,9 @@ extension ClientWorker {
         case .closed(let error):
             defer { releaseHeld() }
             guard let lane = supervisor.lanes[gen] else { return }
+            // An error the client decided (a bound the server passed, queued from the event
+            // loop) leaves the stream open unless reset here; one closed already ignores it.
+            if error != nil { lane.stream.cancel() }
             let wasCurrent = supervisor.lanes.remove(gen)
             let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
             dropSegments(of: lane)

@@ -249,9 +249,9 @@ final class ClientWorker: @unchecked Sendable {
     /// `audioLock`): not when they may move the live lane to a new stream without one ready,
     /// since that may connect and log in, and a push never waits for those (the header's
     /// promise). The worker takes them then.
-    func takesDirectWithoutBlocking(samples: Int) -> Bool {
+    func takesDirectWithoutBlocking(_ chunks: Chunker.Chunks) -> Bool {
         if deferredStart || !contextOpen || stopSent || prepared != nil { return true }
-        return !supervisor.mayRotate(beforeSamples: samples)
+        return !supervisor.mayRotate(before: chunks)
     }
 
     func takeDirect(_ chunks: Chunker.Chunks) {

@@ -120,11 +120,16 @@ final class LaneSupervisor {
 
     /// Sending `samples` more live audio may move the live lane to a new stream (which may
     /// connect and log in): the pushing thread then leaves them to the worker.
-    func mayRotate(beforeSamples samples: Int) -> Bool {
+    func mayRotate(before chunks: Chunker.Chunks) -> Bool {
         guard let gen = lanes.live,
               let (bytes, start, moveBy) = lanes.read(gen, { $0.cursor == nil ? ($0.bytes, $0.start, $0.moveBy) : nil }) ?? nil
         else { return false }
-        return rotation.isDue(streamBytes: bytes + Lane.audioBytes(samples: samples), sentSamples: contextSamples + samples - start, moveBy: moveBy)
+        var streamBytes = bytes, samples = 0
+        for c in chunks {  // each chunk is a message of its own: its bytes as `sendAudio` counts them
+            streamBytes += Lane.audioBytes(samples: c.count)
+            samples += c.count
+        }
+        return rotation.isDue(streamBytes: streamBytes, sentSamples: contextSamples + samples - start, moveBy: moveBy)
     }
 
     /// The live audio ends here: the live lane (or the repair waiting to replace it) gets its
