@@ -840,7 +840,10 @@ SPC_API spc_status spc_client_free(spc_client *client);
 SPC_API spc_status spc_client_start(spc_client *client);
 
 /* Requests the end of the current context. Returns at once; the stop callback fires when the
-** server has sent its last result. In STARTING or LISTENING: stops (a stop before the server
+** server has sent its last result. A stream the server has not finished 60 s after its stop
+** counts as lost (since 0.11): its audio is replayed on a new stream, and when the reconnection
+** attempts run out the error callback (SPC_ERROR_TIMEOUT) and the stop callback fire; before,
+** such a server left the client STOPPING. In STARTING or LISTENING: stops (a stop before the server
 ** acknowledged the start is sent right after it). With pushed audio, what is still buffered (the
 ** chunk in progress) is sent before the stop, as spc_client_push_end() does (since 0.11; before,
 ** it was dropped). In STOPPING with a queued start: cancels the queued start. A start made after

@@ -47,6 +47,10 @@ public struct ClientOptions: Sendable {
     /// How long a server may take to acknowledge a context's start on each stream (its
     /// `started`) before the stream counts as lost (and is retried as a lost connection is).
     public var startTimeoutMilliseconds = 10_000
+    /// How long a server may take to finish a stream's context after its stop (its `finished`)
+    /// before the stream counts as lost (retried as a lost connection is: a hung replica behind a
+    /// balancer). Generous: a server decoding a long segment takes its time. Not in the C API.
+    public var finishTimeoutMilliseconds = 60_000
     /// An SLU stream with no context is closed after this long and reopened by the next start.
     public var idleStreamMilliseconds = 30_000
     /// Reconnection after a lost connection in a context: attempts, and the backoff between

@@ -580,6 +580,47 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(client.queuedResponseBytesForTests == 0)
     }
 
+    /// A stream whose stop the server never answers (a hung replica) counts as lost after the
+    /// finish timeout: its audio is replayed on a new stream, which finishes the context. The
+    /// client stayed STOPPING for good.
+    @Test func aStopNeverAnsweredIsRetriedOnANewStream() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, ignoreStopOnStream: 1))
+        var o = try pushOptions()
+        o.finishTimeoutMilliseconds = 300
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        for k in 1...3 { [Int16](repeating: Int16(k), count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines
+        #expect(lines.last == "stop ctx-1", "\(lines)")
+        #expect(lines.contains("segment final a1 a2 a3"), "\(lines)")
+        #expect(!lines.contains { $0.hasPrefix("error") }, "\(lines)")
+        #expect(service.streamsOpened.load(ordering: .relaxed) == 2)
+    }
+
+    /// When no stream finishes it, the context fails with a timeout naming the audio, then its
+    /// stop: no longer STOPPING for ever.
+    @Test func aContextNoStreamFinishesFailsWithATimeout() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(ignoreStop: true))
+        var o = try pushOptions()
+        o.finishTimeoutMilliseconds = 200
+        o.reconnectAttempts = 1
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        [Int16](repeating: 5, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(log.lines.suffix(2).first == "error timeout", "\(log.lines)")
+        #expect(log.lines.last == "stop ctx-1", "\(log.lines)")
+    }
+
     @Test func applicationDeliveryRunsCallbacksInsideDispatch() throws {
         let log = EventLog()
         var o = try pushOptions()

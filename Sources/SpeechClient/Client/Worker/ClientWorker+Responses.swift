@@ -28,6 +28,7 @@ extension ClientWorker {
             switch event {
             case .response(let response):
                 if case .started = response.payload { supervisor.laneAcknowledged(gen) }  // applied later
+                if case .finished = response.payload { supervisor.laneFinishedHeld(gen) }  // no longer due
                 if case .rttRequest(let id) = response.payload {
                     stream.send(.rttResponse(id: id))
                 } else if let error = hold(response, lane: gen) {

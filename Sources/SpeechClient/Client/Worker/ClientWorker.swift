@@ -195,8 +195,14 @@ final class ClientWorker: @unchecked Sendable {
     /// pending: nothing would take its audio but the replay buffer; a microphone is read all the same).
     private var pumpWanted: Bool { pumping && !(waitsForServer && (supervisor.reconnection.due != nil || (contextOpen && !stopSent && supervisor.lanes.live == nil))) }
 
-    /// The earlier of a lane's move off a going-away connection and a start acknowledgement due.
-    private var laneDeadlines: UInt64? { Self.earliest(supervisor.lanes.nextMoveDeadline, supervisor.lanes.nextStartDeadline) }
+    /// The earliest of a lane's move off a going-away connection, a start acknowledgement due
+    /// and a finish due.
+    private var laneDeadlines: UInt64? {
+        Self.earliest(Self.earliest(supervisor.lanes.nextMoveDeadline, supervisor.lanes.nextStartDeadline),
+                      supervisor.lanes.nextFinishDeadline(timeout: finishTimeoutNanos))
+    }
+
+    private var finishTimeoutNanos: UInt64 { UInt64(options.finishTimeoutMilliseconds) * 1_000_000 }
 
     static func earliest(_ a: UInt64?, _ b: UInt64?) -> UInt64? {
         guard let a else { return b }
@@ -215,6 +221,18 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
+    /// A stream whose `finished` did not come within the finish timeout of its stop is lost: a
+    /// server (or a replica behind a balancer) that hangs left the context STOPPING for good.
+    /// It is retried as a lost connection, its unfinished audio replayed on a new stream.
+    private func expireUnfinished(now: UInt64) {
+        for gen in supervisor.lanes.unfinished(at: now, timeout: finishTimeoutNanos) {
+            guard let stream = supervisor.stream(of: gen) else { continue }
+            stream.cancel()
+            handleStream(.closed(SpeechClientError(.timeout, "the server did not finish the context within \(options.finishTimeoutMilliseconds / 1000) s of its stop",
+                                                   grpcStatus: GRPCStatus.unavailable)), generation: gen)
+        }
+    }
+
     /// What the worker does between commands: reconnect, replay, pump the source, move a lane
     /// off a closing connection, close an idle stream.
     private func idleStep(idleDeadline: UInt64?) {
@@ -222,6 +240,8 @@ final class ClientWorker: @unchecked Sendable {
         let now = Clock.monotonicNanos()
         if let due = supervisor.lanes.nextStartDeadline, now >= due {
             expireUnacknowledgedStarts(now: now)
+        } else if let due = supervisor.lanes.nextFinishDeadline(timeout: finishTimeoutNanos), now >= due {
+            expireUnfinished(now: now)
         } else if let due = supervisor.reconnection.due, now >= due.at {
             supervisor.attemptReconnect(host: self)
         } else if replaying || pumping {

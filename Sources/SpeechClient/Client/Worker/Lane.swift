@@ -26,6 +26,9 @@ struct Lane {
     /// `.max` once it did (its `started` may still be held behind an earlier lane).
     var startDue: UInt64 = .max
     var stopSent = false
+    /// When its stop went out (monotonic ns): its `finished` is due within the finish timeout.
+    /// Nil before, and once its `finished` arrived (held behind an earlier lane, it is applied later).
+    var stoppedAt: UInt64?
     /// The connection is going away (GOAWAY): move to a new lane at the next pause, by this time.
     var moveBy: UInt64?
     /// User segment ids it updated that are not final yet (dropped if it is lost: its replacement
@@ -63,6 +66,7 @@ struct Lane {
         stream.send(.stop)
         stream.finish()
         stopSent = true
+        stoppedAt = Clock.monotonicNanos()
     }
 
     /// Sends a chunk of live audio on the stream, unless the lane is still replaying.

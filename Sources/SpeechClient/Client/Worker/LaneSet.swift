@@ -151,6 +151,16 @@ struct LaneSet {
         for i in entries.indices where entries[i].lane.startDue != .max { next = min(next ?? .max, entries[i].lane.startDue) }
         return next
     }
+    /// The earliest time a lane's `finished` is due by (its stop's time plus `timeout`).
+    func nextFinishDeadline(timeout: UInt64) -> UInt64? {
+        var next: UInt64?
+        for i in entries.indices { if let at = entries[i].lane.stoppedAt { next = min(next ?? .max, at &+ timeout) } }
+        return next
+    }
+    /// The lanes stopped and not finished within `timeout`, oldest stream first.
+    func unfinished(at now: UInt64, timeout: UInt64) -> [Int] {
+        entries.filter { $0.lane.stoppedAt.map { now >= $0 &+ timeout } ?? false }.map(\.generation)
+    }
     /// The lanes whose start was not acknowledged in time, oldest stream first, as they are now
     /// (ending one may change or remove the others: each is still cancelled).
     func unacknowledged(at now: UInt64) -> [(generation: Int, lane: Lane)] {

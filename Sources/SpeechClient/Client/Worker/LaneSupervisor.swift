@@ -191,6 +191,9 @@ final class LaneSupervisor {
     /// A held lane's `started` arrived (applied later, in order): its start timeout no longer applies.
     func laneAcknowledged(_ gen: Int) { lanes.update(gen) { $0.startDue = .max } }
 
+    /// A held lane's `finished` arrived (applied later, in order): its finish timeout no longer applies.
+    func laneFinishedHeld(_ gen: Int) { lanes.update(gen) { $0.stoppedAt = nil } }
+
     /// The server ended a held lane's stream cleanly (or that was dealt with: `false`).
     func setEndedWhileHeld(_ gen: Int, _ ended: Bool) { lanes.update(gen) { $0.endedWhileHeld = ended } }
 
