@@ -12,6 +12,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <speechclient.h>
 
+#include "checks.h"
+
 #include <poll.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -28,32 +30,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-
-static int failures = 0;
-static int checks = 0;
-
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        checks++;                                                                   \
-        if (!(cond)) {                                                              \
-            failures++;                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                           \
-    } while (0)
-
-#define CHECK_STATUS(expr, expected) CHECK((expr) == (expected))
-
-/* CHECK, saying what was found. */
-#define CHECKF(cond, ...)                                                           \
-    do {                                                                            \
-        checks++;                                                                   \
-        if (!(cond)) {                                                              \
-            failures++;                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                           \
-            fputc('\n', stderr);                                                    \
-        }                                                                           \
-    } while (0)
 
 static const char *UNREACHABLE = "grpc://127.0.0.1:1";
 

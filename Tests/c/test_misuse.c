@@ -13,6 +13,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <speechclient.h>
 
+#include "checks.h"
+
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,20 +25,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-
-static int failures = 0;
-static int checks = 0;
-
-#define CHECKF(cond, ...)                                                         \
-    do {                                                                          \
-        checks++;                                                                 \
-        if (!(cond)) {                                                            \
-            failures++;                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fputc('\n', stderr);                                                  \
-        }                                                                         \
-    } while (0)
 
 static void sleep_ms(int ms) {
     struct timespec ts;
