@@ -50,8 +50,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         let format = inner.format
         lock.withLock {
             openFormat = format
-            samples = FIFO()
-            bufferedSamples = 0
+            clearLocked()
             ended = false
             failure = nil
             dropping = false
@@ -123,21 +122,14 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
                 if let failure { throw failure }
                 return ended ? nil : []
             }
-            var out: [Float] = []
-            out.reserveCapacity(bufferedSamples)
-            while let block = samples.pop() { out.append(contentsOf: block) }
-            bufferedSamples = 0
-            dropping = false
-            return out
+            return takeAllLocked()
         }
     }
 
     /// From now on the audio is kept for `read` (what came before is dropped).
     public func startCollecting() {
         lock.withLock {
-            samples = FIFO()
-            bufferedSamples = 0
-            dropping = false
+            clearLocked()
             collecting = true
         }
     }
@@ -145,21 +137,30 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     /// From now on the audio is dropped as it comes (and so is what is buffered).
     public func stopCollecting() {
         lock.withLock {
-            samples = FIFO()
-            bufferedSamples = 0
+            clearLocked()
             collecting = false
         }
     }
 
     /// What is buffered now, without waiting (a stop sends the audio captured before it).
     public func takeBuffered() -> [Float] {
-        lock.withLock {
-            var out: [Float] = []
-            out.reserveCapacity(bufferedSamples)
-            while let block = samples.pop() { out.append(contentsOf: block) }
-            bufferedSamples = 0
-            return out
-        }
+        lock.withLock { takeAllLocked() }
+    }
+
+    /// Everything buffered, in order, and the buffer emptied.
+    private func takeAllLocked() -> [Float] {
+        var out: [Float] = []
+        out.reserveCapacity(bufferedSamples)
+        while let block = samples.pop() { out.append(contentsOf: block) }
+        bufferedSamples = 0
+        dropping = false
+        return out
+    }
+
+    private func clearLocked() {
+        samples = FIFO()
+        bufferedSamples = 0
+        dropping = false
     }
 
     /// Stops the capture thread (closing the device wakes its read) and waits for it.
@@ -171,8 +172,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         inner.close()
         running?.join()
         lock.withLock {
-            samples = FIFO()
-            bufferedSamples = 0
+            clearLocked()
             ended = true
             lock.broadcast()
         }

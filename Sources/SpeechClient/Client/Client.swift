@@ -23,7 +23,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         case pushEnd(Chunker.Chunks)
         case suspend
         case resume
-        case stream(StreamEvent, generation: Int)
+        /// `heldBytes`: a response's share of `queuedResponseBytes` (worked out once, when queued).
+        case stream(StreamEvent, generation: Int, heldBytes: Int = 0)
         case wake(WakeEvent, generation: Int)
     }
 
@@ -815,7 +816,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             switch command {
             case .start: untakenStarts -= 1
             case .stop, .pushEnd: untakenStops -= 1
-            case .stream(.response(let response), _): queuedResponseBytes -= response.heldBytes
+            case .stream(_, _, let heldBytes): queuedResponseBytes -= heldBytes
             default: break
             }
             if commands.isEmpty && !overflowedStreams.isEmpty { overflowedStreams = [] }
@@ -847,9 +848,10 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         let idleWorker: ClientWorker? = lock.withLock {
             guard ClientWorker.isDirectUpdate(event), commands.isEmpty, !workerBusy, !closing, let w = worker,
                   w.audioLock.tryLock() else {
+                var bytes = 0
                 if case .response(let response) = event {
                     if overflowedStreams.contains(generation) { return nil }
-                    let bytes = response.heldBytes
+                    bytes = response.heldBytes
                     if queuedResponseBytes + bytes > Self.maxQueuedResponseBytes {
                         // Its stream is ended (a parse error, as for any bound a server passes)
                         // and what it sends meanwhile is dropped.
@@ -860,7 +862,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                     }
                     queuedResponseBytes += bytes
                 }
-                enqueueLocked(.stream(event, generation: generation))
+                enqueueLocked(.stream(event, generation: generation, heldBytes: bytes))
                 return nil
             }
             return w

@@ -159,7 +159,7 @@ final class AudioPump {
                 close()
             }
         case .microphone:
-            (source as? CaptureBuffer)?.stopCollecting()
+            stopCollecting()
         case .push:
             break
         }

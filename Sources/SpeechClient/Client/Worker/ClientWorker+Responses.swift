@@ -32,7 +32,6 @@ extension ClientWorker {
                 if case .rttRequest(let id) = response.payload {
                     stream.send(.rttResponse(id: id))
                 } else if let error = hold(response, lane: gen) {
-                    stream.cancel()
                     handleStream(.closed(error), generation: gen)
                 }
                 return
@@ -47,8 +46,8 @@ extension ClientWorker {
         case .closed(let error):
             defer { releaseHeld() }
             guard let lane = supervisor.lanes[gen] else { return }
-            // An error the client decided (a bound the server passed, queued from the event
-            // loop) leaves the stream open unless reset here; one closed already ignores it.
+            // Ended with an error: reset (a stream the server closed ignores it). An error the
+            // client decided (a bound passed, a timeout) leaves it open otherwise.
             if error != nil { lane.stream.cancel() }
             let wasCurrent = supervisor.lanes.remove(gen)
             let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
@@ -137,8 +136,8 @@ extension ClientWorker {
             if supervisor.serverContext(of: gen) != nil {
                 // One context per lane: a second started would map another server context
                 // (and keep it) for every such message.
-                protocolError(SpeechClientError(.parse, "the server sent started twice on the stream of one context; the stream was ended",
-                                                grpcStatus: GRPCStatus.internal), lane: gen)
+                handleStream(.closed(SpeechClientError(.parse, "the server sent started twice on the stream of one context; the stream was ended",
+                                                       grpcStatus: GRPCStatus.internal)), generation: gen)
                 return
             }
             guard let start = supervisor.laneStarted(gen, serverContext: response.audioContext) else { return }
@@ -189,15 +188,9 @@ extension ClientWorker {
         default:
             if let error = applySegmentUpdate(response, lane: gen) {
                 // A server past the assembler's bounds: end the stream as for a malformed message.
-                protocolError(error, lane: gen)
+                handleStream(.closed(error), generation: gen)
             }
         }
-    }
-
-    /// Ends a lane's stream as for a malformed message.
-    private func protocolError(_ error: SpeechClientError, lane gen: Int) {
-        supervisor.stream(of: gen)?.cancel()
-        handleStream(.closed(error), generation: gen)
     }
 
     /// Forgets audio every lane has finished with, and wakes a push waiting for room (and a

@@ -214,8 +214,7 @@ final class ClientWorker: @unchecked Sendable {
     /// hung server once left a context STARTING for 40 s): it is retried like a lost connection,
     /// its audio replayed, until the reconnect attempts run out.
     private func expireUnacknowledgedStarts(now: UInt64) {
-        for (gen, lane) in supervisor.lanes.unacknowledged(at: now) {
-            lane.stream.cancel()
+        for (gen, _) in supervisor.lanes.unacknowledged(at: now) {
             handleStream(.closed(SpeechClientError(.timeout, "the server did not acknowledge the start of the context within \(options.startTimeoutMilliseconds) ms",
                                                    grpcStatus: GRPCStatus.unavailable)), generation: gen)
         }
@@ -226,8 +225,6 @@ final class ClientWorker: @unchecked Sendable {
     /// It is retried as a lost connection, its unfinished audio replayed on a new stream.
     private func expireUnfinished(now: UInt64) {
         for gen in supervisor.lanes.unfinished(at: now, timeout: finishTimeoutNanos) {
-            guard let stream = supervisor.stream(of: gen) else { continue }
-            stream.cancel()
             handleStream(.closed(SpeechClientError(.timeout, "the server did not finish the context within \(options.finishTimeoutMilliseconds / 1000) s of its stop",
                                                    grpcStatus: GRPCStatus.unavailable)), generation: gen)
         }
@@ -353,7 +350,7 @@ final class ClientWorker: @unchecked Sendable {
             }
         case .suspend: handleSuspend()
         case .resume: handleResume()
-        case .stream(let event, let gen):
+        case .stream(let event, let gen, _):
             handleStream(event, generation: gen)
         case .wake(let event, let gen):
             if gen == wake?.generation { handleWake(event) }

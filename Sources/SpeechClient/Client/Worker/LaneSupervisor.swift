@@ -331,8 +331,8 @@ final class LaneSupervisor {
     @discardableResult
     func pumpReplay(host: some LaneHost) -> Bool {
         var sent = false
-        var lost: (from: Int, to: Int)?
         for gen in lanes.generations {
+            var lost: (from: Int, to: Int)?
             let done = lanes.update(gen) { lane -> Bool in
                 // Checked first: this runs each time the worker looks while the stream drains.
                 guard let cursor = lane.cursor, lane.stream.backlogBytes <= Self.backlogLimit else { return false }
@@ -360,7 +360,6 @@ final class LaneSupervisor {
             if let (from, to) = lost, from < to {
                 host.replayOverflowed(from: from, to: to)
             }
-            lost = nil
         }
         return sent
     }
