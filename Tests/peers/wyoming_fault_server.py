@@ -83,7 +83,7 @@ import time
 VERSION = "1.10.2"
 SCENARIOS = ("Normal", "Streaming", "StreamingStopFirst", "NoInfo", "HTTP", "HugePayload",
              "HugeData", "HugeLine", "TruncatedJSON", "TruncatedData", "UnknownEvents",
-             "NotUTF8", "CloseMidStream", "Error", "NoTranscript", "ChunkFlood", "Pings")
+             "NotUTF8", "CloseMidStream", "Error", "NoTranscript", "ChunkFlood", "Pings", "PingsUnread")
 MAX_LINE = 1 << 20          # what we accept from a client
 MAX_DATA = 1 << 20
 MAX_PAYLOAD = 1 << 24
@@ -391,6 +391,18 @@ def run_scenario(c: Conn) -> None:
         serve_asr(c, chunk_flood=True)
     elif s == "Pings":
         serve_asr(c, pings=True)
+    elif s == "PingsUnread":
+        # At audio-start, 8 pings of 3 MiB of text each, and nothing read after them: the
+        # client's answers pile up unsent.
+        while True:
+            type_, data, payload = c.read_event()
+            if type_ == "describe":
+                c.event("info", info_data(False))
+            elif type_ == "audio-start":
+                for _ in range(8):
+                    c.event("ping", {"text": "p" * (3 << 20)})
+                time.sleep(HOLD_S)
+                return
     elif s == "NoInfo":
         c.hold(HOLD_S * 10)
     elif s == "HTTP":

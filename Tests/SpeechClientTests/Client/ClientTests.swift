@@ -68,6 +68,15 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
     #expect(try client.waitIdle(timeoutMilliseconds: 5000))
 }
 
+/// Once ctx-1 started: suspend (its stop goes out and it finishes), resume, and start again
+/// while it may still be finishing.
+func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLog) throws {
+    #expect(log.waitFor { $0.contains("start ctx-1") })
+    try client.suspend()
+    try client.resume()
+    try client.start()
+}
+
 @Suite struct ClientTests {
     @Test func pushedAudioIsTranscribedAndEventsComeInOrder() throws {
         let log = EventLog()
@@ -351,10 +360,7 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         try client.start()
         let first = [Int16](repeating: 1000, count: 1600 * 2)
         first.withUnsafeBufferPointer { try? client.pushAudio($0) }
-        #expect(log.waitFor { $0.contains("start ctx-1") })
-        try client.suspend()
-        try client.resume()
-        try client.start()
+        try startAgainWhileTheSuspendedContextFinishes(client, log)
         #expect(client.currentState == .starting)
         let second = [Int16](repeating: 2000, count: 1600 * 3)
         second.withUnsafeBufferPointer { try? client.pushAudio($0) }
@@ -379,10 +385,7 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         defer { try? client.close() }
         try client.start()
         [Int16](repeating: 1000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
-        #expect(log.waitFor { $0.contains("start ctx-1") })
-        try client.suspend()
-        try client.resume()
-        try client.start()
+        try startAgainWhileTheSuspendedContextFinishes(client, log)
         [Int16](repeating: 2000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
         try client.stop()
         try client.start()  // queued behind that stop
@@ -408,10 +411,7 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         let client = try Client(options: o, service: service, handler: log.handler)
         defer { try? client.close() }
         try client.start()
-        #expect(log.waitFor { $0.contains("start ctx-1") })
-        try client.suspend()
-        try client.resume()
-        try client.start()
+        try startAgainWhileTheSuspendedContextFinishes(client, log)
         usleepMs(100)  // the start has been taken, and waits for ctx-1's end
         let chunk = [Int16](repeating: 100, count: 1600)
         var timedOut = 0
@@ -424,6 +424,29 @@ func pushThreeChunksAndEnd(_ client: Client) throws {
         #expect(timedOut >= 4, "\(timedOut)")  // 1 s of the 1.5 s fits
         usleepMs(100)
         #expect(!log.lines.contains { $0.hasPrefix("error") }, "\(log.lines)")
+    }
+
+    /// Without a push wait, audio pushed for a start that waits for the previous context is
+    /// held up to the replay buffer; past it the rest is dropped, and that is said once.
+    @Test func audioHeldForAWaitingStartPastTheBufferIsDroppedAndSaidOnce() throws {
+        let log = EventLog()
+        let messages = Locked<[String]>([])
+        let service = FakeRecognitionService(.init(ignoreStopOnStream: 1))  // ctx-1 never finishes
+        var o = try pushOptions()
+        o.replayBufferMilliseconds = 1000
+        let client = try Client(options: o, service: service, handler: { c, e in
+            if case .error(let error) = e { messages.withLock { $0.append(error.message) } }
+            log.handler(c, e)
+        })
+        defer { try? client.close() }
+        try client.start()
+        try startAgainWhileTheSuspendedContextFinishes(client, log)
+        let chunk = [Int16](repeating: 100, count: 1600)
+        for _ in 0..<15 { chunk.withUnsafeBufferPointer { try? client.pushAudio($0) } }  // 1.5 s
+        #expect(log.waitFor { $0.contains("error network") }, "\(log.lines)")
+        usleepMs(100)  // a second report would come with the later chunks
+        #expect(log.lines.filter { $0.hasPrefix("error") } == ["error network"], "\(log.lines)")
+        #expect(messages.withLock { $0 }.first?.contains("beyond the replay buffer (1000 ms) is being dropped") == true)
     }
 
     /// A stop on a pushed-audio client sends what the push path still holds (the chunk in

@@ -94,18 +94,25 @@ import Testing
         stream.cancel()
     }
 
+    /// A stream to the peer, and the error it ends with (nil: a clean end).
+    func streamRecordingItsEnd(_ server: PeerProcess, resultTimeoutMilliseconds: Int) throws
+        -> (stream: any RecognitionStream, closed: OneShot<SpeechClientError?>) {
+        let service = WyomingService(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(server.port)"),
+                                     connectTimeoutMilliseconds: 3000, resultTimeoutMilliseconds: resultTimeoutMilliseconds, log: { _, _ in })
+        let closed = OneShot<SpeechClientError?>()
+        let stream = try service.openStream(config: SLUConfig(languageCode: "en-US"), cancellation: nil) { event in
+            if case .closed(let error) = event { closed.set(error) }
+        }
+        return (stream, closed)
+    }
+
     /// A server streaming transcript chunks that make no words (blanks) without end: the text
     /// is bounded as a segment is, and the stream ends with a parse error naming the bound. The
     /// text grew for as long as the stream lasted (the segment's bounds never saw it).
     @Test func aStreamedTranscriptPastASegmentsBoundEndsTheStream() throws {
         let server = try peer("ChunkFlood")
         defer { server.stop() }
-        let service = WyomingService(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(server.port)"),
-                                     connectTimeoutMilliseconds: 3000, resultTimeoutMilliseconds: 3000, log: { _, _ in })
-        let closed = OneShot<SpeechClientError?>()
-        let stream = try service.openStream(config: SLUConfig(languageCode: "en-US"), cancellation: nil) { event in
-            if case .closed(let error) = event { closed.set(error) }
-        }
+        let (stream, closed) = try streamRecordingItsEnd(server, resultTimeoutMilliseconds: 3000)
         defer { stream.cancel() }
         stream.send(.start(appId: "", options: []))
         stream.send(.audio(Self.oneSecond))
@@ -133,6 +140,19 @@ import Testing
         // The server says "pongs8" once it has read the 8 answers.
         #expect(answered.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
         #expect(stream.backlogBytes == 0)
+    }
+
+    /// A server that asks (pings) and never reads the answers: past 8 MiB unsent the connection
+    /// fails, naming that, instead of holding the answers without limit.
+    @Test func answersAServerNeverReadsFailTheConnectionPastTheBound() throws {
+        let server = try peer("PingsUnread")
+        defer { server.stop() }
+        let (stream, closed) = try streamRecordingItsEnd(server, resultTimeoutMilliseconds: 30_000)
+        defer { stream.cancel() }
+        stream.send(.start(appId: "", options: []))
+        let error = closed.wait(untilMonotonicNanos: Clock.monotonicNanos() + 20_000_000_000) ?? nil
+        #expect(error?.code == .network, "\(String(describing: error))")
+        #expect(error?.message.contains("does not read what is sent to it") == true, "\(String(describing: error))")
     }
 
     /// A stream opened ahead (prepared) and let go without a transcription (idle, suspend) is
