@@ -151,3 +151,49 @@ def test_c_quit_mid_stream_and_a_new_nginx(live_replicas, recording, tmp_path):
                           stream_after_quit_s=f"{streamed_after:.1f}")
     assert exit_s is not None and exit_s <= DRAIN_LIMIT_S, \
         f"the old nginx was still serving {DRAIN_LIMIT_S:.0f} s after `nginx -s quit` (exit: {exit_s})"
+
+
+# (f) Every replica down while the application pushes OUTAGE_AUDIO_S of audio and more while they
+# start again: the library keeps it (a 120 s replay buffer) and, once they are back, replays it. That is more audio than
+# one stream may carry through nginx's 1 MB body cap (the 900 KB budget is about 28 s), so the
+# replay must go out on several streams: on one it was answered 413 and the context failed.
+OUTAGE_AT_S = 0.5      # wall seconds into the push (4 s of audio at OUTAGE_PUSH_SPEED)
+OUTAGE_AUDIO_S = 40.0  # audio pushed while every replica is down
+OUTAGE_PUSH_SPEED = 8.0
+
+
+def test_f_every_replica_down_for_more_audio_than_a_stream_carries(live_replicas, recording, tmp_path):
+    """(f) The binding pushes the recording at 8x; 0.5 s in, every replica gets SIGKILL; 40 s of
+    audio later (5 s) they are started again, which takes seconds more. Nothing may be lost or
+    refused."""
+    wav, _ = recording
+    nginx = pt.Nginx(tmp_path / "nginx", pt.free_port(), live_replicas.addresses)
+    done = {}
+
+    def act(t):
+        if t >= OUTAGE_AT_S and "down" not in done:
+            for i in range(len(live_replicas.servers)):
+                live_replicas.kill(i)
+            done["down"] = time.monotonic()
+        elif "down" in done and "restart" not in done and t >= OUTAGE_AT_S + OUTAGE_AUDIO_S / OUTAGE_PUSH_SPEED:
+            def restart():  # beside the push, which goes on meanwhile (the replicas take 1-3 s)
+                for i in range(len(live_replicas.servers)):
+                    live_replicas.restart(i)
+                done["up"] = time.monotonic()
+            done["restart"] = threading.Thread(target=restart, daemon=True)
+            done["restart"].start()
+
+    try:
+        run = pt.run_push(nginx.url, pt.read_pcm(wav), tmp_path / "cache", speed=OUTAGE_PUSH_SPEED, on_time=act,
+                          replay_buffer_ms=120_000, reconnect=(None, 200, 1000), timeout=120)
+        if "restart" in done:
+            done["restart"].join(timeout=30)
+    finally:
+        nginx.stop()
+    access = (nginx.prefix / "logs" / "access.log").read_text(errors="replace")
+    refused = sum(1 for line in access.splitlines() if '" 413 ' in line)
+    assert "up" in done, "the push ended before the replicas were started again"
+    _assert_all_delivered("nginx-outage", run, nginx.error_log() + "\n" + "\n".join(run.logs[-30:]),
+                          seconds=f"{run.elapsed:.1f}", outage_s=f"{done['up'] - done['down']:.1f}",
+                          status_413=refused, streams=sum(1 for line in access.splitlines() if "SLU/Stream" in line))
+    assert refused == 0, f"nginx refused {refused} stream(s) as too large (413)"

@@ -29,13 +29,13 @@ import Testing
         }
     }
 
-    func run(chunks: Int, budget: Int, behaviour: FakeRecognitionService.Behaviour, pauseEvery: Int = 8)
-        throws -> (Finals, FakeRecognitionService) {
+    func run(chunks: Int, budget: Int, behaviour: FakeRecognitionService.Behaviour, pauseEvery: Int = 8,
+             reconnectDelayMilliseconds: Int = 10) throws -> (Finals, FakeRecognitionService) {
         let finals = Finals()
         let service = FakeRecognitionService(behaviour)
         var o = try pushOptions()
         o.streamBudgetBytes = budget
-        o.reconnectInitialDelayMilliseconds = 10
+        o.reconnectInitialDelayMilliseconds = reconnectDelayMilliseconds
         let client = try Client(options: o, service: service, handler: finals.handler)
         defer { try? client.close() }
         try client.start()
@@ -91,6 +91,21 @@ import Testing
         // At least one rotation and the replacement of the lost lane.
         let opened = service.streamsOpened.load(ordering: .relaxed)
         #expect(opened >= 3)
+    }
+
+    /// An outage longer than a stream carries: the audio pushed meanwhile (6 s, nothing of it
+    /// final) is replayed on as many streams as the budget needs, each within it, every word once
+    /// and in order. On one stream it was 60 chunks against a budget of about 20: behind nginx, a
+    /// 413 and the context lost.
+    @Test func aReplayLongerThanTheBudgetGoesOutOnSeveralStreams() throws {
+        let reset = SpeechClientError(.network, "reset")
+        let (finals, service) = try run(chunks: 60, budget: 65_536, behaviour: .init(failAfterChunks: (3, reset), failStream: 1, wordsFromAudio: true),
+                                        reconnectDelayMilliseconds: 500)
+        #expect(finals.words.withLock { $0 }.map(\.0) == (1...60).map { "a\($0)" })
+        #expect(!finals.log.lines.contains { $0.hasPrefix("error") })
+        let most = service.mostChunksOnAStream.load(ordering: .relaxed)
+        #expect(most * Lane.audioBytes(samples: 1_600) <= 65_536, "\(most) chunks on one stream")
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 4)
     }
 
     /// Issue 23: a later lane's results are held while an earlier lane drains; a server that

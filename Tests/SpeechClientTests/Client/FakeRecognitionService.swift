@@ -63,6 +63,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     let startsHanded = Atomic<Int>(0)
     let streamsOpened = Atomic<Int>(0)
     let streamsFinished = Atomic<Int>(0)
+    /// The most audio chunks one stream was sent: what a proxy's request cap would see.
+    let mostChunksOnAStream = Atomic<Int>(0)
     /// Context ids are numbered across streams, as a server numbers them (ctx-1, ctx-2, ...).
     let contextsStarted = Atomic<Int>(0)
 
@@ -147,6 +149,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 }
             case .audio(let samples):
                 s.chunks += 1
+                service.mostChunksOnAStream.max(s.chunks, ordering: .relaxed)
                 s.labels.append(service.behaviour.wordsFromAudio ? "a\(samples.first ?? 0)" : "w\(s.chunks)")
                 if mayFail, let (n, error) = service.behaviour.failAfterChunks, s.chunks >= n {
                     s.closed = true

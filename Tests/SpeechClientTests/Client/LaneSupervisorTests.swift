@@ -203,6 +203,75 @@ import Testing
         #expect(failure.message.contains("the last 0.2 s of audio, from 0.0 s"), "\(failure.message)")
     }
 
+    /// Chunk k, loud unless `quiet`: its first sample is k, the rest decide its level.
+    func voiced(_ k: Int, quiet: Bool = false) -> [Int16] {
+        var c = [Int16](repeating: quiet ? 0 : 5_000, count: Self.chunkSamples)
+        c[0] = Int16(k)
+        return c
+    }
+
+    /// Each stream's audio chunk numbers, and whether it sent its stop.
+    func carried(_ host: Host, from first: Int) -> [(chunks: [Int], stopped: Bool)] {
+        host.streams[first...].map { stream in
+            (stream.log.compactMap { $0.hasPrefix("audio ") ? Int($0.dropFirst(6)) : nil }, stream.log.contains("stop"))
+        }
+    }
+
+    /// The bytes a lane of `chunks` chunks carries, as the budget counts them (its start too).
+    func laneBytes(chunks: Int) -> Int {
+        SLURequest.start(appId: "", options: ClientOptions().contextOptions).encoded().count + 5
+            + chunks * Lane.audioBytes(samples: Self.chunkSamples)
+    }
+
+    /// An outage longer than a stream's budget (64 KiB: 20 chunks of 100 ms): the replay goes
+    /// out on several lanes, each within the budget, in order, only the last taking live audio.
+    /// Without a pause each is cut at the budget itself.
+    @Test func aReplayLongerThanTheBudgetIsCutIntoLanesWithinIt() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        s.sendAudio(voiced(0), host: host)
+        lost(s, lane: 1, host: host)
+        for k in 1..<50 { s.sendAudio(voiced(k), host: host) }  // recorded while disconnected
+        s.attemptReconnect(host: host)
+        s.sendAudio(voiced(50), host: host)
+        let lanes = carried(host, from: 1)
+        #expect(lanes.flatMap(\.chunks) == Array(0...50))
+        #expect(lanes.count == 3, "\(lanes.map(\.chunks.count))")
+        #expect(lanes.allSatisfy { laneBytes(chunks: $0.chunks.count) <= 65_536 })
+        #expect(lanes.map(\.stopped) == [true, true, false])
+        #expect(s.lanes.live == host.streams.count && host.failure == nil)
+        #expect(host.logs.contains("the replay of 5.0 s is longer than a stream's budget: it goes out on 3 streams"), "\(host.logs)")
+    }
+
+    /// With a pause past half the budget, the replay is cut inside it, as a live stream moves.
+    @Test func aLongReplayIsCutAtAPause() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        lost(s, lane: 1, host: host)
+        for k in 0..<30 { s.sendAudio(voiced(k, quiet: (12...14).contains(k)), host: host) }
+        s.endLiveAudio()
+        s.attemptReconnect(host: host)
+        let lanes = carried(host, from: 1)
+        #expect(lanes.flatMap(\.chunks) == Array(0..<30))
+        #expect(lanes.count == 2 && lanes.allSatisfy(\.stopped))
+        #expect((13...14).contains(lanes.first?.chunks.count ?? 0), "\(lanes.map(\.chunks.count))")
+    }
+
+    /// A draining lane's replay (it has an end) is cut too; a short one is not.
+    @Test func aDrainingLanesLongReplayIsCutAndAShortOneIsNot() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<19 { s.sendAudio(voiced(k), host: host) }  // within the budget, no pause: no move
+        #expect(host.streams.count == 1)
+        #expect(s.replayPieces(from: 0, end: 19 * Self.chunkSamples).count == 1)
+        #expect(s.replayPieces(from: 0, end: nil).count == 1)
+        s.rotate(reason: "a test", host: host)
+        for k in 19..<45 { s.sendAudio(voiced(k), host: host) }
+        let pieces = s.replayPieces(from: 0, end: 45 * Self.chunkSamples)
+        #expect(pieces.count == 3 && pieces.last?.end == 45 * Self.chunkSamples)
+        #expect(zip(pieces, pieces.dropFirst()).allSatisfy { $0.end == $1.from })
+    }
+
     @Test func theEndOfTheLiveAudioStopsTheLaneOnlyOnceItsReplayIsOut() throws {
         let s = supervisor(), host = Host()
         try s.openLane(from: 0, end: nil, host: host)

@@ -293,9 +293,18 @@ final class LaneSupervisor {
     /// When it is time: opens a new stream for each lost lane and replays the audio it had not
     /// finished. When the buffer no longer holds all of it, an error says what was lost.
     func attemptReconnect(host: some LaneHost) {
-        guard let (attempt, pending) = reconnection.takeDue(now: Clock.monotonicNanos()) else { return }
-        for (k, repair) in pending.enumerated() {
+        guard let (attempt, repairs) = reconnection.takeDue(now: Clock.monotonicNanos()) else { return }
+        var pending: [ReconnectionPlan.Repair] = []
+        for repair in repairs {
             let from = reconnection.replayStart(of: repair, oldestSample: replay.oldestSample)
+            let pieces = replayPieces(from: from, end: repair.end)
+            if pieces.count > 1 {
+                host.log(.info, "the replay of \(SpeechAudio.secondsText(samples: (repair.end ?? contextSamples) - from)) s is longer than a stream's budget: it goes out on \(pieces.count) streams")
+            }
+            pending += pieces
+        }
+        for (k, repair) in pending.enumerated() {
+            let from = repair.from
             do throws(SpeechClientError) {
                 try openLane(from: from, end: repair.end, host: host)
             } catch {
@@ -323,6 +332,32 @@ final class LaneSupervisor {
         host.report(.ready, attempt: 0, delayMilliseconds: 0, reason: nil)
         _ = pumpReplay(host: host)
         host.endContextIfDone()
+    }
+
+    /// The audio [from, end) of a lost lane as the lanes that replay it, in order: one, unless
+    /// it is more than one stream may carry (`replay_buffer_ms` above the stream budget's audio,
+    /// or the server context's limit). Then it is cut where a live stream would have moved, by
+    /// the same `RotationPolicy`: at a pause past half the budget, at the budget itself when
+    /// there is none. Only the last piece of a live lane's audio (end nil) takes live audio.
+    func replayPieces(from: Int, end: Int?) -> [ReconnectionPlan.Repair] {
+        var pieces: [ReconnectionPlan.Repair] = []
+        var policy = rotation
+        policy.reset()
+        let startBytes = startRequest.encoded().count + 5
+        var pieceStart = from, bytes = startBytes, at = from
+        for chunk in replay.chunks(from: from, upTo: end ?? contextSamples) {
+            if at > pieceStart,
+               policy.reason(before: chunk, streamBytes: bytes, sentSamples: at - pieceStart, moveBy: nil, now: 0) != nil {
+                pieces.append((pieceStart, at))
+                policy.reset()
+                pieceStart = at
+                bytes = startBytes
+            }
+            bytes += Lane.audioBytes(samples: chunk.count)
+            at += chunk.count
+        }
+        pieces.append((pieceStart, end))
+        return pieces
     }
 
     /// Sends replay audio on every lane that has some, while its stream's send backlog is under
