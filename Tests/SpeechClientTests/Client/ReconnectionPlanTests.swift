@@ -51,6 +51,22 @@ import Testing
         #expect(p.isSettled)
     }
 
+    /// The lanes an attempt opened (a replay split across three streams) are lost together
+    /// when the server is still down: that is one failed attempt, not three. Counted per lane,
+    /// the second lane of the second round already failed the context with two attempts allowed.
+    @Test func lanesOfOneAttemptLostTogetherCountOnce() {
+        var p = Self.plan(attempts: 2)
+        #expect(p.laneLost((0, nil), cause: Self.lost, servedLongEnough: false, now: 0) == .retry(attempt: 1, delayMilliseconds: 100))
+        _ = p.takeDue(now: .max)
+        let pieces: [ReconnectionPlan.Repair] = [(0, 16_000), (16_000, 32_000), (32_000, nil)]
+        #expect(p.laneLost(pieces[0], cause: Self.lost, servedLongEnough: false, now: 0) == .retry(attempt: 2, delayMilliseconds: 200))
+        for piece in pieces.dropFirst() {
+            #expect(p.laneLost(piece, cause: Self.lost, servedLongEnough: false, now: 0) == .joinsScheduledAttempt)
+        }
+        #expect(p.takeDue(now: .max)?.repairs.count == 3)
+        #expect(p.laneLost(pieces[0], cause: Self.lost, servedLongEnough: false, now: 0) == .fail(attemptsMade: 2))
+    }
+
     @Test func progressAndALaneServedLongEnoughCountTheAttemptsAfresh() {
         var p = Self.plan(attempts: 1)
         #expect(p.laneLost((0, nil), cause: Self.lost, servedLongEnough: false, now: 0) == .retry(attempt: 1, delayMilliseconds: 100))

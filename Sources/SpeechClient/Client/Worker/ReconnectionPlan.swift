@@ -71,13 +71,19 @@ struct ReconnectionPlan {
 
     /// A lane was lost with `cause`. `servedLongEnough`: the server had served it a while, which
     /// counts as progress.
+    /// Lanes lost while an attempt is scheduled join it and count no further: one outage takes
+    /// every lane of a connection, and a replay split across streams loses them all at once, so
+    /// counting each lane would spend the attempts several at a time.
     mutating func laneLost(_ repair: Repair, cause: SpeechClientError, servedLongEnough: Bool, now: UInt64) -> Decision {
         if servedLongEnough { lossesWithoutProgress = 0 }
-        lossesWithoutProgress += 1
         let retryable = Self.isRetryable(cause)
+        if retryable && due != nil {
+            repairs.append(repair)
+            return .joinsScheduledAttempt
+        }
+        lossesWithoutProgress += 1
         if retryable && (unlimited || lossesWithoutProgress <= attempts) {
             repairs.append(repair)
-            guard due == nil else { return .joinsScheduledAttempt }
             return .retry(attempt: lossesWithoutProgress, delayMilliseconds: schedule(attempt: lossesWithoutProgress, now: now))
         }
         return .fail(attemptsMade: retryable && attempts > 0 ? lossesWithoutProgress - 1 : nil)
