@@ -40,8 +40,11 @@ import Testing
         var onFail: (() -> Void)?
         var logs: [String] = []
 
+        /// Opening fails with `openError` once this many streams are open.
+        var openFailsAfter = Int.max
+
         func takeStream() throws(SpeechClientError) -> (generation: Int, stream: any RecognitionStream)? {
-            if let openError { throw openError }
+            if let openError, streams.count >= openFailsAfter || openFailsAfter == .max { throw openError }
             let stream = RecordingStream()
             stream.backlog = newStreamBacklog
             streams.append(stream)
@@ -243,6 +246,26 @@ import Testing
         #expect(host.logs.contains("the replay of 5.0 s is longer than a stream's budget: it goes out on 3 streams"), "\(host.logs)")
     }
 
+    /// The server goes down again after two of a split replay's streams opened: the pieces not
+    /// opened wait for the next attempt, and that attempt reopens exactly them, in order.
+    @Test func piecesNotOpenedWaitForTheNextAttempt() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        lost(s, lane: 1, host: host)
+        for k in 0..<50 { s.sendAudio(voiced(k), host: host) }
+        s.endLiveAudio()
+        host.openError = SpeechClientError(.network, "connection refused")
+        host.openFailsAfter = 3  // the first stream and two pieces
+        s.attemptReconnect(host: host)
+        #expect(host.streams.count == 3 && host.failure == nil)
+        #expect(host.reports == ["reconnecting 1", "reconnecting 2"])
+        host.openError = nil
+        s.attemptReconnect(host: host)  // due at once: no delay in these tests
+        let lanes = carried(host, from: 1)
+        #expect(lanes.flatMap(\.chunks) == Array(0..<50), "\(lanes.map(\.chunks))")
+        #expect(lanes.count == 3 && lanes.allSatisfy(\.stopped))
+    }
+
     /// With a pause past half the budget, the replay is cut inside it, as a live stream moves.
     @Test func aLongReplayIsCutAtAPause() throws {
         let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
@@ -255,6 +278,32 @@ import Testing
         #expect(lanes.flatMap(\.chunks) == Array(0..<30))
         #expect(lanes.count == 2 && lanes.allSatisfy(\.stopped))
         #expect((13...14).contains(lanes.first?.chunks.count ?? 0), "\(lanes.map(\.chunks.count))")
+    }
+
+    /// A short replay on a stream that drains slowly while live audio goes on (an uplink barely
+    /// faster than the audio): the live lane's replay grows past the budget before it catches up.
+    /// It moves to new streams on the way, as it would once caught up; before, all of it went
+    /// out on the one stream.
+    @Test func aLiveLaneFallingBehindWhileReplayingMovesWithinTheBudget() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<5 { s.sendAudio(voiced(k), host: host) }
+        lost(s, lane: 1, host: host)
+        host.newStreamBacklog = LaneSupervisor.backlogLimit + 1  // the new stream drains slowly
+        s.attemptReconnect(host: host)
+        #expect(host.streams.count == 2)  // 0.5 s to replay: one lane
+        for k in 5..<50 { s.sendAudio(voiced(k), host: host) }  // kept for its replay meanwhile
+        host.newStreamBacklog = 0
+        host.streams[1].backlog = 0
+        var rounds = 0
+        while s.pumpReplay(host: host) && rounds < 10 { rounds += 1 }
+        s.sendAudio(voiced(50), host: host)
+        let lanes = carried(host, from: 1)
+        #expect(lanes.flatMap(\.chunks) == Array(0...50))
+        #expect(lanes.count == 3, "\(lanes.map(\.chunks.count))")
+        #expect(lanes.allSatisfy { laneBytes(chunks: $0.chunks.count) <= 65_536 })
+        #expect(lanes.map(\.stopped) == [true, true, false])
+        #expect(s.lanes.live == host.streams.count && !s.lanes.replaying && host.failure == nil)
     }
 
     /// A draining lane's replay (it has an end) is cut too; a short one is not.

@@ -363,11 +363,18 @@ final class LaneSupervisor {
     /// Sends replay audio on every lane that has some, while its stream's send backlog is under
     /// `backlogLimit`; a lane with an end sends its stop once all of it is out, a live lane then
     /// takes live audio again. Returns whether it made progress.
+    ///
+    /// The live lane's replay grows with the live audio while its stream drains slowly (an
+    /// uplink barely faster than the audio): it moves to a new stream where `rotation` says,
+    /// as it would once caught up, so that no stream outgrows its budget while it catches up.
     @discardableResult
     func pumpReplay(host: some LaneHost) -> Bool {
         var sent = false
+        let now = Clock.monotonicNanos()
         for gen in lanes.generations {
             var lost: (from: Int, to: Int)?
+            var moveAt: (sample: Int, why: String)?
+            let live = gen == lanes.live && !host.liveAudioEnded
             let done = lanes.update(gen) { lane -> Bool in
                 // Checked first: this runs each time the worker looks while the stream drains.
                 guard let cursor = lane.cursor, lane.stream.backlogBytes <= Self.backlogLimit else { return false }
@@ -378,10 +385,23 @@ final class LaneSupervisor {
                 var at = max(cursor, replay.oldestSample)
                 for chunk in replay.chunks(from: at, upTo: target) {
                     if lane.stream.backlogBytes > Self.backlogLimit { break }
+                    if live, at > lane.start,
+                       let why = rotation.reason(before: chunk, streamBytes: lane.bytes, sentSamples: at - lane.start,
+                                                 moveBy: lane.moveBy, now: now) {
+                        moveAt = (at, why)
+                        break
+                    }
                     lane.stream.send(.audio(chunk))
                     lane.bytes += Lane.audioBytes(samples: chunk.count)
                     at += chunk.count
                     sent = true
+                }
+                if let move = moveAt {  // its audio ends here: it drains, a new lane replays the rest
+                    lane.end = move.sample
+                    lane.moveBy = nil
+                    lane.cursor = nil
+                    lane.stop()
+                    return true
                 }
                 guard at >= target else {
                     lane.cursor = at
@@ -394,6 +414,17 @@ final class LaneSupervisor {
             if done == true { host.log(.debug, "replay done") }
             if let (from, to) = lost, from < to {
                 host.replayOverflowed(from: from, to: to)
+            }
+            if let (sample, why) = moveAt {
+                lanes.endLive()
+                host.log(.info, "context \(host.contextId) continues on a new stream at \(SpeechAudio.secondsText(samples: sample)) s while replaying: \(why)")
+                do throws(SpeechClientError) {
+                    try openLane(from: sample, end: nil, host: host)
+                } catch {
+                    let cause = host.connectCancelled ? SpeechClientError(.network, "the client was suspended while the context moved to a new stream") : error
+                    laneLost(from: sample, end: nil, cause: cause, servedLongEnough: false, host: host)
+                }
+                sent = true
             }
         }
         return sent
