@@ -197,3 +197,5 @@ def test_f_every_replica_down_for_more_audio_than_a_stream_carries(live_replicas
                           seconds=f"{run.elapsed:.1f}", outage_s=f"{done['up'] - done['down']:.1f}",
                           status_413=refused, streams=sum(1 for line in access.splitlines() if "SLU/Stream" in line))
     assert refused == 0, f"nginx refused {refused} stream(s) as too large (413)"
+    assert any("longer than a stream's budget" in line for line in run.logs), \
+        "no replay was split across streams: the outage did not test what it is for\n" + "\n".join(run.logs[-30:])

@@ -67,6 +67,17 @@ import Testing
         #expect(p.laneLost(pieces[0], cause: Self.lost, servedLongEnough: false, now: 0) == .fail(attemptsMade: 2))
     }
 
+    /// Joining a scheduled attempt is for losses a reconnection mends, and only when attempts
+    /// are allowed at all (with none, an attempt can still be scheduled for a fresh login).
+    @Test func whatCannotJoinAScheduledAttempt() {
+        var p = Self.plan()
+        _ = p.laneLost((0, nil), cause: Self.lost, servedLongEnough: false, now: 0)
+        #expect(p.laneLost((0, 16_000), cause: SpeechClientError(.api, "bad app id"), servedLongEnough: false, now: 0) == .fail(attemptsMade: nil))
+        var none = Self.plan(attempts: 0)
+        _ = none.retryAfterLogin((0, nil), now: 0)  // a rejected token: one fresh login
+        #expect(none.laneLost((0, 16_000), cause: Self.lost, servedLongEnough: false, now: 0) == .fail(attemptsMade: nil))
+    }
+
     @Test func progressAndALaneServedLongEnoughCountTheAttemptsAfresh() {
         var p = Self.plan(attempts: 1)
         #expect(p.laneLost((0, nil), cause: Self.lost, servedLongEnough: false, now: 0) == .retry(attempt: 1, delayMilliseconds: 100))

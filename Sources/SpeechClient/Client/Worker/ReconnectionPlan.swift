@@ -74,10 +74,14 @@ struct ReconnectionPlan {
     /// Lanes lost while an attempt is scheduled join it and count no further: one outage takes
     /// every lane of a connection, and a replay split across streams loses them all at once, so
     /// counting each lane would spend the attempts several at a time.
+    /// (Not with no attempts allowed: an attempt scheduled then is a fresh login's, for a lane
+    /// whose token was rejected, and a lost connection still fails the context.)
     mutating func laneLost(_ repair: Repair, cause: SpeechClientError, servedLongEnough: Bool, now: UInt64) -> Decision {
-        if servedLongEnough { lossesWithoutProgress = 0 }
         let retryable = Self.isRetryable(cause)
-        if retryable && due != nil {
+        if servedLongEnough {  // progress: the attempts count afresh (the one scheduled is the first)
+            lossesWithoutProgress = due != nil ? 1 : 0
+        }
+        if retryable && due != nil && attempts != 0 {
             repairs.append(repair)
             return .joinsScheduledAttempt
         }
