@@ -1236,6 +1236,50 @@ def test_listen_and_level_trampolines_make_frozen_updates():
         got[0].position_ms = 1  # frozen like the other updates
 
 
+def emit_listen_from_another_thread(c, position_ms):
+    """A ListenEvent as the library's callback thread hands it over (the trampoline, off this thread)."""
+    from speechclient import _handle
+    listen_cb = _handle._TRAMPOLINES[6]
+    t = threading.Thread(target=listen_cb, args=(None, int(sc.Listen.ACTIVATE), position_ms, c._key))
+    t.start()
+    t.join()
+
+
+def test_updates_in_flight_when_aupdates_is_left_keep_their_order():
+    """An update the callback thread handed over just before an aupdates() iterator was left, and
+    one after, reach the shared queue in the order they happened. The first used to be in
+    flight on the loop (call_soon_threadsafe) when the iterator ended, and landed behind the
+    second."""
+    with push_client() as c:
+        async def run():
+            it = c.aupdates()
+            emit_listen_from_another_thread(c, 1)
+            first = await it.__anext__()
+            emit_listen_from_another_thread(c, 2)  # before the loop runs again
+            await it.aclose()  # the iterator ends without the loop running in between
+            emit_listen_from_another_thread(c, 3)  # no iterator: straight to the shared queue
+            await asyncio.sleep(0.05)  # whatever the loop still had to run
+            return first
+        first = asyncio.run(asyncio.wait_for(run(), 10))
+        assert first.position_ms == 1
+        assert [u.position_ms for u in c._queue] == [2, 3]
+
+
+def test_updates_for_an_aupdates_iterator_on_a_closed_loop_are_not_lost():
+    """An aupdates() iterator left suspended on a loop that was then closed (never finalised)
+    can never take another update: what arrives goes to the shared queue for updates(). It went
+    into that iterator's queue, where nothing could read it."""
+    with push_client() as c:
+        loop = asyncio.new_event_loop()
+        it = c.aupdates()
+        emit_listen_from_another_thread(c, 1)
+        assert loop.run_until_complete(it.__anext__()).position_ms == 1
+        loop.close()
+        emit_listen_from_another_thread(c, 2)
+        emit_listen_from_another_thread(c, 3)
+        assert [u.position_ms for u in c._queue] == [2, 3]
+
+
 def test_cli_hands_free_usage(tmp_path):
     wav = tmp_path / "x.wav"
     import wave

@@ -11,7 +11,7 @@ import ctypes
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Deque, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, AsyncIterable, AsyncIterator, Deque, Iterable, List, Optional, Tuple, Union
 
 from . import _native as n
 from ._handle import _IDLE_POLL_S, _WAIT_SLICE_S, _Buffer
@@ -21,11 +21,8 @@ from .types import PushAudio, StopEvent, Update
 if TYPE_CHECKING:
     from .client import Client
 
-_QueueItem = Union[Update, object]
-_WAKE = object()  # put into asyncio queues to make aupdates() look at the client again
-# An aupdates() or stream() iterator: its loop, its queue (anything with put_nowait), and the
-# thread running the loop.
-_Sink = Tuple[asyncio.AbstractEventLoop, Any, int]
+# An aupdates() or stream() iterator: its loop, its inbox, and the thread running the loop.
+_Sink = Tuple[asyncio.AbstractEventLoop, "_Inbox", int]
 # A loop.add_reader on the event fd: the loop, the fd, and the loop's thread.
 _Reader = Tuple[asyncio.AbstractEventLoop, int, int]
 
@@ -55,11 +52,11 @@ class _AsyncMixin:
         runs the callbacks itself. It starts nothing; stream() starts a context and ends with
         its stop event."""
         loop = asyncio.get_running_loop()
-        q: "asyncio.Queue[_QueueItem]" = asyncio.Queue()
-        sink = (loop, q, threading.get_ident())
+        inbox = _Inbox(loop)
+        sink = (loop, inbox, threading.get_ident())
         with self._cond:
-            while self._queue:  # updates that arrived before come first
-                q.put_nowait(self._queue.popleft())
+            inbox.items.extend(self._queue)  # updates that arrived before come first
+            self._queue.clear()
             self._async_sinks.append(sink)
         reader = None
         if self.delivery == n.Delivery.APPLICATION and self._handle is not None:
@@ -69,19 +66,14 @@ class _AsyncMixin:
         try:
             while True:
                 self._raise_callback_error()
-                try:
-                    item: _QueueItem = q.get_nowait()
-                except asyncio.QueueEmpty:
-                    item = None
+                item = self._take(inbox)
                 if item is None:
                     if self._handle is None:
                         return
                     if self._may_end(seen_stop):
                         seen_stop = True  # a hands-free listening ended: that counts as its stop
-                        # Updates the callback thread handed over before it returned may still
-                        # wait in the loop's ready queue: let them land first.
-                        await asyncio.sleep(0)
-                        if q.empty():
+                        # Every callback so far has run, and put its update in the inbox.
+                        if not inbox.items:
                             self._raise_callback_error()
                             return
                         continue
@@ -95,28 +87,15 @@ class _AsyncMixin:
                         if left <= 0:
                             raise SpeechTimeoutError(n.Status.TIMEOUT, f"aupdates(): no update within {timeout} s")
                         wait = left if wait is None else min(wait, left)
-                    try:
-                        item = await (q.get() if wait is None else asyncio.wait_for(q.get(), wait))
-                    except asyncio.TimeoutError:
-                        continue
-                if item is _WAKE:
+                    await inbox.wait(wait)
                     continue
                 seen_stop = seen_stop or isinstance(item, StopEvent)
-                yield item  # type: ignore[misc]
+                yield item
                 deadline = None if timeout is None else time.monotonic() + timeout
         finally:
             if reader is not None:
                 self._unwatch_event_fd(reader)
-            with self._cond:
-                if sink in self._async_sinks:
-                    self._async_sinks.remove(sink)
-                # What arrived for this iterator but was not consumed goes back to the shared queue.
-                leftovers: List[Update] = []
-                while not q.empty():
-                    x = q.get_nowait()
-                    if x is not _WAKE:
-                        leftovers.append(x)  # type: ignore[arg-type]
-                self._queue.extendleft(reversed(leftovers))
+            self._drop_sink(sink)
 
     def stream(self, pcm: Optional[Union[_Buffer, Iterable[_Buffer], AsyncIterable[_Buffer]]] = None, *,
                timeout: Optional[float] = None) -> "Stream":
@@ -265,7 +244,7 @@ class _AsyncMixin:
             sinks = self._sinks()
             waiters = list(self._idle_waiters)
         for sink in sinks:
-            self._put_async(sink, _WAKE)
+            self._wake_sink(sink)
         for loop, event in waiters:
             try:
                 loop.call_soon_threadsafe(event.set)
@@ -276,39 +255,60 @@ class _AsyncMixin:
         """Every async iterator's sink (under self._cond)."""
         return self._async_sinks + ([self._stream_sink] if self._stream_sink is not None else [])
 
-    def _put_async(self, sink: "_Sink", item: _QueueItem) -> None:
-        loop, q, thread = sink
+    def _put_async(self, sink: "_Sink", item: Update) -> None:
+        """Into the iterator's inbox at once, under the client's lock, then its loop is woken.
+        Handed to the loop instead (call_soon_threadsafe), an update was still in flight when an
+        iterator left: it landed in the shared queue behind later ones, or was lost with a loop
+        closed before it ran."""
+        with self._cond:
+            if sink not in self._async_sinks and sink is not self._stream_sink:  # it has ended meanwhile
+                self._queue.append(item)
+                self._cond.notify_all()
+                return
+            sink[1].items.append(item)
+        self._wake_sink(sink)
+
+    def _take(self, inbox: "_Inbox") -> Optional[Update]:
+        with self._cond:
+            return inbox.items.popleft() if inbox.items else None
+
+    def _wake_sink(self, sink: "_Sink") -> None:
+        loop, inbox, thread = sink
         if thread == threading.get_ident():
-            self._deliver_async(sink, item)  # inside dispatch() on the loop's own thread
+            inbox.wake()  # inside dispatch() on the loop's own thread
             return
         try:
-            loop.call_soon_threadsafe(self._deliver_async, sink, item)
-        except RuntimeError:  # the loop is closed: keep the update for updates()
-            self._deliver_async(sink, item)
+            loop.call_soon_threadsafe(inbox.wake)
+        except RuntimeError:
+            # The loop is closed: an aupdates() iterator on it can never run again, and what it
+            # holds goes to the shared queue (for updates()). A stream() left so ends in its
+            # __del__, which does the same and stops its context.
+            if sink is not self._stream_sink:
+                self._drop_sink(sink)
 
-    def _deliver_async(self, sink: "_Sink", item: _QueueItem) -> None:
-        """On the loop's thread: into the iterator's queue, or, when that iterator has ended
-        meanwhile, back into the shared queue so that no update is lost."""
+    def _drop_sink(self, sink: "_Sink") -> None:
+        """An aupdates() iterator ended: what arrived for it and was not taken goes back to the
+        front of the shared queue, ahead of what comes later."""
         with self._cond:
-            if sink not in self._async_sinks and sink is not self._stream_sink:
-                if item is not _WAKE:
-                    self._queue.append(item)  # type: ignore[arg-type]
-                    self._cond.notify_all()
-                return
-        sink[1].put_nowait(item)
+            if sink in self._async_sinks:
+                self._async_sinks.remove(sink)
+            items = sink[1].items
+            self._queue.extendleft(reversed(items))
+            items.clear()
+            self._cond.notify_all()
 
 
 class _Inbox:
-    """A stream's updates: a deque and a future to wake the waiting iterator. A wait that times
-    out or is cancelled leaves every item in place (asyncio.wait_for on Queue.get may not)."""
+    """An iterator's updates (aupdates() or stream()): a deque, changed only under the client's
+    lock, and a future to wake the waiting iterator. A wait that times out or is cancelled
+    leaves every item in place (asyncio.wait_for on Queue.get may not)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.items: Deque[_QueueItem] = collections.deque()
+        self.items: Deque[Update] = collections.deque()
         self._loop = loop
         self._waiter: Optional["asyncio.Future[None]"] = None
 
-    def put_nowait(self, item: _QueueItem) -> None:  # on the loop's thread
-        self.items.append(item)
+    def wake(self) -> None:  # on the loop's thread
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
@@ -457,7 +457,7 @@ class Stream:
         if self._pcm is not None:
             inbox = self._inbox
             self._feeder = loop.create_task(_feed(c, self._pcm))
-            self._feeder.add_done_callback(lambda _task: inbox.put_nowait(_WAKE))
+            self._feeder.add_done_callback(lambda _task: inbox.wake())
 
     async def _next(self) -> Update:
         c, inbox = self._client, self._inbox
@@ -465,14 +465,12 @@ class Stream:
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         while True:
             c._raise_callback_error()
-            if inbox.items:
-                item = inbox.items.popleft()
-                if item is _WAKE:
-                    continue
+            item = c._take(inbox)
+            if item is not None:
                 if isinstance(item, StopEvent) and not self._hands_free:
                     self._stopped = True
                     self._finish()  # updates after the stop go to the shared queue
-                return item  # type: ignore[return-value]
+                return item
             if c._handle is None:
                 raise StopAsyncIteration
             if self._hands_free and c._may_end(True):
@@ -517,11 +515,11 @@ class Stream:
             if c._stream_sink is self._sink:
                 c._stream_sink = None
             inbox = self._inbox
-            leftovers = [x for x in inbox.items if x is not _WAKE] if inbox is not None else []
+            leftovers = list(inbox.items) if inbox is not None else []
             if inbox is not None:
                 inbox.items.clear()
             if leftovers:  # not lost: for updates()/aupdates()
-                c._queue.extend(leftovers)  # type: ignore[arg-type]
+                c._queue.extend(leftovers)
                 c._cond.notify_all()
             stopped = self._stopped or (not self._hands_free and any(isinstance(x, StopEvent) for x in leftovers))
             if self._started and not stopped and c._handle is not None and not c._closing:
