@@ -1280,6 +1280,62 @@ def test_updates_for_an_aupdates_iterator_on_a_closed_loop_are_not_lost():
         assert [u.position_ms for u in c._queue] == [2, 3]
 
 
+def test_a_new_aupdates_takes_over_from_one_left_but_not_finalised():
+    """`break` out of an aupdates() loop, then a new one at once: asyncio closes the first
+    iterator later, as a task. Meanwhile it stayed registered: it took a copy of every update,
+    and what it had not read (the StopEvent, say) went to the shared queue, never to the new
+    iterator, which then waited for it."""
+    with push_client() as c:
+        async def run():
+            emit_listen_from_another_thread(c, 1)
+            emit_listen_from_another_thread(c, 2)
+            async for u in c.aupdates():
+                assert u.position_ms == 1
+                break  # not finalised yet: its 2 is unread
+            second = c.aupdates()
+            emit_listen_from_another_thread(c, 3)
+            got = [(await second.__anext__()).position_ms, (await second.__anext__()).position_ms]
+            await asyncio.sleep(0.05)  # the first iterator's clean-up task runs
+            await second.aclose()
+            return got
+        assert asyncio.run(asyncio.wait_for(run(), 10)) == [2, 3]
+        assert list(c._queue) == []  # nothing twice
+
+
+def test_application_delivery_on_a_closed_loops_thread_loses_nothing():
+    """Application delivery: the callbacks run in dispatch() on the thread whose loop, with an
+    aupdates() iterator suspended on it, was closed. The update went into that dead iterator."""
+    with push_client(delivery="application") as c:
+        loop = asyncio.new_event_loop()
+        it = c.aupdates()
+        from speechclient import _handle
+        listen_cb = _handle._TRAMPOLINES[6]
+        listen_cb(None, int(sc.Listen.ACTIVATE), 1, c._key)  # before the iterator: shared queue
+        assert loop.run_until_complete(it.__anext__()).position_ms == 1
+        loop.close()
+        listen_cb(None, int(sc.Listen.ACTIVATE), 2, c._key)  # on this thread, as dispatch() runs it
+        assert [u.position_ms for u in c._queue] == [2]
+
+
+def test_an_iterators_leftovers_keep_the_newest_when_they_overfill_the_queue():
+    """An aupdates() iterator left with more unread updates than the shared queue holds: the
+    oldest go, as on append. extendleft dropped the newest instead (the StopEvent last)."""
+    from speechclient import client as client_module, _handle
+    bound = client_module.MAX_BUFFERED_UPDATES
+    listen_cb = _handle._TRAMPOLINES[6]
+    with push_client() as c:
+        async def run():
+            it = c.aupdates()
+            emit_listen_from_another_thread(c, 0)
+            await it.__anext__()
+            for k in range(1, bound + 2):  # into its inbox, unread
+                listen_cb(None, int(sc.Listen.ACTIVATE), k, c._key)
+            await it.aclose()
+        asyncio.run(asyncio.wait_for(run(), 30))
+        positions = [u.position_ms for u in c._queue]
+        assert len(positions) == bound and positions[0] == 2 and positions[-1] == bound + 1
+
+
 def test_cli_hands_free_usage(tmp_path):
     wav = tmp_path / "x.wav"
     import wave

@@ -47,17 +47,29 @@ class _AsyncMixin:
 
     async def aupdates(self, timeout: Optional[float] = None) -> AsyncIterator[Update]:
         """updates() for asyncio: the same updates, ending the same way, without blocking the
-        event loop. With thread delivery the callback thread hands each update to the loop
-        (call_soon_threadsafe); with delivery="application" the loop watches the event fd and
-        runs the callbacks itself. It starts nothing; stream() starts a context and ends with
-        its stop event."""
+        event loop. With thread delivery the callback thread puts each update in the
+        iterator's inbox and wakes the loop (call_soon_threadsafe); with delivery="application"
+        the loop watches the event fd and runs the callbacks itself. It starts nothing; stream()
+        starts a context and ends with its stop event. One consumer at a time: a new aupdates()
+        takes over from an earlier one (its unread updates come first), which then ends."""
         loop = asyncio.get_running_loop()
         inbox = _Inbox(loop)
         sink = (loop, inbox, threading.get_ident())
         with self._cond:
-            inbox.items.extend(self._queue)  # updates that arrived before come first
+            # One consumer at a time: an earlier aupdates() iterator still registered was left
+            # (`break`) but not finalised yet (asyncio closes it later, as a task). This one takes
+            # over: its unread updates come first, then those in the shared queue. Left
+            # registered, it took a copy of every update and kept what it had not read.
+            taken_over = list(self._async_sinks)
+            for old in taken_over:
+                inbox.items.extend(old[1].items)
+                old[1].items.clear()
+            self._async_sinks.clear()
+            inbox.items.extend(self._queue)
             self._queue.clear()
             self._async_sinks.append(sink)
+        for old in taken_over:  # one still iterated (against the rule above) ends
+            self._wake_sink(old)
         reader = None
         if self.delivery == n.Delivery.APPLICATION and self._handle is not None:
             reader = self._watch_event_fd(loop)
@@ -66,6 +78,8 @@ class _AsyncMixin:
         try:
             while True:
                 self._raise_callback_error()
+                if sink not in self._async_sinks:  # a newer aupdates() took over
+                    return
                 item = self._take(inbox)
                 if item is None:
                     if self._handle is None:
@@ -255,18 +269,10 @@ class _AsyncMixin:
         """Every async iterator's sink (under self._cond)."""
         return self._async_sinks + ([self._stream_sink] if self._stream_sink is not None else [])
 
-    def _put_async(self, sink: "_Sink", item: Update) -> None:
-        """Into the iterator's inbox at once, under the client's lock, then its loop is woken.
-        Handed to the loop instead (call_soon_threadsafe), an update was still in flight when an
-        iterator left: it landed in the shared queue behind later ones, or was lost with a loop
-        closed before it ran."""
-        with self._cond:
-            if sink not in self._async_sinks and sink is not self._stream_sink:  # it has ended meanwhile
-                self._queue.append(item)
-                self._cond.notify_all()
-                return
-            sink[1].items.append(item)
-        self._wake_sink(sink)
+    # Updates go into an iterator's inbox at once, under the client's lock (Client._emit), and
+    # only the wake goes through its loop. Handed to the loop instead (call_soon_threadsafe), an
+    # update was still in flight when an iterator left: it landed in the shared queue behind
+    # later ones, or was lost with a loop closed before it ran.
 
     def _take(self, inbox: "_Inbox") -> Optional[Update]:
         with self._cond:
@@ -274,11 +280,13 @@ class _AsyncMixin:
 
     def _wake_sink(self, sink: "_Sink") -> None:
         loop, inbox, thread = sink
-        if thread == threading.get_ident():
-            inbox.wake()  # inside dispatch() on the loop's own thread
-            return
         try:
-            loop.call_soon_threadsafe(inbox.wake)
+            if loop.is_closed():
+                raise RuntimeError("Event loop is closed")
+            if thread == threading.get_ident():
+                inbox.wake()  # inside dispatch() on the loop's own thread
+            else:
+                loop.call_soon_threadsafe(inbox.wake)
         except RuntimeError:
             # The loop is closed: an aupdates() iterator on it can never run again, and what it
             # holds goes to the shared queue (for updates()). A stream() left so ends in its
@@ -293,8 +301,13 @@ class _AsyncMixin:
             if sink in self._async_sinks:
                 self._async_sinks.remove(sink)
             items = sink[1].items
-            self._queue.extendleft(reversed(items))
-            items.clear()
+            if items:
+                # In front of the shared queue; past its bound the oldest go, as on append
+                # (extendleft on a full deque dropped the newest: the StopEvent updates() waits for).
+                merged = list(items) + list(self._queue)
+                items.clear()
+                self._queue.clear()
+                self._queue.extend(merged)
             self._cond.notify_all()
 
 

@@ -719,8 +719,12 @@ class Client(_AsyncMixin, _Handle):
                 self._queue.append(update)
                 self._cond.notify_all()
                 return
+            # Into the inboxes under the same lock that chose them: an iterator that ends or
+            # begins meanwhile then sees it in its inbox or in the shared queue, in order.
+            for sink in sinks:
+                sink[1].items.append(update)
         for sink in sinks:
-            self._put_async(sink, update)
+            self._wake_sink(sink)
 
     def _on_idle(self) -> None:
         """The idle callback (0.11): the client's work ended. Not an update: it wakes every wait
