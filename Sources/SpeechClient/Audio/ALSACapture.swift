@@ -45,6 +45,10 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     private var currentFormat: AudioFormat = .speech
     private var clockless = false
     private var deviceBufferFrames = 0
+    /// The device buffer as negotiated (ms; 0 before `open`): what a reader may leave unread.
+    public var bufferMilliseconds: Int {
+        lock.withLock { deviceBufferFrames * 1000 / max(1, currentFormat.sampleRate) }
+    }
     /// Half the device buffer: the file plugin in alsa-lib 1.2.8 fills nothing from its input
     /// for a read larger than the buffer ("requested more frames than pcm buffer").
     private var maxReadFrames = 1024
@@ -256,7 +260,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
                 if recoveries > 3 { return [] }
                 // Audio was lost: said in the client's log, never silently.
                 report(-code == EPIPE
-                       ? "overrun: the capture was not read for more than its \(Self.bufferMicroseconds / 1000) ms buffer; the audio of the gap is lost"
+                       ? "overrun: the capture was not read for more than its \(begun.bufferFrames * 1000 / max(1, begun.format.sampleRate)) ms buffer; the audio of the gap is lost"
                        : "the device was suspended; the audio of the gap is lost")
                 let r = snd_pcm_recover(pcm, code, 1)
                 if r < 0 { throw fail("snd_pcm_readi", code) }

@@ -5,14 +5,16 @@
 /// overrun and lost, though keeping the audio of an outage for replay is the point of
 /// reconnecting.
 ///
-/// `read` takes everything buffered, waiting (up to 100 ms, as the device read did) until there
-/// is the block it asked for: the worker wakes once per chunk, not once per 20 ms period, and a
-/// worker back from a connect sends the audio of the wait at once. Past `capacitySeconds` the
-/// oldest audio is dropped and that is said once per episode. Audio is kept only between
-/// `startCollecting` and `stopCollecting` (a context, or listening): outside, the device is still
-/// read, every 100 ms (its buffer holds 400 ms), so that it never overruns, and what it gives is
-/// dropped. Read every period instead, an idle client with its microphone open cost 0.7 % of a
-/// core here, against 0.004 % before this thread existed.
+/// The worker does not block in a read: it asks to be told when the rest of its chunk is there
+/// (`notifyWhenAvailable`), then takes everything buffered (`readAvailable`), so it wakes once
+/// per chunk, not once per 20 ms period, and a worker back from a connect sends the audio of
+/// the wait at once. (`read` waits instead, up to 100 ms, as the device read did.) Past
+/// `capacitySeconds` the oldest audio is dropped and that is said once per episode. Audio is
+/// kept only between `startCollecting` and `stopCollecting` (a context, or listening): outside,
+/// the device is still read, every 100 ms (a quarter of its buffer at most), so that it never
+/// overruns, and what it gives is dropped: up to that much audio from just before a start may
+/// begin the context. Read every period instead, an idle client with its microphone open cost
+/// 0.7 % of a core here, against 0.004 % before this thread existed.
 /// Sendable: the buffer and flags are guarded by `lock`; `inner` is read by the capture thread
 /// only, and closed (thread-safe for `ALSACapture`) by `close`.
 public final class CaptureBuffer: AudioSource, @unchecked Sendable {
@@ -29,6 +31,9 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     private var closing = false
     /// Samples a waiting `read` wants before it is woken (0: none waits).
     private var wanted = 0
+    /// Called once when `availableAt` samples are buffered or the capture ends (`notifyWhenAvailable`).
+    private var onAvailable: (@Sendable () -> Void)?
+    private var availableAt = 0
     private var thread: NativeThread?
     private var openFormat: AudioFormat = .speech
     private let messages = Locked<(@Sendable (String) -> Void)?>(nil)
@@ -81,10 +86,14 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         let block = max(1, format.sampleRate / 50)  // 20 ms, the device's period
         let idleBlock = max(1, format.sampleRate / 5)  // 200 ms: all the device holds after an idle wait
         let capacity = capacitySeconds * format.sampleRate * max(1, format.channels)
+        // A quarter of the device's buffer at most (a device may grant less than the 400 ms
+        // asked): one read, of at most half of it, then takes all that came.
+        let deviceBuffer = (inner as? ALSACapture)?.bufferMilliseconds ?? 0
+        let idleWait = deviceBuffer > 0 ? min(Self.idleReadMilliseconds, max(5, deviceBuffer / 4)) : Self.idleReadMilliseconds
         while true {
             // Not collecting: wait out the idle interval (a start or a close ends it at once).
             let idle: Bool = lock.withLock {
-                let until = Clock.monotonicNanos() + UInt64(Self.idleReadMilliseconds) * 1_000_000
+                let until = Clock.monotonicNanos() + UInt64(idleWait) * 1_000_000
                 while !collecting && !closing {
                     if !lock.wait(untilMonotonicNanos: until) { break }
                 }
@@ -94,24 +103,29 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
             do throws(SpeechClientError) {
                 read = try inner.read(maxFrames: idle ? idleBlock : block)
             } catch {
-                lock.withLock {
+                let notify = lock.withLock { () -> (@Sendable () -> Void)? in
                     failure = error
                     ended = true
                     lock.broadcast()
+                    return takeNotificationLocked(force: true)
                 }
+                notify?()
                 return
             }
             guard let read else {
-                lock.withLock {
+                let notify = lock.withLock { () -> (@Sendable () -> Void)? in
                     ended = true
                     lock.broadcast()
+                    return takeNotificationLocked(force: true)
                 }
+                notify?()
                 return
             }
             if read.isEmpty { continue }
             var dropped = 0
+            var notify: (@Sendable () -> Void)?
             let firstDrop: Bool = lock.withLock {
-                guard collecting else { return false }
+                guard collecting, !idle else { return false }  // an idle read is audio from before a start
                 _ = samples.push(read)
                 bufferedSamples += read.count
                 while bufferedSamples > capacity, let oldest = samples.pop() {
@@ -121,8 +135,10 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
                 let first = dropped > 0 && !dropping
                 if dropped > 0 { dropping = true }
                 if wanted > 0 && bufferedSamples >= wanted { lock.broadcast() }
+                notify = takeNotificationLocked(force: false)
                 return first
             }
+            notify?()
             if firstDrop {
                 let sink = messages.withLock { $0 }
                 sink?("the microphone's audio was not taken for over \(capacitySeconds) s (the client was held up): the oldest is being dropped")
@@ -145,6 +161,37 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
             }
             return takeAllLocked()
         }
+    }
+
+    /// Everything buffered, without waiting: nil once the capture has ended and all is taken,
+    /// the capture's error once it failed and all is taken.
+    public func readAvailable() throws(SpeechClientError) -> [Float]? {
+        try lock.withLock { () throws(SpeechClientError) -> [Float]? in
+            if samples.isEmpty {
+                if let failure { throw failure }
+                return ended ? nil : []
+            }
+            return takeAllLocked()
+        }
+    }
+
+    /// Calls `body` once, on the capture thread, when `samples` (interleaved) are buffered or
+    /// the capture has ended, in place of an earlier request. Returns false, asking nothing,
+    /// when that is so already: read now. Lets the worker wait for the microphone without
+    /// blocking in a read (holding its lock, and its pool thread, for up to 100 ms).
+    public func notifyWhenAvailable(samples wanted: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
+        lock.withLock {
+            if bufferedSamples >= wanted || ended { return false }
+            onAvailable = body
+            availableAt = wanted
+            return true
+        }
+    }
+
+    private func takeNotificationLocked(force: Bool) -> (@Sendable () -> Void)? {
+        guard let body = onAvailable, force || bufferedSamples >= availableAt else { return nil }
+        onAvailable = nil
+        return body
     }
 
     /// From now on the audio is kept for `read` (what came before is dropped).
@@ -200,10 +247,12 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         }
         inner.close()
         running?.join()
-        lock.withLock {
+        let notify = lock.withLock { () -> (@Sendable () -> Void)? in
             clearLocked()
             ended = true
             lock.broadcast()
+            return takeNotificationLocked(force: true)
         }
+        notify?()
     }
 }

@@ -7,6 +7,9 @@ public struct Chunker {
         self.samplesPerChunk = max(1, samplesPerChunk)
     }
 
+    /// Samples held towards the next chunk.
+    public var pendingCount: Int { pending.count }
+
     /// The chunks that one `append` completed, in order: nearly always one or none, so the
     /// first is held inline and an array is made only for a second (an array per append was one
     /// allocation per chunk of every file and every push).

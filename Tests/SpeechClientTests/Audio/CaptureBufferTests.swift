@@ -106,6 +106,27 @@ final class WallClockDevice: AudioSource, @unchecked Sendable {
         #expect(buffer.takeBuffered().isEmpty)
     }
 
+    /// The worker does not block in a read: it is told when the rest of its chunk is there, and
+    /// when the capture ends (a close), so a wait for audio never outlives the device.
+    @Test func aReaderIsToldWhenItsBlockIsThereAndWhenTheCaptureEnds() throws {
+        let buffer = CaptureBuffer(WallClockDevice())
+        try buffer.open()
+        buffer.startCollecting()
+        let told = Locked(0)
+        #expect(buffer.notifyWhenAvailable(samples: 1_600) { told.withLock { $0 += 1 } })
+        let until = Clock.monotonicNanos() + 5_000_000_000
+        while told.withLock({ $0 }) == 0 && Clock.monotonicNanos() < until { usleep(5_000) }
+        #expect(told.withLock { $0 } == 1)
+        #expect(try (buffer.readAvailable()?.count ?? 0) >= 1_600)
+        // There already: nothing asked, read now.
+        usleep(150_000)
+        #expect(!buffer.notifyWhenAvailable(samples: 800) { told.withLock { $0 += 10 } })
+        #expect(buffer.notifyWhenAvailable(samples: 16_000_000) { told.withLock { $0 += 100 } })
+        buffer.close()
+        #expect(told.withLock { $0 } == 101)  // once, at the close
+        #expect(try buffer.readAvailable() == nil)
+    }
+
     /// Closing ends the capture thread and a read then says the end.
     @Test func closeEndsTheThreadAndReadsSayTheEnd() throws {
         let buffer = CaptureBuffer(WallClockDevice())

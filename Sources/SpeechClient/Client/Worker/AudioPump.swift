@@ -120,13 +120,28 @@ final class AudioPump {
                 let converter = converter(for: source.format)
                 return .chunks(chunker.append(converter.passesThrough ? block : block.withUnsafeBufferPointer { converter.process(int16: $0) }))
             }
-            guard let block = try source.read(maxFrames: frames) else { return .ended(last: drain(resamplerTail: true)) }
+            // The microphone's thread has buffered it: taken without waiting (`notifyWhenChunkReady`).
+            let read: [Float]?
+            if let mic = source as? CaptureBuffer { read = try mic.readAvailable() } else { read = try source.read(maxFrames: frames) }
+            guard let block = read else { return .ended(last: drain(resamplerTail: true)) }
             guard !block.isEmpty else { return .chunks(Chunker.Chunks()) }
             // The format is asked after the read: a descriptor's may come with its first block.
             return .chunks(chunker.append(converter(for: source.format).process(block)))
         } catch {
             return .failed(error)
         }
+    }
+
+    /// A microphone without the rest of the current chunk buffered yet: `body` is called once,
+    /// from its capture thread, when it has it (or the capture ended), and the worker waits for
+    /// that instead of blocking in a read. False when it is there already, or the source is no
+    /// microphone: read now.
+    func notifyWhenChunkReady(_ body: @escaping @Sendable () -> Void) -> Bool {
+        guard let mic = source as? CaptureBuffer else { return false }
+        let format = mic.format
+        let missing = max(1, samplesPerChunk - chunker.pendingCount)  // at 16 kHz
+        let frames = (missing * format.sampleRate + SpeechAudio.sampleRate - 1) / SpeechAudio.sampleRate
+        return mic.notifyWhenAvailable(samples: max(1, frames) * max(1, format.channels), body)
     }
 
     private func converter(for format: AudioFormat) -> AudioConverter {

@@ -106,7 +106,20 @@ extension ClientWorker {
                 if stalledUntil != nil { return }
             }
         }
-        // A microphone or a pipe may block in the read: the callbacks queued so far go first.
+        // A microphone is not waited for in a read, which held the worker (its audio lock, the
+        // responses queued behind it, and its pool thread) for up to 100 ms: its capture thread
+        // pokes the worker once the chunk is there. A replay meanwhile also wakes it as its
+        // streams drain.
+        let pokes = client
+        if audio.notifyWhenChunkReady({ [weak pokes] in pokes?.pokeWorker() }) {
+            if replaying {
+                stall(waitingFor: supervisor.lanes.replayingStreams)
+            } else {
+                stalledUntil = Clock.monotonicNanos() + Self.microphoneSafetyNanos
+            }
+            return
+        }
+        // A pipe may block in the read: the callbacks queued so far go first.
         if audio.readMayWait { client?.flushDeferredWake() }
         switch audio.read() {
         case .chunks(let chunks):

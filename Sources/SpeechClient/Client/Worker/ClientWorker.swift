@@ -49,6 +49,9 @@ final class ClientWorker: @unchecked Sendable {
     var stalledUntil: UInt64?
     /// A stall is a wait for a notice; this bounds it should one be lost.
     static let stallSafetyNanos: UInt64 = 50_000_000
+    /// The worker looks at a microphone again after this even if its capture thread never said
+    /// a chunk was there (it says so when the capture ends, too).
+    static let microphoneSafetyNanos: UInt64 = 500_000_000
 
     /// Every stream has a generation; events of streams that are no longer ours are ignored.
     var generation = 0
