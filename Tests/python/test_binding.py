@@ -1302,6 +1302,39 @@ def test_a_new_aupdates_takes_over_from_one_left_but_not_finalised():
         assert list(c._queue) == []  # nothing twice
 
 
+def test_updates_takes_over_from_an_aupdates_left_but_not_finalised():
+    """updates() right after `break` out of aupdates(), before asyncio closed that iterator: it
+    kept taking the updates, and updates() saw none of them."""
+    with push_client() as c:
+        async def run():
+            emit_listen_from_another_thread(c, 1)
+            emit_listen_from_another_thread(c, 2)
+            async for u in c.aupdates():
+                assert u.position_ms == 1
+                break
+            emit_listen_from_another_thread(c, 3)
+            sync = c.updates(timeout=5)
+            return [next(sync).position_ms, next(sync).position_ms]
+        assert asyncio.run(asyncio.wait_for(run(), 10)) == [2, 3]
+
+
+def test_an_aupdates_still_iterated_after_a_takeover_says_so():
+    """Two consumers at once is against the rule: the one taken over raises, rather than end as
+    if its updates were over."""
+    with push_client() as c:
+        async def run():
+            first = c.aupdates()
+            emit_listen_from_another_thread(c, 1)
+            await first.__anext__()
+            second = c.aupdates()
+            emit_listen_from_another_thread(c, 2)
+            assert (await second.__anext__()).position_ms == 2
+            with pytest.raises(sc.InvalidStateError, match="took over"):
+                await first.__anext__()
+            await second.aclose()
+        asyncio.run(asyncio.wait_for(run(), 10))
+
+
 def test_application_delivery_on_a_closed_loops_thread_loses_nothing():
     """Application delivery: the callbacks run in dispatch() on the thread whose loop, with an
     aupdates() iterator suspended on it, was closed. The update went into that dead iterator."""

@@ -51,24 +51,17 @@ class _AsyncMixin:
         iterator's inbox and wakes the loop (call_soon_threadsafe); with delivery="application"
         the loop watches the event fd and runs the callbacks itself. It starts nothing; stream()
         starts a context and ends with its stop event. One consumer at a time: a new aupdates()
-        takes over from an earlier one (its unread updates come first), which then ends."""
+        (or updates()) takes over from an earlier one left but not yet closed (its unread
+        updates come first); one still iterated then raises InvalidStateError."""
         loop = asyncio.get_running_loop()
         inbox = _Inbox(loop)
         sink = (loop, inbox, threading.get_ident())
         with self._cond:
-            # One consumer at a time: an earlier aupdates() iterator still registered was left
-            # (`break`) but not finalised yet (asyncio closes it later, as a task). This one takes
-            # over: its unread updates come first, then those in the shared queue. Left
-            # registered, it took a copy of every update and kept what it had not read.
-            taken_over = list(self._async_sinks)
-            for old in taken_over:
-                inbox.items.extend(old[1].items)
-                old[1].items.clear()
-            self._async_sinks.clear()
-            inbox.items.extend(self._queue)
+            taken_over = self._take_over_async_sinks_locked()
+            inbox.items.extend(self._queue)  # theirs first, then the shared queue's
             self._queue.clear()
             self._async_sinks.append(sink)
-        for old in taken_over:  # one still iterated (against the rule above) ends
+        for old in taken_over:  # one still iterated (against the rule) raises
             self._wake_sink(old)
         reader = None
         if self.delivery == n.Delivery.APPLICATION and self._handle is not None:
@@ -78,8 +71,9 @@ class _AsyncMixin:
         try:
             while True:
                 self._raise_callback_error()
-                if sink not in self._async_sinks:  # a newer aupdates() took over
-                    return
+                if sink not in self._async_sinks:
+                    raise InvalidStateError(n.Status.INVALID_STATE,
+                                            "aupdates(): a newer aupdates() or updates() took over (one consumer at a time)")
                 item = self._take(inbox)
                 if item is None:
                     if self._handle is None:
@@ -293,6 +287,24 @@ class _AsyncMixin:
             # __del__, which does the same and stops its context.
             if sink is not self._stream_sink:
                 self._drop_sink(sink)
+
+    def _take_over_async_sinks_locked(self) -> List["_Sink"]:
+        """One consumer at a time: an aupdates() iterator still registered was left (`break`)
+        but not finalised yet (asyncio closes it later, as a task). A new consumer takes over:
+        the unread updates of such iterators go to the front of the shared queue, and they are
+        unregistered. Left registered, one took a copy of every update and kept what it had not
+        read (a StopEvent the new consumer then waited for). Returns them, to be woken."""
+        taken = list(self._async_sinks)
+        unread: List[Update] = []
+        for old in taken:
+            unread.extend(old[1].items)
+            old[1].items.clear()
+        self._async_sinks.clear()
+        if unread:
+            merged = unread + list(self._queue)
+            self._queue.clear()
+            self._queue.extend(merged)
+        return taken
 
     def _drop_sink(self, sink: "_Sink") -> None:
         """An aupdates() iterator ended: what arrived for it and was not taken goes back to the

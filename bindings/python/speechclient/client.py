@@ -612,7 +612,12 @@ class Client(_AsyncMixin, _Handle):
         start (from another thread or a callback) and that context's stop: it never ends before a
         StopEvent unless the client is closed. `timeout` bounds the wait for each next update
         (SpeechTimeoutError). Re-raises an exception a callback raised. Use one
-        consumer at a time (updates() or aupdates())."""
+        consumer at a time (updates() or aupdates()): it takes over from an aupdates() left but
+        not yet closed, whose unread updates come first."""
+        with self._cond:
+            taken_over = self._take_over_async_sinks_locked()  # an aupdates() left, not finalised
+        for old in taken_over:
+            self._wake_sink(old)
         seen_stop = False
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
