@@ -33,8 +33,10 @@ DURATION_S = 158.0
 # faster-whisper alone on the whole file 12.6 %. Room for a loaded machine, none for lost lines
 # (one sonnet line is about 3 % of the words).
 WER_BOUND = 0.13
-# At real time each stream seam (every 14-28 s) starts a server context with no prompt: measured
-# 10.8-12.6 % with nothing lost. Lost words are caught by the run check below, not by this.
+# At real time each stream seam (every 14-28 s) starts a server context with no prompt. With the
+# server's fixed decodes (segments end where the audio says, whatever the load): 15.5 %, the same
+# 35 finals in each of 2 runs, nothing lost (without them 10.8-16.4 %, by the machine's load).
+# Lost words are caught by the run check below, not by this.
 WER_BOUND_REAL_TIME = 0.16
 # The longest run of consecutive reference words missing from the transcript. A sonnet line is
 # 6-9 words; recognition errors delete one or two in a row (measured: at most 3).
@@ -58,6 +60,16 @@ def reference(name):
 @pytest.fixture(scope="module")
 def whisper_server():
     s = Server("--engine", "whisper")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def whisper_server_fixed_decodes():
+    """The real-time test bounds an error rate: where the server's segments end must depend on
+    the audio, not on how loaded the machine is (tentative decodes skipped under load moved the
+    ends: one CI run measured 16.4 % against 10.8-12.6 % otherwise)."""
+    s = Server("--engine", "whisper", "--whisper-fixed-decodes")
     yield s
     s.stop()
 
@@ -113,7 +125,7 @@ def test_long_real_recording_as_a_file(whisper_server, tmp_path):
 # in 4. The server's final decode of the stream's last 14 s wrote its first 6 s, nothing for 8 s
 # of speech, and put the last two words at the end; the final decode now decodes such a hole
 # again (stop 27; server/tests/test_streaming.py has the stand-in cases).
-def test_long_real_recording_through_alsa_at_real_time(whisper_server, tmp_path):
+def test_long_real_recording_through_alsa_at_real_time(whisper_server_fixed_decodes, tmp_path):
     """The ALSA file plugin feeds the recording to the demo's microphone at the rate of its null
     slave, that is at real time. Ctrl-C comes 8 s after the end of the audio: every word must be
     final by then (the library's stop would close an unfinished segment too, so the words are
@@ -126,7 +138,7 @@ def test_long_real_recording_through_alsa_at_real_time(whisper_server, tmp_path)
     conf.write_text('</usr/share/alsa/alsa.conf>\n'
                     f'pcm.testmic {{ type file; slave.pcm "null"; file "/dev/null"; infile "{raw}"; format "raw" }}\n')
     env = dict(os.environ, ALSA_CONFIG_PATH=str(conf))
-    p = subprocess.Popen([str(DEMO), "--url", whisper_server.url, "--app-id", "e2e", "--mic", "testmic", "--json",
+    p = subprocess.Popen([str(DEMO), "--url", whisper_server_fixed_decodes.url, "--app-id", "e2e", "--mic", "testmic", "--json",
                           "--cache-dir", str(tmp_path / "cache")], stdout=subprocess.PIPE, text=True, env=env)
     assert p.stdout is not None
     lines = []  # (arrival time, event), appended by the reader thread

@@ -175,6 +175,9 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         }
     }
 
+    /// The capture has ended or failed (a device unplugged): it gives nothing more until opened again.
+    public var hasEnded: Bool { lock.withLock { ended } }
+
     /// Calls `body` once, on the capture thread, when `samples` (interleaved) are buffered or
     /// the capture has ended, in place of an earlier request. Returns false, asking nothing,
     /// when that is so already: read now. Lets the worker wait for the microphone without

@@ -205,6 +205,47 @@ import Glibc
         #expect(error?.message.contains("the stream has ended; it cannot be read again") == true)
     }
 
+    /// A microphone that fails (unplugged) fails its context; the next start opens the device
+    /// again. It stayed open on its old error, so every later start ended at once with it.
+    @Test func aMicrophoneThatFailedIsOpenedAgainByTheNextStart() throws {
+        final class Unplugged: AudioSource, @unchecked Sendable {
+            let opens = Locked(0)
+            let closed = Locked(false)
+            var format: AudioFormat { .speech }
+            func open() throws(SpeechClientError) {
+                opens.withLock { $0 += 1 }
+                closed.withLock { $0 = false }
+            }
+            func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+                if opens.withLock({ $0 }) == 1 { throw SpeechClientError(.audio, "the device was unplugged") }
+                usleep(20_000)
+                if closed.withLock({ $0 }) { return nil }  // as a device's close ends its read
+                return [Float](repeating: 0.1, count: min(maxFrames, 320))
+            }
+            func close() { closed.withLock { $0 = true } }
+        }
+        let device = Unplugged()
+        let pump = AudioPump(input: .microphone(device: "usb"), chunkMilliseconds: 100,
+                             makeSource: { _ in CaptureBuffer(device) })
+        try pump.openForContext(log: { _, _ in })
+        var failure: SpeechClientError?
+        let until = Clock.monotonicNanos() + 5_000_000_000
+        while failure == nil && Clock.monotonicNanos() < until {
+            if case .failed(let error) = pump.read() { failure = error } else { usleep(10_000) }
+        }
+        #expect(failure?.message == "the device was unplugged")
+        pump.endContext(failed: failure?.message)
+        try pump.openForContext(log: { _, _ in })
+        #expect(device.opens.withLock { $0 } == 2)
+        var samples = 0
+        while samples == 0 && Clock.monotonicNanos() < until {
+            if case .chunks(let chunks) = pump.read() { samples += chunks.sampleCount } else { break }
+            usleep(20_000)
+        }
+        #expect(samples > 0)
+        pump.close()
+    }
+
     // MARK: ActivationBacklog
 
     @Test func aWaitingActivationKeepsItsAudioBoundedAndSaysTheFirstDropOnce() {

@@ -28,11 +28,12 @@ final class AudioPump {
     /// A source is open (a context has something to read).
     var isOpen: Bool { source != nil }
 
-    /// A read may wait for audio (a microphone, a pipe); a file's returns at once.
+    /// A read may wait for audio (a pipe); a file's returns at once, and a microphone's is
+    /// made once its capture thread said the chunk is there (`notifyWhenChunkReady`).
     var readMayWait: Bool {
         switch input {
-        case .microphone, .descriptor: return true
-        case .file, .push: return false
+        case .descriptor: return true
+        case .microphone, .file, .push: return false
         }
     }
 
@@ -108,8 +109,8 @@ final class AudioPump {
         case failed(SpeechClientError)
     }
 
-    /// Reads one block (a chunk's length at the source's rate). A microphone blocks up to
-    /// 100 ms for it; a file or descriptor returns what there is.
+    /// Reads one block (a chunk's length at the source's rate): a microphone's buffered audio
+    /// without waiting, what a file has, what a descriptor gives (it may wait for it).
     func read() -> Read {
         guard let source else { return .ended(last: Chunker.Chunks()) }
         let frames = max(1, source.format.sampleRate * chunkMilliseconds / 1000)
@@ -162,7 +163,9 @@ final class AudioPump {
 
     /// The end of a context's reading. A file is closed (the next start reads it again from its
     /// beginning); a descriptor stays open, its position kept for the next start, until it
-    /// ended or its reading `failed` (then a start says so); a microphone stays open.
+    /// ended or its reading `failed` (then a start says so); a microphone stays open unless its
+    /// capture failed or ended (a device unplugged): then the next start opens it again, and
+    /// says why if it still cannot, instead of ending at once on the old error.
     func endContext(failed: String? = nil) {
         switch input {
         case .file:
@@ -174,7 +177,11 @@ final class AudioPump {
                 close()
             }
         case .microphone:
-            stopCollecting()
+            if failed != nil || (source as? CaptureBuffer)?.hasEnded == true {
+                close()
+            } else {
+                stopCollecting()
+            }
         case .push:
             break
         }
