@@ -1335,6 +1335,21 @@ def test_an_aupdates_still_iterated_after_a_takeover_says_so():
         asyncio.run(asyncio.wait_for(run(), 10))
 
 
+def test_a_wake_before_the_wait_is_kept_for_it():
+    """The idle event can be dispatched inside an iterator's own check for the end (application
+    delivery), before it waits: that wake must end the wait that follows. Lost, the wait slept
+    until its timeout (a CI run: stream() of a hands-free listening, 30 s)."""
+    from speechclient._aio import _Inbox
+
+    async def run():
+        inbox = _Inbox(asyncio.get_running_loop())
+        inbox.wake()
+        await asyncio.wait_for(inbox.wait(None), 2)  # at once
+        with pytest.raises(asyncio.TimeoutError):  # taken: the next wait waits
+            await asyncio.wait_for(inbox.wait(None), 0.05)
+    asyncio.run(run())
+
+
 def test_application_delivery_on_a_closed_loops_thread_loses_nothing():
     """Application delivery: the callbacks run in dispatch() on the thread whose loop, with an
     aupdates() iterator suspended on it, was closed. The update went into that dead iterator."""

@@ -325,20 +325,26 @@ class _AsyncMixin:
 
 class _Inbox:
     """An iterator's updates (aupdates() or stream()): a deque, changed only under the client's
-    lock, and a future to wake the waiting iterator. A wait that times out or is cancelled
-    leaves every item in place (asyncio.wait_for on Queue.get may not)."""
+    lock, and a future to wake the waiting iterator. A wake with no wait under way is kept for
+    the next wait: the idle event, dispatched while the iterator looks at the client (inside
+    its own check for the end), must still end the wait that follows. A wait that times out or
+    is cancelled leaves every item in place (asyncio.wait_for on Queue.get may not)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.items: Deque[Update] = collections.deque()
         self._loop = loop
         self._waiter: Optional["asyncio.Future[None]"] = None
+        self._woken = False
 
     def wake(self) -> None:  # on the loop's thread
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+        else:
+            self._woken = True
 
     async def wait(self, timeout: Optional[float]) -> None:
-        if self.items:
+        if self.items or self._woken:
+            self._woken = False
             return
         self._waiter = self._loop.create_future()
         try:
