@@ -8,7 +8,8 @@
 /// The worker does not block in a read: it asks to be told when the rest of its chunk is there
 /// (`notifyWhenAvailable`), then takes everything buffered (`readAvailable`), so it wakes once
 /// per chunk, not once per 20 ms period, and a worker back from a connect sends the audio of
-/// the wait at once. (`read` waits instead, up to 100 ms, as the device read did.) Past
+/// the wait at once. (`read` waits instead, up to 100 ms for the first audio, as the device
+/// read did.) Past
 /// `capacitySeconds` the oldest audio is dropped and that is said once per episode. Audio is
 /// kept only between `startCollecting` and `stopCollecting` (a context, or listening): outside,
 /// the device is still read, every 100 ms (a quarter of its buffer at most), so that it never
@@ -29,8 +30,6 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     private var dropping = false
     private var collecting = false
     private var closing = false
-    /// Samples a waiting `read` wants before it is woken (0: none waits).
-    private var wanted = 0
     /// Called once when `availableAt` samples are buffered or the capture ends (`notifyWhenAvailable`).
     private var onAvailable: (@Sendable () -> Void)?
     private var availableAt = 0
@@ -134,7 +133,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
                 }
                 let first = dropped > 0 && !dropping
                 if dropped > 0 { dropping = true }
-                if wanted > 0 && bufferedSamples >= wanted { lock.broadcast() }
+                lock.broadcast()
                 notify = takeNotificationLocked(force: false)
                 return first
             }
@@ -149,30 +148,26 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
         let deadline = Clock.monotonicNanos() + UInt64(Self.readWaitMilliseconds) * 1_000_000
         return try lock.withLock { () throws(SpeechClientError) -> [Float]? in
-            let want = max(1, maxFrames * max(1, openFormat.channels))
-            wanted = want
-            defer { wanted = 0 }
-            while bufferedSamples < want && !ended {
+            while samples.isEmpty && !ended {
                 if !lock.wait(untilMonotonicNanos: deadline) { break }
             }
-            if samples.isEmpty {
-                if let failure { throw failure }
-                return ended ? nil : []
-            }
-            return takeAllLocked()
+            return try takeLocked()
         }
     }
 
     /// Everything buffered, without waiting: nil once the capture has ended and all is taken,
     /// the capture's error once it failed and all is taken.
     public func readAvailable() throws(SpeechClientError) -> [Float]? {
-        try lock.withLock { () throws(SpeechClientError) -> [Float]? in
-            if samples.isEmpty {
-                if let failure { throw failure }
-                return ended ? nil : []
-            }
-            return takeAllLocked()
+        try lock.withLock { () throws(SpeechClientError) -> [Float]? in try takeLocked() }
+    }
+
+    /// What `read` and `readAvailable` return: everything buffered, else the end or the failure.
+    private func takeLocked() throws(SpeechClientError) -> [Float]? {
+        if samples.isEmpty {
+            if let failure { throw failure }
+            return ended ? nil : []
         }
+        return takeAllLocked()
     }
 
     /// The capture has ended or failed (a device unplugged): it gives nothing more until opened again.

@@ -28,6 +28,12 @@ final class AudioPump {
     /// A source is open (a context has something to read).
     var isOpen: Bool { source != nil }
 
+    /// The source is a microphone (read on its own thread; the worker waits to be poked).
+    var isMicrophone: Bool {
+        if case .microphone = input { return true }
+        return false
+    }
+
     /// A read may wait for audio (a pipe); a file's returns at once, and a microphone's is
     /// made once its capture thread said the chunk is there (`notifyWhenChunkReady`).
     var readMayWait: Bool {
@@ -123,7 +129,7 @@ final class AudioPump {
             }
             // The microphone's thread has buffered it: taken without waiting (`notifyWhenChunkReady`).
             let read: [Float]?
-            if let mic = source as? CaptureBuffer { read = try mic.readAvailable() } else { read = try source.read(maxFrames: frames) }
+            if isMicrophone, let mic = source as? CaptureBuffer { read = try mic.readAvailable() } else { read = try source.read(maxFrames: frames) }
             guard let block = read else { return .ended(last: drain(resamplerTail: true)) }
             guard !block.isEmpty else { return .chunks(Chunker.Chunks()) }
             // The format is asked after the read: a descriptor's may come with its first block.
@@ -138,7 +144,7 @@ final class AudioPump {
     /// that instead of blocking in a read. False when it is there already, or the source is no
     /// microphone: read now.
     func notifyWhenChunkReady(_ body: @escaping @Sendable () -> Void) -> Bool {
-        guard let mic = source as? CaptureBuffer else { return false }
+        guard isMicrophone, let mic = source as? CaptureBuffer else { return false }
         let format = mic.format
         let missing = max(1, samplesPerChunk - chunker.pendingCount)  // at 16 kHz
         let frames = (missing * format.sampleRate + SpeechAudio.sampleRate - 1) / SpeechAudio.sampleRate

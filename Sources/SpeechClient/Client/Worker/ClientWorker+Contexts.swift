@@ -110,8 +110,9 @@ extension ClientWorker {
         // responses queued behind it, and its pool thread) for up to 100 ms: its capture thread
         // pokes the worker once the chunk is there. A replay meanwhile also wakes it as its
         // streams drain.
+        // (Asked of a microphone only: the closure is not made for each chunk of a file.)
         let pokes = client
-        if audio.notifyWhenChunkReady({ [weak pokes] in pokes?.pokeWorker() }) {
+        if audio.isMicrophone, audio.notifyWhenChunkReady({ [weak pokes] in pokes?.pokeWorker() }) {
             if replaying {
                 stall(waitingFor: supervisor.lanes.replayingStreams)
             } else {
