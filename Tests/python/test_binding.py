@@ -1280,22 +1280,27 @@ def test_updates_for_an_aupdates_iterator_on_a_closed_loop_are_not_lost():
         assert [u.position_ms for u in c._queue] == [2, 3]
 
 
+async def an_aupdates_left_with_one_unread(c):
+    """Updates 1 and 2; an aupdates() iterator takes 1 and is left, not closed: as after `break`
+    until asyncio closes it, later, as a task. Returns it (close it to finish it)."""
+    emit_listen_from_another_thread(c, 1)
+    emit_listen_from_another_thread(c, 2)
+    first = c.aupdates()
+    assert (await first.__anext__()).position_ms == 1
+    return first
+
+
 def test_a_new_aupdates_takes_over_from_one_left_but_not_finalised():
-    """`break` out of an aupdates() loop, then a new one at once: asyncio closes the first
-    iterator later, as a task. Meanwhile it stayed registered: it took a copy of every update,
-    and what it had not read (the StopEvent, say) went to the shared queue, never to the new
-    iterator, which then waited for it."""
+    """`break` out of an aupdates() loop, then a new one at once. The first stayed registered
+    until closed: it took a copy of every update, and what it had not read (the StopEvent, say)
+    went to the shared queue, never to the new iterator, which then waited for it."""
     with push_client() as c:
         async def run():
-            emit_listen_from_another_thread(c, 1)
-            emit_listen_from_another_thread(c, 2)
-            async for u in c.aupdates():
-                assert u.position_ms == 1
-                break  # not finalised yet: its 2 is unread
+            first = await an_aupdates_left_with_one_unread(c)
             second = c.aupdates()
             emit_listen_from_another_thread(c, 3)
             got = [(await second.__anext__()).position_ms, (await second.__anext__()).position_ms]
-            await asyncio.sleep(0.05)  # the first iterator's clean-up task runs
+            await first.aclose()  # its clean-up, as asyncio's task runs it
             await second.aclose()
             return got
         assert asyncio.run(asyncio.wait_for(run(), 10)) == [2, 3]
@@ -1307,14 +1312,12 @@ def test_updates_takes_over_from_an_aupdates_left_but_not_finalised():
     kept taking the updates, and updates() saw none of them."""
     with push_client() as c:
         async def run():
-            emit_listen_from_another_thread(c, 1)
-            emit_listen_from_another_thread(c, 2)
-            async for u in c.aupdates():
-                assert u.position_ms == 1
-                break
+            first = await an_aupdates_left_with_one_unread(c)
             emit_listen_from_another_thread(c, 3)
             sync = c.updates(timeout=5)
-            return [next(sync).position_ms, next(sync).position_ms]
+            got = [next(sync).position_ms, next(sync).position_ms]
+            await first.aclose()
+            return got
         assert asyncio.run(asyncio.wait_for(run(), 10)) == [2, 3]
 
 

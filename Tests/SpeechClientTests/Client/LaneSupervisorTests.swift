@@ -226,6 +226,17 @@ import Testing
             + chunks * Lane.audioBytes(samples: Self.chunkSamples)
     }
 
+    /// Chunks 0...50 carried once, in order, on three lanes each within the 64 KiB budget, the
+    /// first two stopped and the last taking live audio.
+    func expectChunksZeroToFiftyOnThreeLanesWithinTheBudget(_ s: LaneSupervisor, _ host: Host) {
+        let lanes = carried(host, from: 1)
+        #expect(lanes.flatMap(\.chunks) == Array(0...50))
+        #expect(lanes.count == 3, "\(lanes.map(\.chunks.count))")
+        #expect(lanes.allSatisfy { laneBytes(chunks: $0.chunks.count) <= 65_536 })
+        #expect(lanes.map(\.stopped) == [true, true, false])
+        #expect(s.lanes.live == host.streams.count && !s.lanes.replaying && host.failure == nil)
+    }
+
     /// An outage longer than a stream's budget (64 KiB: 20 chunks of 100 ms): the replay goes
     /// out on several lanes, each within the budget, in order, only the last taking live audio.
     /// Without a pause each is cut at the budget itself.
@@ -237,12 +248,7 @@ import Testing
         for k in 1..<50 { s.sendAudio(voiced(k), host: host) }  // recorded while disconnected
         s.attemptReconnect(host: host)
         s.sendAudio(voiced(50), host: host)
-        let lanes = carried(host, from: 1)
-        #expect(lanes.flatMap(\.chunks) == Array(0...50))
-        #expect(lanes.count == 3, "\(lanes.map(\.chunks.count))")
-        #expect(lanes.allSatisfy { laneBytes(chunks: $0.chunks.count) <= 65_536 })
-        #expect(lanes.map(\.stopped) == [true, true, false])
-        #expect(s.lanes.live == host.streams.count && host.failure == nil)
+        expectChunksZeroToFiftyOnThreeLanesWithinTheBudget(s, host)
         #expect(host.logs.contains("the replay of 5.0 s is longer than a stream's budget: it goes out on 3 streams"), "\(host.logs)")
     }
 
@@ -298,12 +304,7 @@ import Testing
         var rounds = 0
         while s.pumpReplay(host: host) && rounds < 10 { rounds += 1 }
         s.sendAudio(voiced(50), host: host)
-        let lanes = carried(host, from: 1)
-        #expect(lanes.flatMap(\.chunks) == Array(0...50))
-        #expect(lanes.count == 3, "\(lanes.map(\.chunks.count))")
-        #expect(lanes.allSatisfy { laneBytes(chunks: $0.chunks.count) <= 65_536 })
-        #expect(lanes.map(\.stopped) == [true, true, false])
-        #expect(s.lanes.live == host.streams.count && !s.lanes.replaying && host.failure == nil)
+        expectChunksZeroToFiftyOnThreeLanesWithinTheBudget(s, host)
     }
 
     /// A draining lane's replay (it has an end) is cut too; a short one is not.
