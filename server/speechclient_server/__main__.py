@@ -76,6 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--speech-rms", type=float, default=300.0,
                    help="PCM16 RMS above which a 10 ms frame counts as speech")
     p.add_argument("--workers", type=int, default=64, help="concurrent calls (each stream holds one)")
+    p.add_argument("--max-concurrent-calls", type=int, default=None, metavar="N",
+                   help="refuse calls beyond N at once with RESOURCE_EXHAUSTED (grpcio's maximum_concurrent_rpcs, "
+                        "as an operator caps a server's load); default: queue them for a worker")
     p.add_argument("--print-grammar", action="store_true",
                    help="print the JSGF grammar generated from the intents and exit")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
@@ -139,7 +142,8 @@ def main(argv=None) -> int:
     options = [("grpc.so_reuseport", 0)]
     if riva is not None:  # Riva's Recognize takes a whole recording in one message (4 MB: 2 min at 16 kHz)
         options.append(("grpc.max_receive_message_length", 64 << 20))
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers), options=options)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers), options=options,
+                         maximum_concurrent_rpcs=args.max_concurrent_calls)
     if args.protocol in ("speechly", "all"):
         identity_pb2_grpc.add_IdentityAPIServicer_to_server(Identity(settings), server)
         identity_v1_pb2_grpc.add_IdentityServicer_to_server(IdentityV1(settings), server)

@@ -108,6 +108,20 @@ import Testing
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 4)
     }
 
+    /// An outage of 20 s against a budget of about 2 s: ten pieces and more to replay. At most
+    /// `LaneSupervisor.maxOpenLanes` streams are open at once, the rest opening as earlier ones
+    /// finish, every word once and in order. All at once, they were as many streams as pieces.
+    @Test func aLongReplayKeepsAtMostFourStreamsOpenAtOnce() throws {
+        let reset = SpeechClientError(.network, "reset")
+        let (finals, service) = try run(chunks: 200, budget: 65_536, behaviour: .init(failAfterChunks: (3, reset), failStream: 1, wordsFromAudio: true),
+                                        reconnectDelayMilliseconds: 500)
+        #expect(finals.words.withLock { $0 }.map(\.0) == (1...200).map { "a\($0)" })
+        #expect(!finals.log.lines.contains { $0.hasPrefix("error") })
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 11)
+        let most = service.mostStreamsOpenAtOnce.load(ordering: .relaxed)
+        #expect(most <= LaneSupervisor.maxOpenLanes, "\(most) streams open at once")
+    }
+
     /// Issue 23: a later lane's results are held while an earlier lane drains; a server that
     /// never finishes the earlier one and floods the later one ends the context with a named
     /// error instead of growing the held results without bound.

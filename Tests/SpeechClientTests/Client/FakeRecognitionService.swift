@@ -65,6 +65,10 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     let streamsFinished = Atomic<Int>(0)
     /// The most audio chunks one stream was sent: what a proxy's request cap would see.
     let mostChunksOnAStream = Atomic<Int>(0)
+    /// Streams opened and not yet half-closed, cancelled or failed, and the most there were at
+    /// once: what a server's limit on concurrent calls would see.
+    let streamsOpenNow = Atomic<Int>(0)
+    let mostStreamsOpenAtOnce = Atomic<Int>(0)
     /// Context ids are numbered across streams, as a server numbers them (ctx-1, ctx-2, ...).
     let contextsStarted = Atomic<Int>(0)
 
@@ -86,6 +90,7 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
             throw SpeechClientError(.timeout, "the fake login did not finish within its 10 s deadline")
         }
         let n = streamsOpened.add(1, ordering: .relaxed).newValue
+        mostStreamsOpenAtOnce.max(streamsOpenNow.add(1, ordering: .relaxed).newValue, ordering: .relaxed)
         return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams,
                           mayFail: behaviour.failStream.map { $0 == n } ?? (n == 1 || !behaviour.failFirstStreamOnly), name: "s\(n)",
                           ignoreStop: behaviour.ignoreStop || behaviour.ignoreStopOnStream == n)
@@ -96,6 +101,11 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let service: FakeRecognitionService
     private let handler: @Sendable (StreamEvent) -> Void
     private let state = Locked<(context: String?, chunks: Int, contexts: Int, closed: Bool, labels: [String])>((nil, 0, 0, false, []))
+    /// Counted out of `streamsOpenNow` (once).
+    private let ended = Atomic<Bool>(false)
+    private func countEnded() {
+        if !ended.exchange(true, ordering: .relaxed) { service.streamsOpenNow.subtract(1, ordering: .relaxed) }
+    }
 
     private let reject: Bool
     private let mayFail: Bool
@@ -153,6 +163,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 s.labels.append(service.behaviour.wordsFromAudio ? "a\(samples.first ?? 0)" : "w\(s.chunks)")
                 if mayFail, let (n, error) = service.behaviour.failAfterChunks, s.chunks >= n {
                     s.closed = true
+                    countEnded()
                     out.append(.closed(error))
                     return
                 }
@@ -214,6 +225,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     private var loop: EventLoop? { service.behaviour.sendsThroughEventLoop ? try? EventLoop.shared() : nil }
 
     func finish() {
+        countEnded()
         guard let loop else { return finished() }
         loop.execute { self.finished() }
     }
@@ -224,6 +236,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     }
 
     func cancel() {
+        countEnded()
         guard let loop else { return state.withLock { $0.closed = true } }
         loop.executeAndWait { self.state.withLock { $0.closed = true } }
     }

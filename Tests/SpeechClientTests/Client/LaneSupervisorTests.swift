@@ -272,6 +272,65 @@ import Testing
         #expect(lanes.count == 3 && lanes.allSatisfy(\.stopped))
     }
 
+    /// Each lane ended by its stop finishes (the server's `finished`, earliest first) and the
+    /// pieces waiting for room open; returns the most lanes that were open at once.
+    func finishStoppedLanes(_ s: LaneSupervisor, host: Host) -> Int {
+        var most = s.lanes.count
+        while let (gen, lane) = s.lanes.first, lane.stopSent {
+            s.lanes.remove(gen)
+            s.openWaitingPieces(host: host)
+            most = max(most, s.lanes.count)
+        }
+        return most
+    }
+
+    /// An outage of 20 s against a budget of 2 s: ten pieces. At most `maxOpenLanes` are open
+    /// at once; each of the rest opens as an earlier lane finishes, in audio order, every chunk
+    /// once, the last taking live audio. Before, all ten streams opened together.
+    @Test func aLongReplayOpensAtMostFourStreamsAtOnce() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        lost(s, lane: 1, host: host)
+        for k in 0..<200 { s.sendAudio(voiced(k), host: host) }
+        s.attemptReconnect(host: host)
+        #expect(host.streams.count == 1 + LaneSupervisor.maxOpenLanes)
+        #expect(host.logs.contains { $0.hasPrefix("the replay goes out on 10 streams, at most 4 open at once") }, "\(host.logs)")
+        #expect(s.lanes.live == nil && !s.reconnection.isSettled)  // the live piece waits its turn
+        #expect(s.replayPoint == 0)  // the buffer keeps what waits
+        let most = finishStoppedLanes(s, host: host)
+        s.sendAudio(voiced(200), host: host)
+        let lanes = carried(host, from: 1)
+        #expect(lanes.flatMap(\.chunks) == Array(0...200))
+        #expect(lanes.count >= 10 && lanes.allSatisfy { laneBytes(chunks: $0.chunks.count) <= 65_536 })
+        #expect(most == LaneSupervisor.maxOpenLanes)
+        #expect(s.lanes.live == host.streams.count && s.reconnection.isSettled && host.failure == nil)
+    }
+
+    /// Lost again while pieces wait: the next attempt reopens the lost lanes and the waiting
+    /// pieces, in audio order, again at most `maxOpenLanes` at once; a finishing lane opens
+    /// nothing meanwhile (the attempt will).
+    @Test func piecesWaitingWhenTheConnectionIsLostAgainOpenWithTheNextAttempt() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        lost(s, lane: 1, host: host)
+        for k in 0..<200 { s.sendAudio(voiced(k), host: host) }
+        s.endLiveAudio()
+        s.attemptReconnect(host: host)
+        let first = s.lanes.generations
+        #expect(first.count == LaneSupervisor.maxOpenLanes)
+        for gen in first.dropFirst() { lost(s, lane: gen, host: host) }
+        s.lanes.remove(first[0])  // the first finished: its audio is done
+        s.openWaitingPieces(host: host)
+        #expect(host.streams.count == 1 + LaneSupervisor.maxOpenLanes)
+        let next = host.streams.count  // the index of the next stream opened
+        s.attemptReconnect(host: host)
+        let most = finishStoppedLanes(s, host: host)
+        let lanes = carried(host, from: next)
+        let firstPiece = carried(host, from: 1)[0].chunks
+        #expect(firstPiece + lanes.flatMap(\.chunks) == Array(0..<200), "\(lanes.map(\.chunks))")
+        #expect(most == LaneSupervisor.maxOpenLanes && s.lanes.isEmpty && s.reconnection.isSettled && host.failure == nil)
+    }
+
     /// With a pause past half the budget, the replay is cut inside it, as a live stream moves.
     @Test func aLongReplayIsCutAtAPause() throws {
         let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()

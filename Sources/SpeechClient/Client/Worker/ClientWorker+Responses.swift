@@ -180,6 +180,7 @@ extension ClientWorker {
                 endEvents.append(.error(SpeechClientError(.api, "context \(id)\(response.audioContext == id ? "" : " (server context \(response.audioContext))") finished with error \(code): \(message ?? "")")))
             }
             supervisor.reconnection.progressed()
+            supervisor.openWaitingPieces(host: self)
             releaseReplay()
             releaseHeld()
             endContextIfDone()

@@ -5,8 +5,8 @@
 /// A lane's responses are applied only when no lane before it is open, so that segments reach
 /// the application in the order of their audio whatever order the streams answer in.
 struct LaneSet {
-    /// Oldest stream first. An array, not a dictionary: a context has one to three lanes (a
-    /// few more while a long replay goes out on several streams), and
+    /// Oldest stream first. An array, not a dictionary: a context has one to three lanes (up to
+    /// `LaneSupervisor.maxOpenLanes` while a long replay goes out on several streams), and
     /// sending a chunk in place through a dictionary (`_modify`) heap-allocated three coroutine
     /// frames per chunk (a malloc probe on a file: 3 of the worker's 9 allocations per chunk)
     /// and hashed the generation at every look-up.

@@ -58,6 +58,14 @@ final class LaneSupervisor {
     /// 2 ms naps capped files at ~1,000x real time.
     static let backlogLimit = 160 * 1024
 
+    /// The most lanes a context has open at once while a split replay goes out (a live lane and
+    /// one draining are the usual two): the rest of its pieces open as earlier lanes finish.
+    /// All at once, a long outage's replay (a 600 s buffer: 21 streams at the default budget)
+    /// was as many streams: each waits for its start acknowledgement from its open, so a
+    /// server or proxy serving fewer calls at once let them time out and be retried, and a
+    /// later lane's results were held, up to `Lane.maxHeldBytes`, until every earlier one finished.
+    static let maxOpenLanes = 4
+
     init(options: ClientOptions) {
         replay = ReplayBuffer(capacitySamples: SpeechAudio.samples(milliseconds: options.replayBufferMilliseconds))
         rotation = RotationPolicy(budgetBytes: options.streamBudgetBytes, contextLimitMilliseconds: options.contextRolloverMilliseconds)
@@ -303,7 +311,14 @@ final class LaneSupervisor {
             }
             pending += pieces
         }
+        if pending.count > Self.maxOpenLanes {
+            host.log(.info, "the replay goes out on \(pending.count) streams, at most \(Self.maxOpenLanes) open at once: the rest open as earlier ones finish")
+        }
         for (k, repair) in pending.enumerated() {
+            if k > 0 && lanes.count >= Self.maxOpenLanes {
+                reconnection.wait(pending[k...])  // opened as earlier lanes finish
+                break
+            }
             let from = repair.from
             do throws(SpeechClientError) {
                 try openLane(from: from, end: repair.end, host: host)
@@ -332,6 +347,24 @@ final class LaneSupervisor {
         host.report(.ready, attempt: 0, delayMilliseconds: 0, reason: nil)
         _ = pumpReplay(host: host)
         host.endContextIfDone()
+    }
+
+    /// A lane finished: the pieces of a split replay waiting for room open, in audio order.
+    /// One that cannot be opened is lost as a lane is (an attempt reopens it and those after it).
+    func openWaitingPieces(host: some LaneHost) {
+        var opened = false
+        while lanes.count < Self.maxOpenLanes, let piece = reconnection.takeWaiting() {
+            let from = reconnection.replayStart(of: piece, oldestSample: replay.oldestSample)
+            do throws(SpeechClientError) {
+                try openLane(from: from, end: piece.end, host: host)
+            } catch {
+                let cause = host.connectCancelled ? SpeechClientError(.network, "the client was suspended while a replay's next stream opened") : error
+                laneLost(from: piece.from, end: piece.end, cause: cause, servedLongEnough: false, host: host)
+                return
+            }
+            opened = true
+        }
+        if opened { _ = pumpReplay(host: host) }
     }
 
     /// The audio [from, end) of a lost lane as the lanes that replay it, in order: one, unless

@@ -16,6 +16,10 @@ struct ReconnectionPlan {
 
     /// Lanes lost and waiting to be replaced; all are reopened together at `due`.
     private(set) var repairs: [Repair] = []
+    /// The pieces of a split replay not opened yet, in audio order: at most
+    /// `LaneSupervisor.maxOpenLanes` lanes are open at once, and each piece opens as an earlier
+    /// lane finishes, without an attempt. An attempt due reopens them with its repairs.
+    private(set) var waiting: [Repair] = []
     /// The next attempt: its number and when (monotonic ns).
     private(set) var due: (attempt: Int, at: UInt64)?
     /// Losses since the context last made progress (a final segment, or a lane the server served
@@ -35,17 +39,19 @@ struct ReconnectionPlan {
     private var unlimited: Bool { attempts == ClientOptions.unlimitedReconnects }
 
     /// Nothing lost and nothing scheduled: the context may end.
-    var isSettled: Bool { repairs.isEmpty && due == nil }
+    var isSettled: Bool { repairs.isEmpty && waiting.isEmpty && due == nil }
 
-    /// A lost lane that starts before `sample` holds back the responses of lanes after it.
-    func holdsAudio(before sample: Int) -> Bool { repairs.contains { $0.from < sample } }
+    /// A lost lane (or a piece waiting to open) that starts before `sample` holds back the
+    /// responses of lanes after it.
+    func holdsAudio(before sample: Int) -> Bool { repairs.contains { $0.from < sample } || waiting.contains { $0.from < sample } }
 
     /// The earliest audio a replacement will replay (the replay buffer keeps it).
-    var earliestRepair: Int? { repairs.map(\.from).min() }
+    var earliestRepair: Int? { (repairs.map(\.from) + waiting.map(\.from)).min() }
 
     /// A new context, or the end of one.
     mutating func reset() {
         repairs = []
+        waiting = []
         due = nil
         lossesWithoutProgress = 0
         pendingLoss = nil
@@ -57,6 +63,7 @@ struct ReconnectionPlan {
     /// The user's context ended: a lost live lane replays up to `end`, no further.
     mutating func endLiveAudio(at end: Int) {
         for i in repairs.indices where repairs[i].end == nil { repairs[i].end = end }
+        for i in waiting.indices where waiting[i].end == nil { waiting[i].end = end }
     }
 
     enum Decision: Equatable {
@@ -99,14 +106,26 @@ struct ReconnectionPlan {
         return schedule(attempt: 1, now: now)
     }
 
-    /// At `now`: the attempt that is due, and the lanes to reopen in audio order (taken out of
-    /// the plan; `attemptFailed` puts back those not reopened).
+    /// At `now`: the attempt that is due, and the lanes to reopen in audio order, the pieces
+    /// waiting to open with them (taken out of the plan; `attemptFailed` and `wait` put back
+    /// those not reopened).
     mutating func takeDue(now: UInt64) -> (attempt: Int, repairs: [Repair])? {
         guard let d = due, now >= d.at else { return nil }
         due = nil
-        let taken = repairs.sorted { $0.from < $1.from }
+        let taken = (repairs + waiting).sorted { $0.from < $1.from }
         repairs = []
+        waiting = []
         return (d.attempt, taken)
+    }
+
+    /// Pieces of a replay that open later, as earlier lanes finish (`takeWaiting`).
+    mutating func wait(_ pieces: ArraySlice<Repair>) { waiting.append(contentsOf: pieces) }
+
+    /// The next piece waiting to open, in audio order, unless an attempt is scheduled (it will
+    /// reopen them all).
+    mutating func takeWaiting() -> Repair? {
+        guard due == nil, !waiting.isEmpty else { return nil }
+        return waiting.removeFirst()
     }
 
     /// Where a replacement's replay starts: at `repair.from`, or, when the replay buffer no
@@ -140,7 +159,10 @@ struct ReconnectionPlan {
         return .retry(attempt: lossesWithoutProgress, delayMilliseconds: schedule(attempt: lossesWithoutProgress, now: now))
     }
 
-    mutating func dropRepairs() { repairs = [] }
+    mutating func dropRepairs() {
+        repairs = []
+        waiting = []
+    }
 
     /// Exponential from the initial delay, capped, with jitter.
     private mutating func schedule(attempt: Int, now: UInt64) -> UInt64 {
