@@ -331,6 +331,67 @@ import Testing
         #expect(most == LaneSupervisor.maxOpenLanes && s.lanes.isEmpty && s.reconnection.isSettled && host.failure == nil)
     }
 
+    /// The live piece waits while live audio goes on (a microphone): when it opens it has more
+    /// to replay than a stream carries, and moves on the way; each move waits too while four
+    /// lanes before it are open. Before, each move opened a stream whatever was open (up to 7).
+    @Test func theLivePieceCatchingUpAfterItsWaitStaysWithinTheWindow() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        lost(s, lane: 1, host: host)
+        for k in 0..<200 { s.sendAudio(voiced(k), host: host) }
+        s.attemptReconnect(host: host)
+        for k in 200..<260 { s.sendAudio(voiced(k), host: host) }  // live, while the live piece waits
+        var most = s.lanes.count
+        while let (gen, lane) = s.lanes.first, lane.stopSent {
+            s.lanes.remove(gen)
+            s.openWaitingPieces(host: host)
+            most = max(most, s.lanes.count)
+            while s.pumpReplay(host: host) { most = max(most, s.lanes.count) }
+        }
+        s.sendAudio(voiced(260), host: host)
+        let lanes = carried(host, from: 1)
+        #expect(lanes.flatMap(\.chunks) == Array(0...260))
+        #expect(lanes.allSatisfy { laneBytes(chunks: $0.chunks.count) <= 65_536 })
+        #expect(most <= LaneSupervisor.maxOpenLanes, "\(most) lanes open at once")
+        #expect(s.lanes.live == host.streams.count && s.reconnection.isSettled && host.failure == nil)
+    }
+
+    /// A waiting lane that cannot be opened (the login refused): the context fails, and the
+    /// error names the audio not transcribed, from the earliest lane still open.
+    @Test func aWaitingPieceThatCannotOpenFailsNamingTheAudioLost() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        lost(s, lane: 1, host: host)
+        for k in 0..<200 { s.sendAudio(voiced(k), host: host) }
+        s.attemptReconnect(host: host)
+        let (first, _) = try #require(s.lanes.first)
+        s.lanes.remove(first)  // finished: as the worker does then, progress, then what waits opens
+        s.reconnection.progressed()
+        let from = try #require(s.lanes.first?.lane.start)
+        host.openError = SpeechClientError(.auth, "login refused")
+        s.openWaitingPieces(host: host)
+        let failure = try #require(host.failure)
+        #expect(failure.message.contains("reconnection failed after 1 attempt(s) (login refused)"), "\(failure.message)")
+        #expect(failure.message.contains("of audio, from \(SpeechAudio.secondsText(samples: from)) s into the context, were not transcribed"), "\(failure.message)")
+        #expect(host.reports.last == "unavailable 0 login refused")
+    }
+
+    /// Lanes later in audio order than a waiting one do not count against the window: they
+    /// cannot finish before it (their results wait behind its audio), so it would wait for good.
+    @Test func lanesLaterThanAWaitingOneDoNotKeepItWaiting() throws {
+        let s = supervisor(), host = Host()
+        for k in 0..<10 { s.sendAudio(chunk(k), host: host) }
+        for i in 0..<4 {
+            let start = (5 + i) * Self.chunkSamples
+            s.lanes.add(Lane(stream: RecordingStream(), start: start, end: start + Self.chunkSamples, replayFrom: nil), generation: 100 + i, live: false)
+        }
+        s.reconnection.wait([(0, 5 * Self.chunkSamples)][...])
+        #expect(s.isHeld(100))
+        s.openWaitingPieces(host: host)
+        #expect(host.streams.count == 1 && s.reconnection.isSettled)
+        #expect(host.streams[0].log == ["start"] + (0..<5).map { "audio \($0)" } + ["stop", "finish"])
+    }
+
     /// With a pause past half the budget, the replay is cut inside it, as a live stream moves.
     @Test func aLongReplayIsCutAtAPause() throws {
         let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()

@@ -114,6 +114,13 @@ struct LaneSet {
         return entries.contains { $0.generation != generation && Self.precedes($0, entries[i]) }
     }
 
+    /// The lanes whose audio starts before `sample`: those a lane starting there waits behind.
+    func countStarting(before sample: Int) -> Int {
+        var n = 0
+        for i in entries.indices where entries[i].lane.start < sample { n += 1 }
+        return n
+    }
+
     private static func precedes(_ a: (generation: Int, lane: Lane), _ b: (generation: Int, lane: Lane)) -> Bool {
         (a.lane.start, a.generation) < (b.lane.start, b.generation)
     }

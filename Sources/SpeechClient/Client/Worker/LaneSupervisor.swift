@@ -58,12 +58,15 @@ final class LaneSupervisor {
     /// 2 ms naps capped files at ~1,000x real time.
     static let backlogLimit = 160 * 1024
 
-    /// The most lanes a context has open at once while a split replay goes out (a live lane and
-    /// one draining are the usual two): the rest of its pieces open as earlier lanes finish.
-    /// All at once, a long outage's replay (a 600 s buffer: 21 streams at the default budget)
-    /// was as many streams: each waits for its start acknowledgement from its open, so a
-    /// server or proxy serving fewer calls at once let them time out and be retried, and a
-    /// later lane's results were held, up to `Lane.maxHeldBytes`, until every earlier one finished.
+    /// The most lanes a context has open at once (a live lane and one draining are the usual
+    /// two): a lane that would pass it waits (`ReconnectionPlan.waiting`) and opens as an earlier
+    /// one finishes. All at once, a long outage's replay (a 600 s buffer: 21 streams at the
+    /// default budget) was as many streams: a server capping its concurrent calls refused those
+    /// past its cap (RESOURCE_EXHAUSTED, not retried: the context failed), one queueing them let
+    /// them pass the start timeout, and a later lane's results were held, up to
+    /// `Lane.maxHeldBytes`, until every earlier one finished.
+    /// Only lanes earlier in audio order count against it: a later one cannot finish before the
+    /// lane that waits (its results, `finished` too, are held behind it).
     static let maxOpenLanes = 4
 
     init(options: ClientOptions) {
@@ -108,6 +111,18 @@ final class LaneSupervisor {
         if end != nil && replayFrom == nil { lane.stop() }
         lanes.add(lane, generation: gen, live: end == nil)
         if end == nil { rotation.reset() }
+    }
+
+    /// Opens the lane for [from, end) unless `maxOpenLanes` lanes before it are open: it then
+    /// waits, and opens as one of them finishes (`openWaitingPieces`). Returns whether it opened.
+    @discardableResult
+    private func openOrWait(from: Int, end: Int?, host: some LaneHost) throws(SpeechClientError) -> Bool {
+        guard lanes.countStarting(before: from) < Self.maxOpenLanes else {
+            reconnection.wait([(from, end)][...])
+            return false
+        }
+        try openLane(from: from, end: end, host: host)
+        return true
     }
 
     // MARK: - Audio out
@@ -268,7 +283,7 @@ final class LaneSupervisor {
         let id = host.contextId
         host.log(.info, "context \(id.isEmpty ? "(not started yet)" : id) continues on a new stream at \(SpeechAudio.secondsText(samples: contextSamples)) s: \(reason)")
         do throws(SpeechClientError) {
-            try openLane(from: contextSamples, end: nil, host: host)
+            try openOrWait(from: contextSamples, end: nil, host: host)
         } catch {
             // A suspend interrupted the connect: the live audio from here is replayed once it is
             // handled (its stop gives the repair an end), while the lane before drains. Before,
@@ -315,13 +330,13 @@ final class LaneSupervisor {
             host.log(.info, "the replay goes out on \(pending.count) streams, at most \(Self.maxOpenLanes) open at once: the rest open as earlier ones finish")
         }
         for (k, repair) in pending.enumerated() {
-            if k > 0 && lanes.count >= Self.maxOpenLanes {
-                reconnection.wait(pending[k...])  // opened as earlier lanes finish
-                break
-            }
             let from = repair.from
             do throws(SpeechClientError) {
-                try openLane(from: from, end: repair.end, host: host)
+                // In audio order: once one waits, so does every later one.
+                guard try openOrWait(from: from, end: repair.end, host: host) else {
+                    reconnection.wait(pending[(k + 1)...])
+                    break
+                }
             } catch {
                 if host.connectCancelled {
                     // Suspended (or freed) during an outage: the context cannot finish. The lanes
@@ -331,15 +346,7 @@ final class LaneSupervisor {
                                                     attempts: attempt, from: min(replayPoint, repair.from)))
                     return
                 }
-                switch reconnection.attemptFailed(remaining: pending[k...], error: error, now: Clock.monotonicNanos()) {
-                case .giveUp:
-                    let point = replayPoint  // with the repairs: the error names their audio too
-                    reconnection.dropRepairs()
-                    host.report(.unavailable, attempt: 0, delayMilliseconds: 0, reason: error)
-                    host.failContext(lostAudioError(error, attempts: attempt, from: point))
-                case .retry(let next, let delay):
-                    reportReconnecting(attempt: next, delayMilliseconds: delay, cause: error, host: host)
-                }
+                openFailed(remaining: pending[k...], error: error, attempt: attempt, host: host)
                 return
             }
             host.log(.info, "reconnected; replaying \(SpeechAudio.secondsText(samples: (repair.end ?? contextSamples) - from)) s of audio")
@@ -349,17 +356,36 @@ final class LaneSupervisor {
         host.endContextIfDone()
     }
 
-    /// A lane finished: the pieces of a split replay waiting for room open, in audio order.
-    /// One that cannot be opened is lost as a lane is (an attempt reopens it and those after it).
+    /// Opening the lanes for `remaining` failed with `error` (the first of them): they wait for
+    /// the next attempt, or, when none is left, the context fails naming the audio not transcribed.
+    private func openFailed(remaining: ArraySlice<ReconnectionPlan.Repair>, error: SpeechClientError, attempt: Int, host: some LaneHost) {
+        switch reconnection.attemptFailed(remaining: remaining, error: error, now: Clock.monotonicNanos()) {
+        case .giveUp:
+            let point = replayPoint  // with the repairs and the pieces waiting: the error names their audio too
+            reconnection.dropRepairs()
+            host.report(.unavailable, attempt: 0, delayMilliseconds: 0, reason: error)
+            host.failContext(lostAudioError(error, attempts: attempt, from: point))
+        case .retry(let next, let delay):
+            reportReconnecting(attempt: next, delayMilliseconds: delay, cause: error, host: host)
+        }
+    }
+
+    /// A lane finished: the lanes waiting for room (`openOrWait`) open, in audio order. One that
+    /// cannot be opened waits for the next attempt with those after it, as after a lost connection.
     func openWaitingPieces(host: some LaneHost) {
         var opened = false
-        while lanes.count < Self.maxOpenLanes, let piece = reconnection.takeWaiting() {
+        while let piece = reconnection.nextWaiting, lanes.countStarting(before: piece.from) < Self.maxOpenLanes {
+            _ = reconnection.takeWaiting()
             let from = reconnection.replayStart(of: piece, oldestSample: replay.oldestSample)
             do throws(SpeechClientError) {
                 try openLane(from: from, end: piece.end, host: host)
             } catch {
-                let cause = host.connectCancelled ? SpeechClientError(.network, "the client was suspended while a replay's next stream opened") : error
-                laneLost(from: piece.from, end: piece.end, cause: cause, servedLongEnough: false, host: host)
+                if host.connectCancelled {  // as for a move a suspend interrupted (`rotate`)
+                    laneLost(from: piece.from, end: piece.end, cause: SpeechClientError(.network, "the client was suspended while a stream of the context opened"),
+                             servedLongEnough: false, host: host)
+                } else {
+                    openFailed(remaining: [piece][...], error: error, attempt: reconnection.lossesWithoutProgress + 1, host: host)
+                }
                 return
             }
             opened = true
@@ -452,7 +478,7 @@ final class LaneSupervisor {
                 lanes.endLive()
                 host.log(.info, "context \(host.contextId) continues on a new stream at \(SpeechAudio.secondsText(samples: sample)) s while replaying: \(why)")
                 do throws(SpeechClientError) {
-                    try openLane(from: sample, end: nil, host: host)
+                    try openOrWait(from: sample, end: nil, host: host)
                 } catch {
                     let cause = host.connectCancelled ? SpeechClientError(.network, "the client was suspended while the context moved to a new stream") : error
                     laneLost(from: sample, end: nil, cause: cause, servedLongEnough: false, host: host)

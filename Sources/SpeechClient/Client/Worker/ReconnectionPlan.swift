@@ -16,9 +16,9 @@ struct ReconnectionPlan {
 
     /// Lanes lost and waiting to be replaced; all are reopened together at `due`.
     private(set) var repairs: [Repair] = []
-    /// The pieces of a split replay not opened yet, in audio order: at most
-    /// `LaneSupervisor.maxOpenLanes` lanes are open at once, and each piece opens as an earlier
-    /// lane finishes, without an attempt. An attempt due reopens them with its repairs.
+    /// Lanes not opened yet, in audio order (the pieces of a split replay, a move of the live
+    /// lane): at most `LaneSupervisor.maxOpenLanes` are open at once, and each of these opens as
+    /// an earlier lane finishes, without an attempt. An attempt due reopens them with its repairs.
     private(set) var waiting: [Repair] = []
     /// The next attempt: its number and when (monotonic ns).
     private(set) var due: (attempt: Int, at: UInt64)?
@@ -121,8 +121,11 @@ struct ReconnectionPlan {
     /// Pieces of a replay that open later, as earlier lanes finish (`takeWaiting`).
     mutating func wait(_ pieces: ArraySlice<Repair>) { waiting.append(contentsOf: pieces) }
 
-    /// The next piece waiting to open, in audio order, unless an attempt is scheduled (it will
+    /// The next lane waiting to open, in audio order, unless an attempt is scheduled (it will
     /// reopen them all).
+    var nextWaiting: Repair? { due == nil ? waiting.first : nil }
+
+    /// Takes `nextWaiting` out of the plan.
     mutating func takeWaiting() -> Repair? {
         guard due == nil, !waiting.isEmpty else { return nil }
         return waiting.removeFirst()
