@@ -55,6 +55,10 @@ Scenarios (--scenario):
                   checked by the byte count in the transcript. --reset closes with an RST.
   Error           as Normal, but audio-stop is answered with error
                   {"text": "scripted failure: recognizer unavailable", "code": "scripted-error"}.
+  FailAfterStop   every connection takes the audio, then --close-delay seconds (default 6)
+                  after audio-stop closes without a transcript: a handler whose transcription
+                  fails each time (wyoming-faster-whisper's closes the connection and sends no
+                  error event).
 
 Streaming transcripts in the newest wyoming on PyPI (1.10.2; added in 1.7.0), wyoming/asr.py
 and its README, "Speech to Text" / "Streaming":
@@ -83,7 +87,7 @@ import time
 VERSION = "1.10.2"
 SCENARIOS = ("Normal", "Streaming", "StreamingStopFirst", "NoInfo", "HTTP", "HugePayload",
              "HugeData", "HugeLine", "TruncatedJSON", "TruncatedData", "UnknownEvents",
-             "NotUTF8", "CloseMidStream", "Error", "NoTranscript", "ChunkFlood", "Pings", "PingsUnread")
+             "NotUTF8", "CloseMidStream", "Error", "FailAfterStop", "NoTranscript", "ChunkFlood", "Pings", "PingsUnread")
 MAX_LINE = 1 << 20          # what we accept from a client
 MAX_DATA = 1 << 20
 MAX_PAYLOAD = 1 << 24
@@ -246,7 +250,8 @@ class Conn:
 
 def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknown: bool = False,
               not_utf8: bool = False, error: bool = False, close_mid_stream: bool = False,
-              no_transcript: bool = False, chunk_flood: bool = False, pings: bool = False) -> None:
+              no_transcript: bool = False, chunk_flood: bool = False, pings: bool = False,
+              fail_after_stop: bool = False) -> None:
     """The event loop of a well-behaved ASR server, with the scenario's deviations.
     chunk_flood: at the first audio, 40 transcript-chunk events of 8 KiB of blanks (no words).
     pings: at audio-start, 8 pings of 64 KiB of text; once their 8 pongs are in, a streamed
@@ -324,6 +329,11 @@ def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknow
             in_audio = False
             if no_transcript:  # answers describe and takes the audio, then never answers
                 continue
+            if fail_after_stop:
+                time.sleep(ARGS.close_delay)
+                log(f"conn {c.index}: closing {ARGS.close_delay} s after audio-stop, no transcript")
+                c.close()
+                return
             if error:
                 c.event("error", {"text": "scripted failure: recognizer unavailable",
                                   "code": "scripted-error"})
@@ -385,6 +395,8 @@ def run_scenario(c: Conn) -> None:
         serve_asr(c, error=True)
     elif s == "CloseMidStream":
         serve_asr(c, close_mid_stream=True)
+    elif s == "FailAfterStop":
+        serve_asr(c, fail_after_stop=True)
     elif s == "NoTranscript":
         serve_asr(c, no_transcript=True)
     elif s == "ChunkFlood":
@@ -487,6 +499,7 @@ def main() -> None:
     p.add_argument("--close-count", type=int, default=1,
                    help="CloseMidStream: how many audio connections are cut (default 1)")
     p.add_argument("--reset", action="store_true", help="CloseMidStream: close with an RST")
+    p.add_argument("--close-delay", type=float, default=6.0, help="FailAfterStop: seconds after audio-stop")
     p.add_argument("--events-log", help="write every received event as a JSON line here")
     ARGS = p.parse_args()
     if ARGS.events_log:

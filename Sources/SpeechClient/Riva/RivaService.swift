@@ -210,6 +210,8 @@ public struct RivaResult: Equatable {
 /// A `RecognitionStream` over one StreamingRecognize call.
 /// Sendable: immutable after init; `halfClosed` is atomic and `call` is a Sendable `GRPCStreamingCall`.
 final class RivaStream: RecognitionStream, @unchecked Sendable {
+    /// Its `started` is its own (the protocol acknowledges no start).
+    var serverAcknowledgesStart: Bool { false }
     private let call: any GRPCStreamingCall
     private let relay: RivaRelay
     private let language: String

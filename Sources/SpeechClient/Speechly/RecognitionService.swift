@@ -31,4 +31,12 @@ public protocol RecognitionStream: AnyObject, Sendable {
     /// stream ends: a file waits for this instead of polling. False, arming nothing, when it
     /// already is that low. A later call replaces the notice.
     func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool
+    /// Its `started` is the server's answer to the start (Speechly). False where the protocol
+    /// has none and the stream says it itself (Wyoming, Riva): only what the server sends
+    /// later shows it serving the stream (`Lane.wasServed`).
+    var serverAcknowledgesStart: Bool { get }
+}
+
+extension RecognitionStream {
+    var serverAcknowledgesStart: Bool { true }
 }

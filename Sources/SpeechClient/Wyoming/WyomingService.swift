@@ -202,6 +202,8 @@ struct WyomingHandshake {
 /// Sendable: `samplesSent` is used only in `send` (by the worker, under its `audioLock`); the rest
 /// only inside the loop's work.
 final class WyomingStream: RecognitionStream, @unchecked Sendable {
+    /// Its `started` is its own (the protocol acknowledges no start).
+    var serverAcknowledgesStart: Bool { false }
     private let connection: WyomingConnection
     private let peer: String
     private let contextId: String

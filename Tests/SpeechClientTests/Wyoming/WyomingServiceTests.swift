@@ -183,6 +183,32 @@ import Testing
         #expect(server.log.contains("closing after"), "the scripted loss never happened: \(server.log)")
     }
 
+    /// A server whose transcription fails each time, 6 s after the audio's end, with no word
+    /// (wyoming-faster-whisper's handler closes the connection on an exception and sends no
+    /// error event). The stream's `started` is the client's own, so 6 s of it are no sign of
+    /// the server serving it: the losses count, and after the one attempt allowed the context
+    /// fails naming its audio. Before, each loss counted as the first attempt: retried forever,
+    /// the context never ended.
+    @Test func aTranscriptionFailingEachTimeUsesUpTheAttempts() throws {
+        let server = try peer("FailAfterStop", ["--close-delay", "6"])
+        defer { server.stop() }
+        var o = try options("wyoming://127.0.0.1:\(server.port)")
+        o.reconnectAttempts = 1
+        let errors = Locked<[SpeechClientError]>([])
+        let client = try Client(options: o) { _, event in
+            if case .error(let e) = event { errors.withLock { $0.append(e) } }
+        }
+        defer { try? client.close() }
+        try client.start()
+        Self.oneSecond.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 30_000), "still retrying: \(server.log.components(separatedBy: "closing").count - 1) failed transcriptions")
+        let seen = errors.withLock { $0 }
+        #expect(seen.count == 1, "\(seen.map(\.message))")
+        #expect(seen.first?.message.contains("reconnection failed after 1 attempt(s)") == true, "\(seen.map(\.message))")
+        #expect(seen.first?.message.contains("the last 1.0 s of audio, from 0.0 s into the context, were not transcribed") == true, "\(seen.map(\.message))")
+    }
+
     @Test func unknownEventsAreIgnored() throws {
         let server = try peer("UnknownEvents")
         defer { server.stop() }

@@ -24,6 +24,9 @@ extension ClientWorker {
             return
         }
         guard let stream = supervisor.stream(of: gen) else { return }
+        if case .response(let response) = event {
+            if case .started = response.payload {} else { supervisor.laneHeard(gen) }
+        }
         if supervisor.isHeld(gen) {
             switch event {
             case .response(let response):
@@ -62,7 +65,7 @@ extension ClientWorker {
                 supervisor.reportReconnecting(attempt: 1, delayMilliseconds: delay, cause: cause, host: self)
                 return
             }
-            let served = lane.startedAt.map { Clock.monotonicNanos() &- $0 >= Self.servedLongEnoughNanos } ?? false
+            let served = lane.wasServed(until: Clock.monotonicNanos(), servedFor: Self.servedLongEnoughNanos, lostTo: cause)
             supervisor.laneLost(from: lane.floor, end: wasCurrent ? nil : lane.end, cause: cause, servedLongEnough: served, host: self)
         case .goingAway:
             // The server or a proxy worker is draining: a lane still taking audio moves to a new

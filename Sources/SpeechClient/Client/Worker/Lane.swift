@@ -22,6 +22,10 @@ struct Lane {
     var bytes = 0
     /// When the server acknowledged it (`started`), monotonic ns.
     var startedAt: UInt64?
+    /// The server sent something on it after its start (a result, an rtt request). Where the
+    /// start is not acknowledged by the server (Wyoming, whose server is silent until the
+    /// transcript; Riva), only this shows it was served.
+    var heard = false
     /// Until when the server may take to acknowledge it (the start timeout), monotonic ns;
     /// `.max` once it did (its `started` may still be held behind an earlier lane).
     var startDue: UInt64 = .max
@@ -54,6 +58,16 @@ struct Lane {
         self.end = end
         self.floor = start
         self.cursor = replayFrom
+    }
+
+    /// Whether its loss, at `now` and by `cause`, comes after the server served it long enough
+    /// to count as progress (the reconnection attempts count afresh): for at least `servedFor`
+    /// ns since its start, which the server acknowledged or answered after. Never a timeout: a
+    /// server that hangs on this audio each time (no `finished`, no transcript) was retried
+    /// forever, the attempts counting afresh at each loss.
+    func wasServed(until now: UInt64, servedFor: UInt64, lostTo cause: SpeechClientError) -> Bool {
+        guard cause.code != .timeout, heard || stream.serverAcknowledgesStart, let at = startedAt else { return false }
+        return now &- at >= servedFor
     }
 
     /// Bytes a request of `samples` audio samples takes on the wire: the samples, the protobuf

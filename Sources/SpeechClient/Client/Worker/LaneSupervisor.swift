@@ -211,6 +211,9 @@ final class LaneSupervisor {
         }
     }
 
+    /// The server sent something other than `started` on the lane (`Lane.heard`).
+    func laneHeard(_ gen: Int) { lanes.update(gen) { if !$0.heard { $0.heard = true } } }
+
     /// A held lane's `started` arrived (applied later, in order): its start timeout no longer applies.
     func laneAcknowledged(_ gen: Int) { lanes.update(gen) { $0.startDue = .max } }
 
