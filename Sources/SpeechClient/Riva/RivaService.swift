@@ -69,11 +69,16 @@ public final class RivaService: RecognitionService, @unchecked Sendable {
 
 /// Turns the call's Riva responses into the SLU responses the worker understands, delivers
 /// exactly one `.closed`, and numbers the segments (one per final result).
-/// Sendable: its mutable state is in `state`, a `Locked`; `contextId` and `handler` are immutable.
+/// Sendable: its mutable state is in `state`, a `Locked`, and `halfClosed`, an atomic;
+/// `contextId` and `handler` are immutable.
 final class RivaRelay: @unchecked Sendable {
     let contextId: String
     private let handler: @Sendable (StreamEvent) -> Void
-    private let state = Locked<(closed: Bool, segment: Int32)>((false, 0))
+    /// `open`: the current segment has had words (an interim result): an empty final ends it.
+    private let state = Locked<(closed: Bool, segment: Int32, open: Bool)>((false, 0, false))
+    /// The client half-closed the call (the end of its audio): only then is an OK end the
+    /// server's finish. Before it, the call ended under the audio still coming.
+    let halfClosed = Atomic<Bool>(false)
 
     init(contextId: String, handler: @escaping @Sendable (StreamEvent) -> Void) {
         self.contextId = contextId
@@ -109,21 +114,34 @@ final class RivaRelay: @unchecked Sendable {
                 return
             }
             for result in results {
-                let segment = state.withLock { s -> Int32 in
+                // A result without words is passed on only for a segment that had some: an
+                // empty interim clears its tentative words, an empty final ends it with none.
+                // Skipped, the words Riva took back stayed open, and came back as a final
+                // segment when the stream finished; an empty final skipped also took an id.
+                let segment = state.withLock { s -> Int32? in
                     let id = s.segment
+                    guard !result.words.isEmpty || s.open else { return nil }
+                    s.open = !result.isFinal
                     if result.isFinal { s.segment &+= 1 }
                     return id
                 }
+                guard let segment else { continue }
                 let payload: SLUResponse.Payload = result.isFinal
                     ? .finalTranscript(result.words, confidence: result.confidence)
                     : .tentativeTranscript(text: result.transcript, words: result.words)
-                guard !result.words.isEmpty else { continue }
                 handler(.response(SLUResponse(audioContext: contextId, segmentId: segment, payload: payload)))
             }
         case .closed(let error):
             state.withLock { $0.closed = true }
             if let error {
                 handler(.closed(Self.named(error)))
+            } else if !halfClosed.load(ordering: .acquiring) {
+                // Status OK before the end of the audio (a server or proxy ending the call):
+                // the audio after its last final was never recognised. Lost, as a Speechly
+                // stream ended without `finished` is, so it is replayed; taken as the finish,
+                // it ended the user's context with no error and every later word unsent.
+                handler(.closed(SpeechClientError(.network, "the Riva server ended the call (status OK) before the end of its audio",
+                                                  grpcStatus: GRPCStatus.unavailable)))
             } else {
                 handler(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
                 handler(.closed(nil))
@@ -208,7 +226,7 @@ public struct RivaResult: Equatable {
 }
 
 /// A `RecognitionStream` over one StreamingRecognize call.
-/// Sendable: immutable after init; `halfClosed` is atomic and `call` is a Sendable `GRPCStreamingCall`.
+/// Sendable: immutable after init; `relay.halfClosed` is atomic and `call` is a Sendable `GRPCStreamingCall`.
 final class RivaStream: RecognitionStream, @unchecked Sendable {
     /// Its `started` is its own (the protocol acknowledges no start).
     var serverAcknowledgesStart: Bool { false }
@@ -217,7 +235,6 @@ final class RivaStream: RecognitionStream, @unchecked Sendable {
     private let language: String
     private let model: String?
     private let sampleRate: Int32
-    private let halfClosed = Atomic<Bool>(false)
 
     init(call: any GRPCStreamingCall, relay: RivaRelay, language: String, model: String?, sampleRate: Int32) {
         self.call = call
@@ -257,7 +274,7 @@ final class RivaStream: RecognitionStream, @unchecked Sendable {
     }
 
     func finish() {
-        if !halfClosed.exchange(true, ordering: .acquiringAndReleasing) { call.halfClose() }
+        if !relay.halfClosed.exchange(true, ordering: .acquiringAndReleasing) { call.halfClose() }
     }
 
     func cancel() { call.cancel() }

@@ -796,6 +796,22 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(opened2 == 2)
     }
 
+    /// A stream whose `started` is its own (Riva's, made before the server answers) and a
+    /// server refusing the credentials every time (a key revoked mid-session): one fresh
+    /// attempt, then the auth error and the stop. Before, its own `started` cleared the retry
+    /// flag before each refusal: retried forever, each time as attempt 1, the context never
+    /// ending.
+    @Test func credentialsRefusedAfterAStreamsOwnStartedAreRetriedOnce() throws {
+        let log = EventLog()
+        let always = FakeRecognitionService(.init(rejectStreams: 100, ownStarted: true))
+        let client = try Client(options: try pushOptions(), service: always, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(log.lines.filter { $0.hasPrefix("error") } == ["error auth"], "\(log.lines.prefix(8))")
+        #expect(always.streamsOpened.load(ordering: .relaxed) == 2)
+    }
+
     @Test func audioSentBeforeATokenRejectionIsReplayed() throws {
         // The fake refuses the first stream at its start; the chunks pushed meanwhile went to
         // the refused stream. After the fresh login they must reach the server all the same.

@@ -55,6 +55,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var resultBeforeStarted = false
         /// Started comes twice, naming two contexts.
         var startedTwice = false
+        /// The stream says `started` itself as the start goes out, before the server answers
+        /// (Riva, Wyoming): a stream refused (`rejectStreams`) says it before the refusal.
+        var ownStarted = false
     }
 
     let behaviour: Behaviour
@@ -142,6 +145,10 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
             case .config, .rttResponse: break
             case .start where reject:
                 s.closed = true
+                if service.behaviour.ownStarted {
+                    let id = "ctx-\(service.contextsStarted.add(1, ordering: .relaxed).newValue)"
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .started)))
+                }
                 out.append(.closed(SpeechClientError(.auth, "token rejected", grpcStatus: 16)))
             case .start:
                 s.contexts += 1
@@ -242,6 +249,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     }
     var backlogBytes: Int { 0 }
     func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { false }
+    var serverAcknowledgesStart: Bool { !service.behaviour.ownStarted }
 }
 
 func usleepMs(_ ms: Int) {

@@ -11,6 +11,64 @@ import Testing
         return w.bytes
     }
 
+    /// What the relay hands the worker: "segment <id> tentative|final <words>", "finished",
+    /// "closed" or "closed <code>".
+    final class Relayed: @unchecked Sendable {
+        let lines = Locked<[String]>([])
+        lazy var relay = RivaRelay(contextId: "c") { [lines] event in
+            let line: String
+            switch event {
+            case .response(let r):
+                switch r.payload {
+                case .tentativeTranscript(_, let words): line = "segment \(r.segmentId) tentative \(words.map(\.text).joined(separator: " "))"
+                case .finalTranscript(let words, _): line = "segment \(r.segmentId) final \(words.map(\.text).joined(separator: " "))"
+                case .finished: line = "finished"
+                default: line = "other"
+                }
+            case .closed(let error): line = error.map { "closed \($0.code)" } ?? "closed"
+            case .goingAway: line = "goingAway"
+            }
+            lines.withLock { $0.append(line) }
+        }
+    }
+
+    /// One result: its transcript, final or not.
+    func result(_ text: String, final: Bool) -> [UInt8] {
+        response { r in
+            r.message(1) { result in
+                result.message(1) { alt in if !text.isEmpty { alt.string(1, text) } }
+                if final { result.int32(2, 1) }
+            }
+        }
+    }
+
+    /// Riva takes words back: an interim "uh", then a final with no words. The segment ends
+    /// empty, and the next utterance is the next segment. Before, the empty final was skipped
+    /// (taking an id), "uh" stayed open and came back as a final segment when the stream
+    /// finished, after later segments. An empty result for no open segment is skipped.
+    @Test func wordsTakenBackEndTheirSegmentEmpty() {
+        let r = Relayed()
+        for (text, final) in [("", false), ("", true), ("uh", false), ("", false), ("", true), ("lights on", false), ("lights on", true)] {
+            r.relay.deliver(.message(result(text, final: final)))
+        }
+        #expect(r.lines.withLock { $0 } == ["segment 0 tentative uh", "segment 0 tentative ", "segment 0 final ",
+                                             "segment 1 tentative lights on", "segment 1 final lights on"])
+    }
+
+    /// Status OK is the server's finish only after the client's half-close (the end of its
+    /// audio). Before it, the call ended under the audio: a loss (replayed), not a finish.
+    /// Before, it was taken as the finish: the user's context ended, no error, every later
+    /// word unsent.
+    @Test func anOKEndBeforeTheEndOfTheAudioIsALoss() {
+        let early = Relayed()
+        early.relay.deliver(.closed(nil))
+        #expect(early.lines.withLock { $0 } == ["closed network"])
+        let done = Relayed()
+        done.relay.halfClosed.store(true, ordering: .releasing)
+        done.relay.deliver(.closed(nil))
+        #expect(done.lines.withLock { $0 } == ["finished", "closed"])
+    }
+
     @Test func interimAndFinalResults() throws {
         let bytes = response { r in
             r.message(1) { result in                 // results

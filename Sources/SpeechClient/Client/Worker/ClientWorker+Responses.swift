@@ -25,7 +25,11 @@ extension ClientWorker {
         }
         guard let stream = supervisor.stream(of: gen) else { return }
         if case .response(let response) = event {
-            if case .started = response.payload {} else { supervisor.laneHeard(gen) }
+            if case .started = response.payload {} else {
+                supervisor.laneHeard(gen)
+                // Where the start is the stream's own, this is the server taking it (below).
+                if !stream.serverAcknowledgesStart { authRetried = false }
+            }
         }
         if supervisor.isHeld(gen) {
             switch event {
@@ -144,7 +148,11 @@ extension ClientWorker {
                 return
             }
             guard let start = supervisor.laneStarted(gen, serverContext: response.audioContext) else { return }
-            authRetried = false
+            // The server took the credentials: a later rejection may log in afresh once again.
+            // Not on a stream whose `started` is its own (Riva, Wyoming): made before the server
+            // answered, it cleared the flag before each rejection, and a key revoked mid-session
+            // was retried forever, each time as attempt 1.
+            if supervisor.stream(of: gen)?.serverAcknowledgesStart ?? true { authRetried = false }
             numbering.started(serverContext: response.audioContext, atSample: start)
             if let loss = supervisor.reconnection.takePendingLoss() {
                 // The replay was taken: now the loss is final, and reported once.
