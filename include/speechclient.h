@@ -649,9 +649,9 @@ SPC_API spc_status spc_options_clear_headers(spc_options *options);
 ** UNAVAILABLE, keepalive timeout, a stream reset or refused, a stream a proxy ended without a gRPC
 ** status, HTTP 502/503/504 from a proxy): up to max_attempts (0-100, or SPC_RECONNECT_UNLIMITED
 ** since 0.5 for a device that must ride out any outage; 0 turns reconnection off) without
-** progress (a final segment, or a stream the server served for 5 s before it was lost: one whose
-** start it acknowledged or, where the protocol acknowledges none, one it answered on; not one
-** lost to a timeout), waiting initial_delay_ms (1-60000) doubled on each attempt up to max_delay_ms
+** progress (a final segment, or a stream that took audio for 5 s before it was lost; since 0.11
+** not one lost after its stop, where the server's answer is the progress, nor one lost to a
+** timeout: a server failing the same audio each time runs out of attempts), waiting initial_delay_ms (1-60000) doubled on each attempt up to max_delay_ms
 ** (initial_delay_ms-600000), with +-25 % jitter. The new connection gets a new server context and
 ** the audio the server had not finished with is sent again; the application sees one context:
 ** no extra start or stop, segment ids and word times continue, no word is delivered twice.

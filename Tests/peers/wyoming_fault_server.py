@@ -59,6 +59,7 @@ Scenarios (--scenario):
                   after audio-stop closes without a transcript: a handler whose transcription
                   fails each time (wyoming-faster-whisper's closes the connection and sends no
                   error event).
+  StreamingFailAfterStop  the same, streaming (as Streaming) while the audio arrives.
 
 Streaming transcripts in the newest wyoming on PyPI (1.10.2; added in 1.7.0), wyoming/asr.py
 and its README, "Speech to Text" / "Streaming":
@@ -87,7 +88,7 @@ import time
 VERSION = "1.10.2"
 SCENARIOS = ("Normal", "Streaming", "StreamingStopFirst", "NoInfo", "HTTP", "HugePayload",
              "HugeData", "HugeLine", "TruncatedJSON", "TruncatedData", "UnknownEvents",
-             "NotUTF8", "CloseMidStream", "Error", "FailAfterStop", "NoTranscript", "ChunkFlood", "Pings", "PingsUnread")
+             "NotUTF8", "CloseMidStream", "Error", "FailAfterStop", "StreamingFailAfterStop", "NoTranscript", "ChunkFlood", "Pings", "PingsUnread")
 MAX_LINE = 1 << 20          # what we accept from a client
 MAX_DATA = 1 << 20
 MAX_PAYLOAD = 1 << 24
@@ -397,6 +398,8 @@ def run_scenario(c: Conn) -> None:
         serve_asr(c, close_mid_stream=True)
     elif s == "FailAfterStop":
         serve_asr(c, fail_after_stop=True)
+    elif s == "StreamingFailAfterStop":
+        serve_asr(c, streaming=True, fail_after_stop=True)
     elif s == "NoTranscript":
         serve_asr(c, no_transcript=True)
     elif s == "ChunkFlood":

@@ -74,8 +74,9 @@ public final class RivaService: RecognitionService, @unchecked Sendable {
 final class RivaRelay: @unchecked Sendable {
     let contextId: String
     private let handler: @Sendable (StreamEvent) -> Void
-    /// `open`: the current segment has had words (an interim result): an empty final ends it.
-    private let state = Locked<(closed: Bool, segment: Int32, open: Bool)>((false, 0, false))
+    /// `open`: the current segment has had words (an interim result): an empty final ends it;
+    /// `openEmpty`: its last interim took them all back. `started`: the call carries a context.
+    private let state = Locked<(closed: Bool, segment: Int32, open: Bool, openEmpty: Bool, started: Bool)>((false, 0, false, false, false))
     /// The client half-closed the call (the end of its audio): only then is an OK end the
     /// server's finish. Before it, the call ended under the audio still coming.
     let halfClosed = Atomic<Bool>(false)
@@ -96,6 +97,7 @@ final class RivaRelay: @unchecked Sendable {
     }
 
     func started() {
+        state.withLock { $0.started = true }
         handler(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .started)))
     }
 
@@ -122,6 +124,7 @@ final class RivaRelay: @unchecked Sendable {
                     let id = s.segment
                     guard !result.words.isEmpty || s.open else { return nil }
                     s.open = !result.isFinal
+                    s.openEmpty = s.open && result.words.isEmpty
                     if result.isFinal { s.segment &+= 1 }
                     return id
                 }
@@ -132,10 +135,13 @@ final class RivaRelay: @unchecked Sendable {
                 handler(.response(SLUResponse(audioContext: contextId, segmentId: segment, payload: payload)))
             }
         case .closed(let error):
-            state.withLock { $0.closed = true }
+            let (started, emptied) = state.withLock { s -> (Bool, Int32?) in
+                s.closed = true
+                return (s.started, s.openEmpty ? s.segment : nil)
+            }
             if let error {
                 handler(.closed(Self.named(error)))
-            } else if !halfClosed.load(ordering: .acquiring) {
+            } else if started && !halfClosed.load(ordering: .acquiring) {
                 // Status OK before the end of the audio (a server or proxy ending the call):
                 // the audio after its last final was never recognised. Lost, as a Speechly
                 // stream ended without `finished` is, so it is replayed; taken as the finish,
@@ -143,6 +149,11 @@ final class RivaRelay: @unchecked Sendable {
                 handler(.closed(SpeechClientError(.network, "the Riva server ended the call (status OK) before the end of its audio",
                                                   grpcStatus: GRPCStatus.unavailable)))
             } else {
+                // A segment whose words were all taken back, never finalised: it ends empty (the
+                // application saw it; left open, it would end with no final at all).
+                if let emptied {
+                    handler(.response(SLUResponse(audioContext: contextId, segmentId: emptied, payload: .finalTranscript([], confidence: -1))))
+                }
                 handler(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
                 handler(.closed(nil))
             }

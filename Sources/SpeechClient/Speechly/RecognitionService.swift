@@ -32,8 +32,8 @@ public protocol RecognitionStream: AnyObject, Sendable {
     /// already is that low. A later call replaces the notice.
     func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool
     /// Its `started` is the server's answer to the start (Speechly). False where the protocol
-    /// has none and the stream says it itself (Wyoming, Riva): only what the server sends
-    /// later shows it serving the stream (`Lane.wasServed`).
+    /// has none and the stream says it itself (Wyoming, Riva): only a result the server sends
+    /// later shows it took the credentials (`ClientWorker.serverAnswered`).
     var serverAcknowledgesStart: Bool { get }
 }
 

@@ -19,36 +19,25 @@ import Synchronization
         Lane(stream: stream, start: start, end: end, replayFrom: replayFrom)
     }
 
-    /// A stream whose protocol acknowledges no start (Wyoming, Riva): its `started` is its own.
-    final class UnacknowledgedStream: RecognitionStream, @unchecked Sendable {
-        func send(_ request: SLURequest) {}
-        func finish() {}
-        func cancel() {}
-        var backlogBytes: Int { 0 }
-        func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { false }
-        var serverAcknowledgesStart: Bool { false }
-    }
 
-    /// A loss counts as progress only after the server served the lane 5 s: it acknowledged the
-    /// start, or (where the stream says its start itself) sent something after it; and never a
-    /// loss by a timeout. Before, any lane lost 5 s after its start counted: a Wyoming server
-    /// failing each transcription after 5 s, or a server hanging at each stop, was retried
-    /// forever, each loss counting as the first attempt.
+    /// A loss counts as progress only after the server took the lane's audio 5 s, before its
+    /// stop; never a loss by a timeout. Before, any lane lost 5 s after its start counted: a
+    /// Wyoming server failing each transcription after the audio's end (its `started` is the
+    /// stream's own), or a server hanging at each stop, was retried forever, each loss
+    /// counting as the first attempt.
     @Test func aLaneCountsAsServedOnlyWhenTheServerServedIt() {
         let five: UInt64 = 5_000_000_000
         let reset = SpeechClientError(.network, "reset"), hung = SpeechClientError(.timeout, "no finished")
-        var speechly = lane(start: 0)
-        #expect(!speechly.wasServed(until: 6 * five, servedFor: five, lostTo: reset))  // never started
-        speechly.startedAt = five
-        #expect(speechly.wasServed(until: 2 * five, servedFor: five, lostTo: reset))
-        #expect(!speechly.wasServed(until: 2 * five - 1, servedFor: five, lostTo: reset))
-        #expect(!speechly.wasServed(until: 2 * five, servedFor: five, lostTo: hung))
-        var wyoming = Lane(stream: UnacknowledgedStream(), start: 0, end: nil, replayFrom: nil)
-        wyoming.startedAt = five
-        #expect(!wyoming.wasServed(until: 3 * five, servedFor: five, lostTo: reset))
-        wyoming.heard = true
-        #expect(wyoming.wasServed(until: 3 * five, servedFor: five, lostTo: reset))
-        #expect(!wyoming.wasServed(until: 3 * five, servedFor: five, lostTo: hung))
+        var lane = self.lane(start: 0)
+        #expect(!lane.wasServed(until: 6 * five, servedFor: five, lostTo: reset))  // never started
+        lane.startedAt = five
+        // Taking audio: served (a proxy cutting an idle stream must not use up the attempts).
+        #expect(lane.wasServed(until: 2 * five, servedFor: five, lostTo: reset))
+        #expect(!lane.wasServed(until: 2 * five - 1, servedFor: five, lostTo: reset))
+        #expect(!lane.wasServed(until: 2 * five, servedFor: five, lostTo: hung))
+        // After its stop: the server's answer to it is what counts (a final, `finished`).
+        lane.stopSent = true
+        #expect(!lane.wasServed(until: 3 * five, servedFor: five, lostTo: reset))
     }
 
     /// Only the live lane, caught up with its replay, has a move deadline (GOAWAY): any other

@@ -61,12 +61,29 @@ import Testing
     /// word unsent.
     @Test func anOKEndBeforeTheEndOfTheAudioIsALoss() {
         let early = Relayed()
+        early.relay.started()
         early.relay.deliver(.closed(nil))
-        #expect(early.lines.withLock { $0 } == ["closed network"])
+        #expect(early.lines.withLock { $0 } == ["other", "closed network"])
         let done = Relayed()
+        done.relay.started()
         done.relay.halfClosed.store(true, ordering: .releasing)
         done.relay.deliver(.closed(nil))
-        #expect(done.lines.withLock { $0 } == ["finished", "closed"])
+        #expect(done.lines.withLock { $0 } == ["other", "finished", "closed"])
+        // A call that carried no context yet (a prepared stream a proxy let go): nothing lost.
+        let idle = Relayed()
+        idle.relay.deliver(.closed(nil))
+        #expect(idle.lines.withLock { $0 } == ["finished", "closed"])
+    }
+
+    /// Words all taken back by the last interim and no final before the end: the segment ends
+    /// empty at the finish (the application saw it; left open, it had no final at all).
+    @Test func aSegmentEmptiedAndNeverFinalisedEndsEmptyAtTheFinish() {
+        let r = Relayed()
+        r.relay.started()
+        for (text, final) in [("uh", false), ("", false)] { r.relay.deliver(.message(result(text, final: final))) }
+        r.relay.halfClosed.store(true, ordering: .releasing)
+        r.relay.deliver(.closed(nil))
+        #expect(r.lines.withLock { $0 } == ["other", "segment 0 tentative uh", "segment 0 tentative ", "segment 0 final ", "finished", "closed"])
     }
 
     @Test func interimAndFinalResults() throws {

@@ -188,9 +188,11 @@ import Testing
     /// error event). The stream's `started` is the client's own, so 6 s of it are no sign of
     /// the server serving it: the losses count, and after the one attempt allowed the context
     /// fails naming its audio. Before, each loss counted as the first attempt: retried forever,
-    /// the context never ended.
-    @Test func aTranscriptionFailingEachTimeUsesUpTheAttempts() throws {
-        let server = try peer("FailAfterStop", ["--close-delay", "6"])
+    /// the context never ended. A streaming server's partial words while the audio came are no
+    /// answer after the end of the audio either.
+    @Test(arguments: ["FailAfterStop", "StreamingFailAfterStop"])
+    func aTranscriptionFailingEachTimeUsesUpTheAttempts(scenario: String) throws {
+        let server = try peer(scenario, ["--close-delay", "6"])
         defer { server.stop() }
         var o = try options("wyoming://127.0.0.1:\(server.port)")
         o.reconnectAttempts = 1

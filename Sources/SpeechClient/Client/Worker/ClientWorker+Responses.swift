@@ -25,10 +25,9 @@ extension ClientWorker {
         }
         guard let stream = supervisor.stream(of: gen) else { return }
         if case .response(let response) = event {
-            if case .started = response.payload {} else {
-                supervisor.laneHeard(gen)
-                // Where the start is the stream's own, this is the server taking it (below).
-                if !stream.serverAcknowledgesStart { authRetried = false }
+            switch response.payload {
+            case .started, .rttRequest: break
+            default: serverAnswered(lane: gen)
             }
         }
         if supervisor.isHeld(gen) {
@@ -80,6 +79,14 @@ extension ClientWorker {
         case .response(let response):
             handleResponse(response, lane: gen)
         }
+    }
+
+    /// The server answered on the lane (a result): where the stream's `started` is its own,
+    /// this is the server taking the credentials (see `.started` below). Every result goes
+    /// through here, those taken directly on the receiving thread too (`takeDirect`).
+    func serverAnswered(lane gen: Int) {
+        if !authRetried { return }
+        if supervisor.stream(of: gen)?.serverAcknowledgesStart == false { authRetried = false }
     }
 
     /// Keeps a response of a lane that waits for an earlier one; an error past the byte bound.
@@ -256,7 +263,8 @@ extension ClientWorker {
         }
         guard let segment = applied else { return nil }
         let end = segment.isFinal ? segment.words.map(\.endMilliseconds).max().map { Int($0) } : nil
-        if supervisor.segmentUpdated(lane: gen, segment: segment.segmentId, isFinal: segment.isFinal, endMilliseconds: end) {
+        if supervisor.segmentUpdated(lane: gen, segment: segment.segmentId, isFinal: segment.isFinal, endMilliseconds: end,
+                                     hasWords: !segment.words.isEmpty) {
             releaseReplay()
         }
         if options.activation == .wakeword && !woken {

@@ -295,6 +295,7 @@ final class ClientWorker: @unchecked Sendable {
     /// `audioLock`. A response the assembler refuses ends the stream through the worker.
     func takeDirect(_ event: StreamEvent, generation gen: Int) {
         guard supervisor.lanes.contains(gen), case .response(let response) = event else { return }
+        serverAnswered(lane: gen)
         let error = supervisor.isHeld(gen) ? hold(response, lane: gen) : applySegmentUpdate(response, lane: gen)
         if let error {
             supervisor.stream(of: gen)?.cancel()

@@ -22,10 +22,6 @@ struct Lane {
     var bytes = 0
     /// When the server acknowledged it (`started`), monotonic ns.
     var startedAt: UInt64?
-    /// The server sent something on it after its start (a result, an rtt request). Where the
-    /// start is not acknowledged by the server (Wyoming, whose server is silent until the
-    /// transcript; Riva), only this shows it was served.
-    var heard = false
     /// Until when the server may take to acknowledge it (the start timeout), monotonic ns;
     /// `.max` once it did (its `started` may still be held behind an earlier lane).
     var startDue: UInt64 = .max
@@ -61,12 +57,15 @@ struct Lane {
     }
 
     /// Whether its loss, at `now` and by `cause`, comes after the server served it long enough
-    /// to count as progress (the reconnection attempts count afresh): for at least `servedFor`
-    /// ns since its start, which the server acknowledged or answered after. Never a timeout: a
-    /// server that hangs on this audio each time (no `finished`, no transcript) was retried
-    /// forever, the attempts counting afresh at each loss.
+    /// to count as progress (the reconnection attempts count afresh): it took its audio for at
+    /// least `servedFor` ns since its start (a proxy's idle timeout cutting a stream in a long
+    /// pause must not use up the attempts). Not once its stop went out, nor by a timeout: the
+    /// server's answer to the stop is progress of its own (a final segment, `finished`), and a
+    /// server that fails or hangs on the same audio each time (no transcript, no `finished`;
+    /// a Wyoming stream's `started` is its own, so its server is silent until then) was
+    /// retried forever, the attempts counting afresh at each loss.
     func wasServed(until now: UInt64, servedFor: UInt64, lostTo cause: SpeechClientError) -> Bool {
-        guard cause.code != .timeout, heard || stream.serverAcknowledgesStart, let at = startedAt else { return false }
+        guard cause.code != .timeout, !stopSent, let at = startedAt else { return false }
         return now &- at >= servedFor
     }
 

@@ -211,8 +211,6 @@ final class LaneSupervisor {
         }
     }
 
-    /// The server sent something other than `started` on the lane (`Lane.heard`).
-    func laneHeard(_ gen: Int) { lanes.update(gen) { if !$0.heard { $0.heard = true } } }
 
     /// A held lane's `started` arrived (applied later, in order): its start timeout no longer applies.
     func laneAcknowledged(_ gen: Int) { lanes.update(gen) { $0.startDue = .max } }
@@ -238,8 +236,10 @@ final class LaneSupervisor {
     /// is lost). Final: the lane ended it, and its audio up to `endMilliseconds` (its last
     /// word's end, within the lane) is final: the lane's floor rises there. Returns whether it
     /// was a final one on a lane still here (audio may then be released).
+    /// A final with no words (words a server took back) is no progress: a server that takes its
+    /// words back and drops the stream each time must still run out of attempts.
     @discardableResult
-    func segmentUpdated(lane gen: Int, segment id: Int32, isFinal: Bool, endMilliseconds: Int?) -> Bool {
+    func segmentUpdated(lane gen: Int, segment id: Int32, isFinal: Bool, endMilliseconds: Int?, hasWords: Bool = true) -> Bool {
         let recorded = contextSamples
         let found = lanes.update(gen) { (lane: inout Lane) -> Void in
             if isFinal {
@@ -253,7 +253,7 @@ final class LaneSupervisor {
             }
         } != nil
         guard found, isFinal else { return false }
-        reconnection.progressed()
+        if hasWords { reconnection.progressed() }
         return true
     }
 
