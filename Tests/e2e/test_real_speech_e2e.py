@@ -127,9 +127,14 @@ def test_long_real_recording_as_a_file(whisper_server, tmp_path):
 # again (stop 27; server/tests/test_streaming.py has the stand-in cases).
 def test_long_real_recording_through_alsa_at_real_time(whisper_server_fixed_decodes, tmp_path):
     """The ALSA file plugin feeds the recording to the demo's microphone at the rate of its null
-    slave, that is at real time. Ctrl-C comes 8 s after the end of the audio: every word must be
-    final by then (the library's stop would close an unfinished segment too, so the words are
-    counted from the finals that arrived before the signal)."""
+    slave, that is at real time. Ctrl-C comes once the last words are final (at least 8 s after
+    the end of the audio, at most 150 s; or after 45 s with no new final): the words are counted
+    from the finals that arrived before the signal (the library's stop would close an unfinished
+    segment too). How long after the end of the audio the last final came is a figure, printed,
+    not a bound: it is the server's decoding speed on the machine (Whisper decoding every second
+    of audio at real time fell behind by about 0.3 s per second, more than 35 s by the end, on
+    a VM running at half its usual speed, with stop 40's library as with this one), while every
+    word arriving, once and in order, is the library's."""
     wav = recording(NAME)
     raw = tmp_path / "mic.raw"
     subprocess.run(["sox", "-R", str(wav), "-t", "raw", "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer",
@@ -157,7 +162,14 @@ def test_long_real_recording_through_alsa_at_real_time(whisper_server_fixed_deco
             time.sleep(0.05)
         assert started is not None, "the microphone never started"
         end_of_audio = started + DURATION_S
-        while time.monotonic() < end_of_audio + 8 and p.poll() is None:
+        last_words = normalise(reference(NAME)).split()[-3:]
+        while time.monotonic() < end_of_audio + 150 and p.poll() is None:
+            now = time.monotonic()
+            finals = [(t, e) for t, e in list(lines) if e["type"] == "segment" and e["final"]]
+            if now >= end_of_audio + 8:
+                said = normalise(" ".join(e["transcript"] for _, e in finals)).split()[-10:]
+                if all(w in said for w in last_words) or now - max((t for t, _ in finals), default=now) >= 45:
+                    break
             time.sleep(0.1)
         assert p.poll() is None, "the demo ended on its own"
         interrupted = time.monotonic()
