@@ -280,6 +280,7 @@ import Testing
             s.lanes.remove(gen)
             s.openWaitingPieces(host: host)
             most = max(most, s.lanes.count)
+            while s.pumpReplay(host: host) { most = max(most, s.lanes.count) }  // a live lane's moves
         }
         return most
     }
@@ -341,13 +342,7 @@ import Testing
         for k in 0..<200 { s.sendAudio(voiced(k), host: host) }
         s.attemptReconnect(host: host)
         for k in 200..<260 { s.sendAudio(voiced(k), host: host) }  // live, while the live piece waits
-        var most = s.lanes.count
-        while let (gen, lane) = s.lanes.first, lane.stopSent {
-            s.lanes.remove(gen)
-            s.openWaitingPieces(host: host)
-            most = max(most, s.lanes.count)
-            while s.pumpReplay(host: host) { most = max(most, s.lanes.count) }
-        }
+        let most = finishStoppedLanes(s, host: host)
         s.sendAudio(voiced(260), host: host)
         let lanes = carried(host, from: 1)
         #expect(lanes.flatMap(\.chunks) == Array(0...260))
