@@ -625,6 +625,91 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(service.streamsOpened.load(ordering: .relaxed) == 2)
     }
 
+    /// A lane held behind a stream whose finish timed out, and whose replacement opened at the
+    /// held lane's own start (the replay buffer no longer held the lost audio): the wait ended
+    /// with no lane ending, and what the lane held (its `started` first) stayed held while its
+    /// next results, taken on the receiving thread, went ahead: "the server sent a result
+    /// before the stream's context started", and the context failed (a Whisper server more than
+    /// 60 s behind real time, reproduced with the reference server at stop 42).
+    @Test func aLaneWhoseWaitEndsWithoutAnEndAppliesWhatItHeldFirst() throws {
+        let log = EventLog()
+        let messages = Locked<[String]>([])
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, ignoreStopOnStream: 1))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536  // the first stream moves at 2 s (no pause in this audio)
+        o.replayBufferMilliseconds = 1000
+        o.finishTimeoutMilliseconds = 600
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: { c, e in
+            if case .error(let error) = e { messages.withLock { $0.append(error.message) } }
+            log.handler(c, e)
+        })
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }
+        for _ in 0..<35 { loud.withUnsafeBufferPointer { try? client.pushAudio($0) }; usleepMs(5) }
+        // The first stream's finish times out; its audio left the 1 s buffer: the replacement
+        // starts where the second stream does, and is after it in audio order.
+        usleepMs(1_000)
+        #expect(service.streamsOpened.load(ordering: .relaxed) == 3)
+        for _ in 0..<5 { usleepMs(20); loud.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try? client.pushEnd()  // before the fix, the context had failed by now
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines
+        #expect(!lines.contains("error parse"), "\(messages.withLock { $0 })")
+        #expect(lines.filter { $0.hasPrefix("error") } == ["error network"], "\(lines)")
+        #expect(messages.withLock { $0 }.first?.contains("the replay buffer overflowed while reconnecting") == true, "\(messages.withLock { $0 })")
+        // The second stream's words, all 20 of them, final (the replacement, with no audio to
+        // replay, ends its segment with none).
+        let finals = lines.filter { $0.hasPrefix("segment final a") }
+        #expect(finals == ["segment final " + Array(repeating: "a12000", count: 20).joined(separator: " ")], "\(lines)")
+        #expect(lines.last == "stop ctx-1", "\(lines)")
+    }
+
+    /// A server slower than real time answers a stop over longer than the finish timeout, its
+    /// finals going further into the audio all along: it is waited for. Before, the stream was
+    /// cut at the timeout and replayed (a second stream, the server loaded more); with the
+    /// audio out of the replay buffer, the words not final yet were lost.
+    @Test func aServerStillFinishingTheAudioIsWaitedFor() throws {
+        let log = EventLog()
+        // 36 words of 100 ms in 3 batches 300 ms apart: each reaches 1.2 s further.
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, finishInBatches: (12, 300)))
+        var o = try pushOptions()
+        o.finishTimeoutMilliseconds = 500
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        for k in 1...36 { [Int16](repeating: Int16(k), count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines
+        #expect(!lines.contains { $0.hasPrefix("error") }, "\(lines)")
+        #expect(lines.filter { $0.hasPrefix("segment final") } == ["segment final " + (1...36).map { "a\($0)" }.joined(separator: " ")], "\(lines)")
+        #expect(service.streamsOpened.load(ordering: .relaxed) == 1)
+    }
+
+    /// The same server sending its finals a word at a time (less than a second of audio each)
+    /// does not hold the stream: the finish timeout still ends it (a server trickling finals
+    /// cannot keep a stream for ever).
+    @Test func finalsTricklingInLessThanASecondAtATimeDoNotHoldTheStream() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, finishInBatches: (1, 150)))
+        var o = try pushOptions()
+        o.finishTimeoutMilliseconds = 500
+        o.reconnectAttempts = 1
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        for k in 1...36 { [Int16](repeating: Int16(k), count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        // Cut after 500 ms (the words then a second further each 1.5 s), replayed once.
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
+    }
+
     /// When no stream finishes it, the context fails with a timeout naming the audio, then its
     /// stop: no longer STOPPING for ever.
     @Test func aContextNoStreamFinishesFailsWithATimeout() throws {

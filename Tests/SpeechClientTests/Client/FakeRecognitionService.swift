@@ -58,6 +58,10 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// The stream says `started` itself as the start goes out, before the server answers
         /// (Riva, Wyoming): a stream refused (`rejectStreams`) says it before the refusal.
         var ownStarted = false
+        /// Stop is answered slowly, as by a server behind real time: the final words in batches
+        /// of `words`, one batch every `intervalMilliseconds` (from another thread), then the
+        /// segment end and finished.
+        var finishInBatches: (words: Int, intervalMilliseconds: Int)?
     }
 
     let behaviour: Behaviour
@@ -201,12 +205,26 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 if let id = s.context, service.behaviour.neverEndSegments {
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
                 } else if let id = s.context {
+                    // Slowly (`finishInBatches`): everything goes out later, batch by batch.
+                    var answer: [StreamEvent] = []
                     for i in 0..<s.chunks {
                         let w = SLUWord(text: s.labels[i], index: Int32(i), startMilliseconds: Int32(i * 100), endMilliseconds: Int32(i * 100 + 90))
-                        out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .transcript(w))))
+                        answer.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .transcript(w))))
                     }
-                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .segmentEnd)))
-                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
+                    answer.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .segmentEnd)))
+                    answer.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
+                    if let (size, interval) = service.behaviour.finishInBatches {
+                        let handler = self.handler
+                        let batches = stride(from: 0, to: answer.count, by: max(1, size)).map { Array(answer[$0..<min($0 + max(1, size), answer.count)]) }
+                        Thread.detachNewThread {
+                            for batch in batches {
+                                usleepMs(interval)
+                                for e in batch { handler(e) }
+                            }
+                        }
+                    } else {
+                        out += answer
+                    }
                     if service.behaviour.closeAfterFinished {
                         s.closed = true
                         out.append(.closed(nil))

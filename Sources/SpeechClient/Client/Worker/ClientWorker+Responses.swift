@@ -27,7 +27,7 @@ extension ClientWorker {
         if case .response(let response) = event {
             switch response.payload {
             case .started, .rttRequest: break
-            default: serverAnswered(lane: gen)
+            default: serverAnswered(response, lane: gen)
             }
         }
         if supervisor.isHeld(gen) {
@@ -82,9 +82,11 @@ extension ClientWorker {
     }
 
     /// The server answered on the lane (a result): where the stream's `started` is its own,
-    /// this is the server taking the credentials (see `.started` below). Every result goes
-    /// through here, those taken directly on the receiving thread too (`takeDirect`).
-    func serverAnswered(lane gen: Int) {
+    /// this is the server taking the credentials (see `.started` below); a final may restart
+    /// the clock of the lane's `finished`. Every result goes through here, held or not, those
+    /// taken directly on the receiving thread too (`takeDirect`).
+    func serverAnswered(_ response: SLUResponse, lane gen: Int) {
+        supervisor.responseArrived(response, lane: gen)
         if !authRetried { return }
         if supervisor.stream(of: gen)?.serverAcknowledgesStart == false { authRetried = false }
     }
@@ -100,14 +102,15 @@ extension ClientWorker {
         return nil
     }
 
-    /// After a lane ended: the earliest open lane applies the responses it was holding, in order
-    /// (which may end it too, and so on).
-    private func releaseHeld() {
+    /// After a lane ended, or a repair was taken (after every step of the worker that left a
+    /// lane holding responses): the earliest open lane applies the responses it was holding,
+    /// in order (which may end it too, and so on).
+    func releaseHeld() {
         if releasingHeld { return }
         releasingHeld = true
         defer { releasingHeld = false }
         while contextOpen, let (gen, lane) = supervisor.lanes.first {
-            if supervisor.isHeld(gen) { return }
+            if supervisor.waitsBehindEarlierAudio(gen) { return }
             if let response = lane.held.pop() {
                 handleResponse(response, lane: gen)
                 continue

@@ -188,6 +188,9 @@ final class ClientWorker: @unchecked Sendable {
             guard busy || poked || due else { return .wait(until: deadline) }
             idleStep(idleDeadline: idleDeadline)
         }
+        // A step may end a lane's wait without ending a lane (a replacement opened after it in
+        // audio order): what it held goes out now, before any later result.
+        if supervisor.lanes.holdsResponses { releaseHeld() }
         return nil
     }
 
@@ -223,12 +226,13 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
-    /// A stream whose `finished` did not come within the finish timeout of its stop is lost: a
-    /// server (or a replica behind a balancer) that hangs left the context STOPPING for good.
-    /// It is retried as a lost connection, its unfinished audio replayed on a new stream.
+    /// A stream whose `finished` did not come within the finish timeout of its stop (or of its
+    /// last final that went a second further, `Lane.awaitingFinishSince`) is lost: a server (or
+    /// a replica behind a balancer) that hangs left the context STOPPING for good. It is
+    /// retried as a lost connection, its unfinished audio replayed on a new stream.
     private func expireUnfinished(now: UInt64) {
         for gen in supervisor.lanes.unfinished(at: now, timeout: finishTimeoutNanos) {
-            handleStream(.closed(SpeechClientError(.timeout, "the server did not finish the context within \(options.finishTimeoutMilliseconds / 1000) s of its stop",
+            handleStream(.closed(SpeechClientError(.timeout, "the server did not finish the context within \(options.finishTimeoutMilliseconds / 1000) s of its stop (or of its last final words)",
                                                    grpcStatus: GRPCStatus.unavailable)), generation: gen)
         }
     }
@@ -295,7 +299,7 @@ final class ClientWorker: @unchecked Sendable {
     /// `audioLock`. A response the assembler refuses ends the stream through the worker.
     func takeDirect(_ event: StreamEvent, generation gen: Int) {
         guard supervisor.lanes.contains(gen), case .response(let response) = event else { return }
-        serverAnswered(lane: gen)
+        serverAnswered(response, lane: gen)
         let error = supervisor.isHeld(gen) ? hold(response, lane: gen) : applySegmentUpdate(response, lane: gen)
         if let error {
             supervisor.stream(of: gen)?.cancel()

@@ -26,9 +26,19 @@ struct Lane {
     /// `.max` once it did (its `started` may still be held behind an earlier lane).
     var startDue: UInt64 = .max
     var stopSent = false
-    /// When its stop went out (monotonic ns): its `finished` is due within the finish timeout.
-    /// Nil before, and once its `finished` arrived (held behind an earlier lane, it is applied later).
-    var stoppedAt: UInt64?
+    /// Since when its `finished` is awaited (monotonic ns): it is due within the finish timeout
+    /// of this. Set when its stop went out, and again each time the server's finals on it
+    /// reach a second of audio further (`finalArrived`): a server slower than real time (a
+    /// Whisper server on a small machine, behind by more than the timeout) is still working on
+    /// the stream, and cutting it lost the words it had not finalised when the replay buffer no
+    /// longer held their audio. Nil before the stop, and once its `finished` arrived (held
+    /// behind an earlier lane, it is applied later).
+    var awaitingFinishSince: UInt64?
+    /// The end (ms from the stream's start) of the latest final word that restarted the finish
+    /// clock, or that arrived before the stop: only a second of audio beyond it restarts it, so
+    /// that a server trickling finals cannot hold a stream open for longer than about the
+    /// finish timeout per second of its audio.
+    var finalsReachMilliseconds = 0
     /// The connection is going away (GOAWAY): move to a new lane at the next pause, by this time.
     var moveBy: UInt64?
     /// User segment ids it updated that are not final yet (dropped if it is lost: its replacement
@@ -79,8 +89,17 @@ struct Lane {
         stream.send(.stop)
         stream.finish()
         stopSent = true
-        stoppedAt = Clock.monotonicNanos()
+        awaitingFinishSince = Clock.monotonicNanos()
     }
+
+    /// A final word ending `endMilliseconds` into the stream arrived (applied now, or held).
+    mutating func finalArrived(endMilliseconds end: Int, now: UInt64) {
+        guard end >= finalsReachMilliseconds + Lane.finalsRestartingTheFinishClockMilliseconds else { return }
+        finalsReachMilliseconds = end
+        if awaitingFinishSince != nil { awaitingFinishSince = now }
+    }
+
+    static let finalsRestartingTheFinishClockMilliseconds = 1000
 
     /// Sends a chunk of live audio on the stream, unless the lane is still replaying.
     mutating func sendLive(_ chunk: [Int16]) {
@@ -94,6 +113,7 @@ struct Lane {
 final class HeldResponses {
     private var queue = FIFO<SLUResponse>()
     private(set) var bytes = 0
+    var isEmpty: Bool { queue.isEmpty }
 
     func push(_ response: SLUResponse) {
         queue.push(response)

@@ -128,6 +128,11 @@ struct LaneSet {
     // MARK: - Across the lanes (those read per chunk or per worker step go by index: their
     // fields are read in place, no lane is copied and no array built)
 
+    /// Some lane holds responses not applied yet (or an end behind them).
+    var holdsResponses: Bool {
+        for i in entries.indices where !entries[i].lane.held.isEmpty || entries[i].lane.endedWhileHeld { return true }
+        return false
+    }
     /// The responses held across the lanes, in bytes (bounded by `Lane.maxHeldBytes`).
     var heldBytes: Int { entries.reduce(0) { $0 + $1.lane.held.bytes } }
     /// Some lane is still sending audio from the replay buffer.
@@ -159,15 +164,15 @@ struct LaneSet {
         for i in entries.indices where entries[i].lane.startDue != .max { next = min(next ?? .max, entries[i].lane.startDue) }
         return next
     }
-    /// The earliest time a lane's `finished` is due by (its stop's time plus `timeout`).
+    /// The earliest time a lane's `finished` is due by (since when it is awaited plus `timeout`).
     func nextFinishDeadline(timeout: UInt64) -> UInt64? {
         var next: UInt64?
-        for i in entries.indices { if let at = entries[i].lane.stoppedAt { next = min(next ?? .max, at &+ timeout) } }
+        for i in entries.indices { if let at = entries[i].lane.awaitingFinishSince { next = min(next ?? .max, at &+ timeout) } }
         return next
     }
     /// The lanes stopped and not finished within `timeout`, oldest stream first.
     func unfinished(at now: UInt64, timeout: UInt64) -> [Int] {
-        entries.filter { $0.lane.stoppedAt.map { now >= $0 &+ timeout } ?? false }.map(\.generation)
+        entries.filter { $0.lane.awaitingFinishSince.map { now >= $0 &+ timeout } ?? false }.map(\.generation)
     }
     /// The lanes whose start was not acknowledged in time, oldest stream first, as they are now
     /// (ending one may change or remove the others: each is still cancelled).

@@ -186,9 +186,20 @@ final class LaneSupervisor {
 
     // MARK: - What the server says of a lane (the worker's responses)
 
-    /// Whether a lane's responses wait: a lane before it in audio order is still open, or a lost
-    /// one waiting to be replaced (its words come first).
+    /// Whether a lane's responses wait: it waits behind earlier audio (`waitsBehindEarlierAudio`),
+    /// or it still holds responses not applied yet, which a later one must not overtake. The
+    /// wait can end between two of the worker's steps (a replacement opening at or after the
+    /// lane's start, as after a replay buffer that no longer held the lost audio), and what the
+    /// lane held is applied at the end of that step: meanwhile a result taken on the receiving
+    /// thread went ahead of the lane's held `started`, and the context failed as malformed.
     func isHeld(_ gen: Int) -> Bool {
+        guard let (start, holding) = lanes.read(gen, { ($0.start, !$0.held.isEmpty || $0.endedWhileHeld) }) else { return false }
+        return holding || lanes.hasEarlier(than: gen) || reconnection.holdsAudio(before: start)
+    }
+
+    /// Whether audio before the lane's is still to be recognised: a lane before it in audio
+    /// order is open, or a lost one waits to be replaced (its words come first).
+    func waitsBehindEarlierAudio(_ gen: Int) -> Bool {
         guard let start = lanes.read(gen, { $0.start }) else { return false }
         return lanes.hasEarlier(than: gen) || reconnection.holdsAudio(before: start)
     }
@@ -216,7 +227,22 @@ final class LaneSupervisor {
     func laneAcknowledged(_ gen: Int) { lanes.update(gen) { $0.startDue = .max } }
 
     /// A held lane's `finished` arrived (applied later, in order): its finish timeout no longer applies.
-    func laneFinishedHeld(_ gen: Int) { lanes.update(gen) { $0.stoppedAt = nil } }
+    func laneFinishedHeld(_ gen: Int) { lanes.update(gen) { $0.awaitingFinishSince = nil } }
+
+    /// A response arrived on the lane, applied now or held: a final's words restart the clock
+    /// of its `finished` once they reach a second further into its audio (`Lane.finalArrived`).
+    func responseArrived(_ response: SLUResponse, lane gen: Int) {
+        let end: Int32
+        switch response.payload {
+        case .transcript(let word): end = word.endMilliseconds
+        case .finalTranscript(let words, _):
+            guard let last = words.lazy.map(\.endMilliseconds).max() else { return }
+            end = last
+        default: return
+        }
+        let now = Clock.monotonicNanos()
+        lanes.update(gen) { $0.finalArrived(endMilliseconds: Int(end), now: now) }
+    }
 
     /// The server ended a held lane's stream cleanly (or that was dealt with: `false`).
     func setEndedWhileHeld(_ gen: Int, _ ended: Bool) { lanes.update(gen) { $0.endedWhileHeld = ended } }
