@@ -256,3 +256,44 @@ def test_an_outage_longer_than_the_replay_buffer_says_what_was_lost(setup, tmp_p
     finals = [u for u in updates if isinstance(u, sc.Segment) and u.final]
     assert finals and finals[0].transcript == first
     assert isinstance(updates[-1], sc.StopEvent)
+
+
+def test_a_server_slower_than_real_time_is_waited_for(tmp_path):
+    """A server recognising a quarter of real time (`--pace 0.25`: all its streams together, as
+    a small machine running Whisper) finishes a file's first stream about 70 s after its stop,
+    its finals coming all along (16, 36, 59 s here). The library waits: every phrase arrives,
+    once, in order, with no reconnection and no error. Before (stop 41), each stream was cut
+    60 s after its stop and replayed, loading the server more; once the replay buffer no longer
+    held the audio not final yet, those words were lost."""
+    phrases = ["turn on the kitchen lights", "stop the music", "turn off the bedroom lights",
+               "play some jazz music", "turn on the kitchen lights", "stop the music"]
+    silence = b"\0\0" * int(16000 * 1.2)
+    pcm = b"".join(pcm_of(p, tmp_path / f"p{i}.wav") + silence for i, p in enumerate(phrases))
+    seconds = len(pcm) / 32000
+    wav = tmp_path / "slow.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(pcm)
+    server = Server("--pace", "0.25")
+    try:
+        logs = []
+        # A budget of about 20 s of audio: the file goes out on two streams (the move is due at
+        # half of it, at a pause), the second held behind the first.
+        with sc.Client(server.url, app_id="faults", audio=sc.WavFile(str(wav)), cache_dir=str(tmp_path),
+                       stream_budget=640_000, log_level=sc.LogLevel.INFO,
+                       on_log=lambda level, message: logs.append(message)) as c:
+            t0 = time.monotonic()
+            c.start()
+            updates = list(c.updates(timeout=seconds / 0.25 + 60))
+            took = time.monotonic() - t0
+        print(f"\n{seconds:.1f} s of audio at pace 0.25: the context ended after {took:.1f} s")
+        errors = [u for u in updates if isinstance(u, sc.ErrorEvent)]
+        assert not errors, [e.message for e in errors]
+        assert isinstance(updates[-1], sc.StopEvent)
+        finals = [u for u in updates if isinstance(u, sc.Segment) and u.final and u.transcript]
+        assert [f.transcript for f in finals] == phrases, ([f.transcript for f in finals], logs)
+        assert len([m for m in logs if "continues on a new stream" in m]) >= 1, logs
+        assert not [m for m in logs if "reconnecting" in m], logs
+        # The server was slower than the finish timeout: otherwise this tested nothing.
+        assert took > 65, took
+    finally:
+        server.stop()

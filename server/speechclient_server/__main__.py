@@ -75,6 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(whisper: last sentence end or pause), so no decode sees more audio than this")
     p.add_argument("--speech-rms", type=float, default=300.0,
                    help="PCM16 RMS above which a 10 ms frame counts as speech")
+    p.add_argument("--pace", type=float, default=0.0, metavar="X",
+                   help="recognise at most X seconds of audio per second, across all streams: slower "
+                        "hardware, for tests (0: as fast as the engine can)")
     p.add_argument("--workers", type=int, default=64, help="concurrent calls (each stream holds one)")
     p.add_argument("--max-concurrent-calls", type=int, default=None, metavar="N",
                    help="refuse calls beyond N at once with RESOURCE_EXHAUSTED (grpcio's maximum_concurrent_rpcs, "
@@ -138,7 +141,8 @@ def main(argv=None) -> int:
     settings = Settings(secret=(args.secret or os.urandom(32).hex()).encode(),
                         token_validity_s=args.token_validity, allowed_app_ids=args.allow_app_id,
                         rtt_interval_s=args.rtt_interval, context_limit_s=args.context_limit,
-                        segment_silence_ms=args.segment_silence, speech_rms=args.speech_rms)
+                        segment_silence_ms=args.segment_silence, speech_rms=args.speech_rms,
+                        pace=args.pace)
     options = [("grpc.so_reuseport", 0)]
     if riva is not None:  # Riva's Recognize takes a whole recording in one message (4 MB: 2 min at 16 kHz)
         options.append(("grpc.max_receive_message_length", 64 << 20))

@@ -38,6 +38,27 @@ class Settings:
     speech_rms: float = 300.0        # PCM16 RMS above which a 10 ms frame is speech
     segment_silence_ms: int = 600    # this much silence ends a segment
     pre_roll_ms: int = 200           # audio kept from before the detected start of speech
+    pace: float = 0.0                # seconds of audio recognised per second, across all streams (0: no limit)
+
+
+class Pacer:
+    """Slower hardware, deterministically: all the server's streams together recognise at most
+    `pace` seconds of audio per second of wall time (a Raspberry Pi running Whisper behind real
+    time, whose lag grows with the recording). Each chunk waits for its turn."""
+
+    def __init__(self, pace: float):
+        self.pace = pace
+        self.lock = threading.Lock()
+        self.free_at = 0.0
+
+    def take(self, seconds: float) -> None:
+        with self.lock:
+            now = time.monotonic()
+            self.free_at = max(self.free_at, now) + seconds / self.pace
+            until = self.free_at
+        delay = until - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
 
 
 def read_ahead(requests, name: str) -> "queue.Queue":
@@ -172,6 +193,7 @@ class SLU(slu_pb2_grpc.SLUServicer):
 
     def __init__(self, settings: Settings, engine: Engine, intents: Intents):
         self.settings, self.engine, self.intents = settings, engine, intents
+        self.pacer = Pacer(settings.pace) if settings.pace > 0 else None
 
     # -- authentication
 
@@ -328,6 +350,8 @@ class SLU(slu_pb2_grpc.SLUServicer):
         room = max(0, (ctx.limit_samples - ctx.samples) * 2)
         if len(pcm) > room:
             pcm, ctx.overflow = pcm[:room], True
+        if self.pacer is not None:
+            self.pacer.take(len(pcm) / 2 / RATE)
         if not self.engine.recognizes:  # sink: one empty tentative per chunk, no VAD cost
             ctx.samples += len(pcm) // 2
             if not flush and not ctx.overflow:  # a chunk over the limit gets `finished` instead

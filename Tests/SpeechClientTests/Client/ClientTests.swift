@@ -690,6 +690,34 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(service.streamsOpened.load(ordering: .relaxed) == 1)
     }
 
+    /// A server answering a context's streams in turn (one model working through them): the
+    /// second stream's answer starts only once the first one's is done, later than the finish
+    /// timeout after the second's stop. Its clock starts when it becomes the first stream
+    /// open: before, it was cut while the server was still busy with the first.
+    @Test func aStreamAnsweredAfterTheOneBeforeItIsWaitedFor() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, finishInBatches: (12, 300), answersInTurn: true))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536  // the first stream moves at 2 s (no pause in this audio)
+        o.finishTimeoutMilliseconds = 500
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        // Loud (no pause), each chunk's first sample its number: 36 words of 100 ms.
+        for k in 1...36 {
+            let chunk = (0..<1600).map { Int16($0 == 0 ? k : ($0 % 2 == 0 ? 12_000 : -12_000)) }
+            chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let lines = log.lines
+        #expect(!lines.contains { $0.hasPrefix("error") }, "\(lines)")
+        #expect(service.streamsOpened.load(ordering: .relaxed) == 2)
+        let words = lines.filter { $0.hasPrefix("segment final") }.flatMap { $0.split(separator: " ").dropFirst(2).map(String.init) }
+        #expect(words == (1...36).map { "a\($0)" }, "\(lines)")
+    }
+
     /// The same server sending its finals a word at a time (less than a second of audio each)
     /// does not hold the stream: the finish timeout still ends it (a server trickling finals
     /// cannot keep a stream for ever).

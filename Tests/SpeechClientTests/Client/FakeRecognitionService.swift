@@ -62,6 +62,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// of `words`, one batch every `intervalMilliseconds` (from another thread), then the
         /// segment end and finished.
         var finishInBatches: (words: Int, intervalMilliseconds: Int)?
+        /// With `finishInBatches`: one stream's answer at a time, in the order of the stops (a
+        /// server with one model working through the streams in turn).
+        var answersInTurn = false
     }
 
     let behaviour: Behaviour
@@ -80,6 +83,10 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     let contextsStarted = Atomic<Int>(0)
 
     init(_ behaviour: Behaviour = Behaviour()) { self.behaviour = behaviour }
+
+    /// `answersInTurn`: the turns handed out (at the stops) and the answers done.
+    let turnsTaken = Atomic<Int>(0)
+    let turnsDone = Atomic<Int>(0)
 
     func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) -> any RecognitionStream {
         if behaviour.openDelayMilliseconds > 0 { usleep(UInt32(behaviour.openDelayMilliseconds) * 1000) }
@@ -216,7 +223,13 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     if let (size, interval) = service.behaviour.finishInBatches {
                         let handler = self.handler
                         let batches = stride(from: 0, to: answer.count, by: max(1, size)).map { Array(answer[$0..<min($0 + max(1, size), answer.count)]) }
+                        let service = self.service
+                        let inTurn = service.behaviour.answersInTurn
+                        // A turn taken here, in the order of the stops.
+                        let turn = service.turnsTaken.add(1, ordering: .relaxed).oldValue
                         Thread.detachNewThread {
+                            while inTurn && service.turnsDone.load(ordering: .acquiring) < turn { usleepMs(5) }
+                            defer { service.turnsDone.add(1, ordering: .releasing) }
                             for batch in batches {
                                 usleepMs(interval)
                                 for e in batch { handler(e) }

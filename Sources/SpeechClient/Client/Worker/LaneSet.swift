@@ -75,10 +75,15 @@ struct LaneSet {
         if isLive { live = generation }
     }
 
-    /// Removes a lane; whether it was the live one (no lane is live then).
+    /// Removes a lane; whether it was the live one (no lane is live then). The lane first in
+    /// audio order after it, if that changed, starts its finish clock afresh (`nextFinishDeadline`).
     @discardableResult
     mutating func remove(_ generation: Int) -> Bool {
+        let firstBefore = first?.generation
         self[generation] = nil
+        if let next = first?.generation, next != firstBefore, let i = index(of: next), entries[i].lane.awaitingFinishSince != nil {
+            entries[i].lane.awaitingFinishSince = Clock.monotonicNanos()
+        }
         guard live == generation else { return false }
         live = nil
         return true
@@ -164,15 +169,19 @@ struct LaneSet {
         for i in entries.indices where entries[i].lane.startDue != .max { next = min(next ?? .max, entries[i].lane.startDue) }
         return next
     }
-    /// The earliest time a lane's `finished` is due by (since when it is awaited plus `timeout`).
+    /// When the `finished` of the first lane in audio order is due (since when it is awaited
+    /// plus `timeout`). Only that lane's clock runs: a server working through a context's
+    /// streams in order (one Whisper model, a small machine) answers a later stream only after
+    /// the earlier one, and a later stream timed from its own stop was cut while the server
+    /// was still busy with the stream before it (its words lost once the replay buffer no
+    /// longer held them). A later lane's clock starts when it becomes the first (`remove`).
     func nextFinishDeadline(timeout: UInt64) -> UInt64? {
-        var next: UInt64?
-        for i in entries.indices { if let at = entries[i].lane.awaitingFinishSince { next = min(next ?? .max, at &+ timeout) } }
-        return next
+        first?.lane.awaitingFinishSince.map { $0 &+ timeout }
     }
-    /// The lanes stopped and not finished within `timeout`, oldest stream first.
+    /// The first lane in audio order when it is stopped and not finished within `timeout`.
     func unfinished(at now: UInt64, timeout: UInt64) -> [Int] {
-        entries.filter { $0.lane.awaitingFinishSince.map { now >= $0 &+ timeout } ?? false }.map(\.generation)
+        guard let (generation, lane) = first, let at = lane.awaitingFinishSince, now >= at &+ timeout else { return [] }
+        return [generation]
     }
     /// The lanes whose start was not acknowledged in time, oldest stream first, as they are now
     /// (ending one may change or remove the others: each is still cancelled).
