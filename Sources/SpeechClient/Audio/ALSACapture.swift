@@ -66,7 +66,21 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
 
     /// ALSA's own messages while this capture calls it (issue 19 item 7: they went to stderr,
     /// past the log callback): the last one is added to an error, each goes to this.
-    private let alsaMessages = Locked<(last: String?, sink: (@Sendable (String) -> Void)?)>((nil, nil))
+    private let alsaMessages = Locked<AlsaMessages>(AlsaMessages())
+
+    /// ALSA's messages: the last (for an error), and the repeats not logged. A device in a bad
+    /// state repeats one message on every read: the file plugin past the end of its input said
+    /// "invalid frames 0" 50 times a second, 12,000 log lines in 4 minutes.
+    private struct AlsaMessages {
+        var last: String?
+        var sink: (@Sendable (String) -> Void)?
+        var reported: String?
+        var reportedAt: UInt64 = 0
+        var notReported = 0
+    }
+
+    /// The same message again within this long of its report is counted, not logged.
+    static let repeatedMessageNanos: UInt64 = 10_000_000_000
 
     /// Where ALSA's messages about this device go (the client's log); set before `open`.
     public func onALSAMessage(_ sink: (@Sendable (String) -> Void)?) {
@@ -90,11 +104,21 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     }
 
     private func alsaSaid(_ message: String) {
-        let sink = alsaMessages.withLock { m -> (@Sendable (String) -> Void)? in
+        let now = Clock.monotonicNanos()
+        let said = alsaMessages.withLock { m -> (sink: (@Sendable (String) -> Void)?, repeats: Int)? in
             m.last = message
-            return m.sink
+            if message == m.reported, now &- m.reportedAt < Self.repeatedMessageNanos {
+                m.notReported += 1
+                return nil
+            }
+            let repeats = message == m.reported ? m.notReported : 0
+            m.reported = message
+            m.reportedAt = now
+            m.notReported = 0
+            return (m.sink, repeats)
         }
-        sink?("ALSA device '\(device)': ALSA says: \(message)")
+        guard let said, let sink = said.sink else { return }
+        sink("ALSA device '\(device)': ALSA says: \(message)" + (said.repeats > 0 ? " (and \(said.repeats) times more since it was last logged)" : ""))
     }
 
     /// Runs ALSA calls with this capture receiving ALSA's messages on this thread.

@@ -119,6 +119,29 @@ import Glibc
         #expect(total >= f.samples.count - 1)
     }
 
+    /// Past the end of its input, alsa-lib 1.2.8's file plugin says "invalid frames 0" on every
+    /// read: 50 log lines a second (12,000 in a 4-minute test). A message repeated within 10 s
+    /// of its report is counted, not logged.
+    @Test func aMessageALSARepeatsOnEveryReadIsLoggedOnce() throws {
+        let f = try Self.requireFixture()
+        let said = Locked<[String]>([])
+        let mic = ALSACapture(device: "testmic")
+        mic.onALSAMessage { m in said.withLock { $0.append(m) } }
+        try mic.open()
+        defer { mic.close() }
+        var total = 0
+        var ended = false
+        while total < f.samples.count + 16_000 {  // a second past the end: about 50 reads
+            guard let block = try mic.read(maxFrames: 320) else { ended = true; break }
+            total += block.count
+        }
+        let lines = said.withLock { $0 }
+        print("figure: ALSA messages logged past the end of the input: \(lines.count) \(lines.first ?? "")")
+        if !ended {
+            #expect(lines.count == 1, "\(lines.count) lines: \(lines.prefix(3))")
+        }
+    }
+
     @Test func closeFromAnotherThreadEndsAPendingRead() throws {
         _ = try Self.requireFixture()
         let mic = ALSACapture(device: "testmic")
