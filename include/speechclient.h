@@ -843,11 +843,12 @@ SPC_API spc_status spc_client_start(spc_client *client);
 
 /* Requests the end of the current context. Returns at once; the stop callback fires when the
 ** server has sent its last result. A stream the server has not finished 60 s after its stop
-** counts as lost (since 0.11). The 60 s count from the stop, or from the end of the stream
-** before it in the context (rotation, reconnection), whichever is later, and afresh from each
-** final the server sends on it that reaches a second further into its audio: a server slower
-** than real time, still working through the audio, is waited for. A lost stream's audio is
-** replayed on a new stream, and when the reconnection
+** counts as lost (since 0.11). The 60 s count from the stop, or from the end (finished or
+** lost) of the stream before it in the context (rotation, reconnection), whichever is later,
+** and afresh from each final the server sends on it that reaches a second further into its
+** audio, up to ten times the stream's audio after the count began: a server slower than real
+** time, still working through the audio, is waited for (Wyoming's one transcript per stream
+** restarts nothing). A lost stream's audio is replayed on a new stream, and when the reconnection
 ** attempts run out the error callback (SPC_ERROR_TIMEOUT) and the stop callback fire; before,
 ** such a server left the client STOPPING. In STARTING or LISTENING: stops (a stop before the server
 ** acknowledged the start is sent right after it). With pushed audio, what is still buffered (the

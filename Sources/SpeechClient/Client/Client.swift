@@ -227,7 +227,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 log.client?.log(level, message)
             }
         case .wyoming:
-            return WyomingService(server: server, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds,
+            // No result timer of the stream's own (0): the worker's finish clock, which runs only
+            // for the first stream of a context in audio order, is the one. wyoming-faster-whisper
+            // transcribes one stream at a time, and a later stream timed from its own audio-stop
+            // was failed while the server was still on the stream before it.
+            return WyomingService(server: server, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds, resultTimeoutMilliseconds: 0,
                                   applicationDrivenIO: options.io == .application, model: options.model) { level, message in log.client?.log(level, message) }
         }
     }

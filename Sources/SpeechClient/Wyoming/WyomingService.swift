@@ -26,6 +26,8 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
     private let log: @Sendable (LogLevel, String) -> Void
     private let sequence = Atomic<Int>(0)
 
+    /// `resultTimeoutMilliseconds`: how long after `audio-stop` the transcript may take (0: no
+    /// limit of the stream's own; the client times it, see `Client.service`).
     public init(server: ServerURL, connectTimeoutMilliseconds: Int, resultTimeoutMilliseconds: Int = 60_000,
                 applicationDrivenIO: Bool = false, model: String? = nil, log: @escaping @Sendable (LogLevel, String) -> Void) {
         self.model = model
@@ -331,7 +333,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     }
 
     private func armResultTimer() {
-        guard resultTimer == nil else { return }
+        guard resultTimer == nil, resultTimeoutMilliseconds > 0 else { return }
         resultTimer = loop.addTimer(milliseconds: resultTimeoutMilliseconds) { [self] in
             resultTimer = nil
             connection.fail(SpeechClientError(.timeout, "\(peer) sent no transcript within \(resultTimeoutMilliseconds / 1000) s of the end of the audio"))

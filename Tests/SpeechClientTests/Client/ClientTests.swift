@@ -718,6 +718,30 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(words == (1...36).map { "a\($0)" }, "\(lines)")
     }
 
+    /// A server slower than real time keeps four streams of a context open (none finishes
+    /// here); the microphone's next stream waits for room. Before its audio fills half the
+    /// replay buffer, it opens past the window: before, it waited until the buffer dropped its
+    /// audio (52.8 s lost with the Whisper reference server at 0.5 s decodes, stop 42).
+    @Test func aStreamWaitingForRoomOpensBeforeTheBufferDropsItsAudio() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(ignoreStop: true))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536  // a new stream every 2 s (no pause in this audio)
+        o.replayBufferMilliseconds = 4000
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }
+        for _ in 0..<160 { loud.withUnsafeBufferPointer { try? client.pushAudio($0) }; usleepMs(2) }  // 16 s
+        let sent: () -> Int = { service.requests.withLock { $0.reduce(0) { n, r in if case .audio(let a) = r { n + a.count } else { n } } } }
+        let deadline = Clock.monotonicNanos() + 5_000_000_000
+        while sent() < 160 * 1600 && Clock.monotonicNanos() < deadline { usleepMs(10) }
+        #expect(sent() == 160 * 1600, "\(sent()) of \(160 * 1600) samples reached the server")
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 6)
+        #expect(!log.lines.contains { $0.hasPrefix("error") }, "\(log.lines)")
+    }
+
     /// The same server sending its finals a word at a time (less than a second of audio each)
     /// does not hold the stream: the finish timeout still ends it (a server trickling finals
     /// cannot keep a stream for ever).

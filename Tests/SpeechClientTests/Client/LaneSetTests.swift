@@ -159,4 +159,53 @@ import Synchronization
         set[4]?.held.push(response)
         #expect(set.heldBytes == 2 * response.heldBytes && response.heldBytes > 0)
     }
+
+    /// Finals restart a stopped lane's finish clock only when they reach a second further, only
+    /// within the audio the lane carried, and at most ten times that audio after the clock
+    /// started: a server sending a word a second further each 59 s (or words past the lane's
+    /// audio) held the first review's version of it for years.
+    @Test func finalsRestartTheFinishClockWithinBounds() {
+        var l = lane(start: 0)
+        l.bytes = Lane.audioBytes(samples: 3 * 16_000)  // 3 s carried
+        l.finalArrived(endMilliseconds: 1_500, now: 5)  // before the stop: the reach only
+        #expect(l.awaitingFinishSince == nil && l.finalsReachMilliseconds == 1_500)
+        l.stop()
+        let stopped = l.finishClockStarted
+        #expect(l.awaitingFinishSince == stopped)
+        l.finalArrived(endMilliseconds: 2_000, now: stopped + 1_000)  // half a second further: no
+        #expect(l.awaitingFinishSince == stopped)
+        l.finalArrived(endMilliseconds: 60_000, now: stopped + 2_000)  // past the lane's audio: no
+        #expect(l.awaitingFinishSince == stopped && l.finalsReachMilliseconds == 1_500)
+        l.finalArrived(endMilliseconds: 2_600, now: stopped + 3_000)
+        #expect(l.awaitingFinishSince == stopped + 3_000)
+        // Late: capped at ten times the 3 s carried after the clock started.
+        l.finalArrived(endMilliseconds: 3_900, now: stopped + 100_000_000_000)
+        #expect(l.awaitingFinishSince == stopped + 30_000_000_000, "\(l.awaitingFinishSince.map { $0 - stopped } ?? 0)")
+        // Held behind an earlier lane, its `finished` arrived: no clock.
+        l.awaitingFinishSince = nil
+        l.finalArrived(endMilliseconds: 3_950, now: stopped + 1)
+        #expect(l.awaitingFinishSince == nil)
+    }
+
+    /// Only the first lane in audio order has its finish clock running; the lane that becomes
+    /// first starts its clock afresh.
+    @Test func onlyTheFirstLaneHasAFinishDeadline() {
+        var set = LaneSet()
+        set.add(lane(start: 0), generation: 1, live: false)
+        set.add(lane(start: 100), generation: 2, live: false)
+        set.update(1) { $0.stop() }
+        set.update(2) { $0.stop() }
+        let second = set.read(2) { $0.awaitingFinishSince } ?? nil
+        let timeout: UInt64 = 1_000
+        #expect(set.nextFinishDeadline(timeout: timeout) == (set.read(1) { $0.awaitingFinishSince } ?? nil).map { $0 + timeout })
+        #expect(set.unfinished(at: .max - timeout, timeout: timeout) == [1])
+        set.remove(1)
+        let restarted = set.read(2) { $0.awaitingFinishSince } ?? nil
+        #expect(restarted != nil && restarted! >= second!)
+        #expect(set.nextFinishDeadline(timeout: timeout) == restarted.map { $0 + timeout })
+        // A lane opened before it (a replay) takes the clock; a live one has none.
+        set.add(lane(start: 50), generation: 3, live: true)
+        #expect(set.nextFinishDeadline(timeout: timeout) == nil)
+        #expect(set.unfinished(at: .max - timeout, timeout: timeout).isEmpty)
+    }
 }

@@ -335,8 +335,11 @@ import Testing
     /// The live piece waits while live audio goes on (a microphone): when it opens it has more
     /// to replay than a stream carries, and moves on the way; each move waits too while four
     /// lanes before it are open. Before, each move opened a stream whatever was open (up to 7).
+    /// A 120 s buffer: the 18 s waiting here do not fill half of it (past that, the first piece
+    /// waiting opens past the window rather than lose its audio:
+    /// `aStreamWaitingForRoomOpensBeforeTheBufferDropsItsAudio`).
     @Test func theLivePieceCatchingUpAfterItsWaitStaysWithinTheWindow() throws {
-        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        let s = supervisor { $0.streamBudgetBytes = 65_536; $0.replayBufferMilliseconds = 120_000 }, host = Host()
         try s.openLane(from: 0, end: nil, host: host)
         lost(s, lane: 1, host: host)
         for k in 0..<200 { s.sendAudio(voiced(k), host: host) }

@@ -232,7 +232,7 @@ final class ClientWorker: @unchecked Sendable {
     /// retried as a lost connection, its unfinished audio replayed on a new stream.
     private func expireUnfinished(now: UInt64) {
         for gen in supervisor.lanes.unfinished(at: now, timeout: finishTimeoutNanos) {
-            handleStream(.closed(SpeechClientError(.timeout, "the server did not finish the context within \(options.finishTimeoutMilliseconds / 1000) s of its stop (or of its last final words)",
+            handleStream(.closed(SpeechClientError(.timeout, "the server did not finish the context within \(options.finishTimeoutMilliseconds / 1000) s (counted from its stop, the end of the stream before it, or its last final words)",
                                                    grpcStatus: GRPCStatus.unavailable)), generation: gen)
         }
     }

@@ -34,10 +34,12 @@ struct Lane {
     /// longer held their audio. Nil before the stop, and once its `finished` arrived (held
     /// behind an earlier lane, it is applied later).
     var awaitingFinishSince: UInt64?
+    /// When the finish clock started (the stop, or the lane becoming the first in audio order,
+    /// `startFinishClock`): the finals restart it at most `maxFinishWaitPerAudio` times the
+    /// lane's audio after this, so a server trickling finals cannot hold the stream for ever.
+    var finishClockStarted: UInt64 = 0
     /// The end (ms from the stream's start) of the latest final word that restarted the finish
-    /// clock, or that arrived before the stop: only a second of audio beyond it restarts it, so
-    /// that a server trickling finals cannot hold a stream open for longer than about the
-    /// finish timeout per second of its audio.
+    /// clock, or that arrived before the stop: only a second of audio beyond it restarts it.
     var finalsReachMilliseconds = 0
     /// The connection is going away (GOAWAY): move to a new lane at the next pause, by this time.
     var moveBy: UInt64?
@@ -89,17 +91,31 @@ struct Lane {
         stream.send(.stop)
         stream.finish()
         stopSent = true
-        awaitingFinishSince = Clock.monotonicNanos()
+        startFinishClock(at: Clock.monotonicNanos())
     }
 
-    /// A final word ending `endMilliseconds` into the stream arrived (applied now, or held).
+    /// Its `finished` is awaited from `now` (its stop, or it became the first lane in audio order).
+    mutating func startFinishClock(at now: UInt64) {
+        awaitingFinishSince = now
+        finishClockStarted = now
+    }
+
+    /// A final word ending `endMilliseconds` into the stream arrived (applied now, or held). A
+    /// word's time is the server's say: only one within the audio the lane carried counts, and
+    /// the clock restarts at most `maxFinishWaitPerAudio` times that audio after it started.
     mutating func finalArrived(endMilliseconds end: Int, now: UInt64) {
-        guard end >= finalsReachMilliseconds + Lane.finalsRestartingTheFinishClockMilliseconds else { return }
+        let carried = SpeechAudio.milliseconds(samples: bytes / SpeechAudio.bytesPerSample)
+        guard end >= finalsReachMilliseconds + Lane.finalsRestartingTheFinishClockMilliseconds,
+              end <= carried + Lane.finalsRestartingTheFinishClockMilliseconds else { return }
         finalsReachMilliseconds = end
-        if awaitingFinishSince != nil { awaitingFinishSince = now }
+        guard awaitingFinishSince != nil else { return }
+        awaitingFinishSince = min(now, finishClockStarted &+ UInt64(carried) * Lane.maxFinishWaitPerAudio * 1_000_000)
     }
 
     static let finalsRestartingTheFinishClockMilliseconds = 1000
+    /// A server recognising a tenth of real time is still waited for; a stream of 28 s (the
+    /// default budget) is ended at most 280 s plus the finish timeout after its clock started.
+    static let maxFinishWaitPerAudio: UInt64 = 10
 
     /// Sends a chunk of live audio on the stream, unless the lane is still replaying.
     mutating func sendLive(_ chunk: [Int16]) {

@@ -79,10 +79,10 @@ struct LaneSet {
     /// audio order after it, if that changed, starts its finish clock afresh (`nextFinishDeadline`).
     @discardableResult
     mutating func remove(_ generation: Int) -> Bool {
-        let firstBefore = first?.generation
+        let firstBefore = firstIndex.map { entries[$0].generation }
         self[generation] = nil
-        if let next = first?.generation, next != firstBefore, let i = index(of: next), entries[i].lane.awaitingFinishSince != nil {
-            entries[i].lane.awaitingFinishSince = Clock.monotonicNanos()
+        if let i = firstIndex, entries[i].generation != firstBefore, entries[i].lane.awaitingFinishSince != nil {
+            entries[i].lane.startFinishClock(at: Clock.monotonicNanos())
         }
         guard live == generation else { return false }
         live = nil
@@ -110,13 +110,26 @@ struct LaneSet {
 
     /// The first lane in audio order.
     var first: (generation: Int, lane: Lane)? {
-        entries.min { Self.precedes($0, $1) }
+        firstIndex.map { entries[$0] }
+    }
+
+    /// Where the first lane in audio order is (read per step: no lane is copied).
+    private var firstIndex: Int? {
+        guard !entries.isEmpty else { return nil }
+        var best = 0
+        var i = 1
+        while i < entries.count {
+            if precedes(i, best) { best = i }
+            i += 1
+        }
+        return best
     }
 
     /// Whether a lane before `generation` in audio order is open (false for a lane not here).
     func hasEarlier(than generation: Int) -> Bool {
         guard let i = index(of: generation) else { return false }
-        return entries.contains { $0.generation != generation && Self.precedes($0, entries[i]) }
+        for j in entries.indices where j != i && precedes(j, i) { return true }
+        return false
     }
 
     /// The lanes whose audio starts before `sample`: those a lane starting there waits behind.
@@ -126,8 +139,9 @@ struct LaneSet {
         return n
     }
 
-    private static func precedes(_ a: (generation: Int, lane: Lane), _ b: (generation: Int, lane: Lane)) -> Bool {
-        (a.lane.start, a.generation) < (b.lane.start, b.generation)
+    /// Whether the lane at `i` comes before the lane at `j` in audio order (read in place).
+    private func precedes(_ i: Int, _ j: Int) -> Bool {
+        (entries[i].lane.start, entries[i].generation) < (entries[j].lane.start, entries[j].generation)
     }
 
     // MARK: - Across the lanes (those read per chunk or per worker step go by index: their
@@ -176,12 +190,12 @@ struct LaneSet {
     /// was still busy with the stream before it (its words lost once the replay buffer no
     /// longer held them). A later lane's clock starts when it becomes the first (`remove`).
     func nextFinishDeadline(timeout: UInt64) -> UInt64? {
-        first?.lane.awaitingFinishSince.map { $0 &+ timeout }
+        firstIndex.flatMap { entries[$0].lane.awaitingFinishSince.map { $0 &+ timeout } }
     }
     /// The first lane in audio order when it is stopped and not finished within `timeout`.
     func unfinished(at now: UInt64, timeout: UInt64) -> [Int] {
-        guard let (generation, lane) = first, let at = lane.awaitingFinishSince, now >= at &+ timeout else { return [] }
-        return [generation]
+        guard let i = firstIndex, let at = entries[i].lane.awaitingFinishSince, now >= at &+ timeout else { return [] }
+        return [entries[i].generation]
     }
     /// The lanes whose start was not acknowledged in time, oldest stream first, as they are now
     /// (ending one may change or remove the others: each is still cancelled).

@@ -139,11 +139,16 @@ final class LaneSupervisor {
         contextSamples += chunk.count
         // In place: a copy of the lane and its write-back were a few percent of a file's time.
         lanes.sendLive(chunk)
+        if let piece = reconnection.nextWaiting, contextSamples - piece.from >= replay.capacitySamples / 2 {
+            openWaitingPieces(host: host, beforeTheirAudioIsDropped: true)
+        }
     }
 
     /// Sending `samples` more live audio may move the live lane to a new stream (which may
     /// connect and log in): the pushing thread then leaves them to the worker.
     func mayRotate(before chunks: Chunker.Chunks) -> Bool {
+        // A stream waiting for room may open past the window before any chunk (`sendAudio`).
+        if reconnection.nextWaiting != nil { return true }
         guard let gen = lanes.live,
               let (bytes, start, moveBy) = lanes.read(gen, { $0.cursor == nil ? ($0.bytes, $0.start, $0.moveBy) : nil }) ?? nil
         else { return false }
@@ -401,9 +406,18 @@ final class LaneSupervisor {
 
     /// A lane finished: the lanes waiting for room (`openOrWait`) open, in audio order. One that
     /// cannot be opened waits for the next attempt with those after it, as after a lost connection.
-    func openWaitingPieces(host: some LaneHost) {
+    /// `beforeTheirAudioIsDropped`: the first waiting one opens past the window, its audio having
+    /// filled half the replay buffer. A server slower than real time (Whisper on a small
+    /// machine) kept four streams open for minutes; the microphone's audio waited for room,
+    /// and once it filled the buffer, it was lost (52.8 s at the reproduction that found it).
+    func openWaitingPieces(host: some LaneHost, beforeTheirAudioIsDropped: Bool = false) {
         var opened = false
-        while let piece = reconnection.nextWaiting, lanes.countStarting(before: piece.from) < Self.maxOpenLanes {
+        var pastTheWindow = beforeTheirAudioIsDropped
+        while let piece = reconnection.nextWaiting, pastTheWindow || lanes.countStarting(before: piece.from) < Self.maxOpenLanes {
+            if pastTheWindow {
+                host.log(.info, "context \(host.contextId): a stream opens past the window of \(Self.maxOpenLanes) open streams: its \(SpeechAudio.secondsText(samples: contextSamples - piece.from)) s of audio waiting for room would otherwise leave the replay buffer")
+                pastTheWindow = false
+            }
             _ = reconnection.takeWaiting()
             let from = reconnection.replayStart(of: piece, oldestSample: replay.oldestSample)
             do throws(SpeechClientError) {
