@@ -672,19 +672,8 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
     /// cut at the timeout and replayed (a second stream, the server loaded more); with the
     /// audio out of the replay buffer, the words not final yet were lost.
     @Test func aServerStillFinishingTheAudioIsWaitedFor() throws {
-        let log = EventLog()
         // 36 words of 100 ms in 3 batches 300 ms apart: each reaches 1.2 s further.
-        let service = FakeRecognitionService(.init(wordsFromAudio: true, finishInBatches: (12, 300)))
-        var o = try pushOptions()
-        o.finishTimeoutMilliseconds = 500
-        o.reconnectInitialDelayMilliseconds = 10
-        let client = try Client(options: o, service: service, handler: log.handler)
-        defer { try? client.close() }
-        try client.start()
-        for k in 1...36 { [Int16](repeating: Int16(k), count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) } }
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
-        let lines = log.lines
+        let (lines, service) = try thirtySixWordsFinishedSlowly(batches: (12, 300), idleWithinMilliseconds: 5000)
         #expect(!lines.contains { $0.hasPrefix("error") }, "\(lines)")
         #expect(lines.filter { $0.hasPrefix("segment final") } == ["segment final " + (1...36).map { "a\($0)" }.joined(separator: " ")], "\(lines)")
         #expect(service.streamsOpened.load(ordering: .relaxed) == 1)
@@ -746,20 +735,29 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
     /// does not hold the stream: the finish timeout still ends it (a server trickling finals
     /// cannot keep a stream for ever).
     @Test func finalsTricklingInLessThanASecondAtATimeDoNotHoldTheStream() throws {
+        let (_, service) = try thirtySixWordsFinishedSlowly(batches: (1, 150), reconnectAttempts: 1, idleWithinMilliseconds: 10_000)
+        // Cut after 500 ms (the words then a second further each 1.5 s), replayed once.
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
+    }
+
+    /// 36 chunks of 100 ms pushed to a server answering the stop in `batches` (500 ms finish
+    /// timeout); the event lines once the client is idle (expected within `idleWithinMilliseconds`), and the server.
+    func thirtySixWordsFinishedSlowly(batches: (words: Int, intervalMilliseconds: Int), reconnectAttempts: Int = 6,
+                                      idleWithinMilliseconds: Int) throws
+        -> (lines: [String], service: FakeRecognitionService) {
         let log = EventLog()
-        let service = FakeRecognitionService(.init(wordsFromAudio: true, finishInBatches: (1, 150)))
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, finishInBatches: batches))
         var o = try pushOptions()
         o.finishTimeoutMilliseconds = 500
-        o.reconnectAttempts = 1
+        o.reconnectAttempts = reconnectAttempts
         o.reconnectInitialDelayMilliseconds = 10
         let client = try Client(options: o, service: service, handler: log.handler)
         defer { try? client.close() }
         try client.start()
         for k in 1...36 { [Int16](repeating: Int16(k), count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) } }
         try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
-        // Cut after 500 ms (the words then a second further each 1.5 s), replayed once.
-        #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
+        #expect(try client.waitIdle(timeoutMilliseconds: idleWithinMilliseconds))
+        return (log.lines, service)
     }
 
     /// When no stream finishes it, the context fails with a timeout naming the audio, then its
