@@ -114,7 +114,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
 final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let service: FakeRecognitionService
     private let handler: @Sendable (StreamEvent) -> Void
-    private let state = Locked<(context: String?, chunks: Int, contexts: Int, closed: Bool, labels: [String])>((nil, 0, 0, false, []))
+    /// `labels`: the words so far on the stream, each with its start (ms into the stream).
+    private let state = Locked<(context: String?, chunks: Int, contexts: Int, closed: Bool, labels: [(text: String, ms: Int32)], samples: Int)>((nil, 0, 0, false, [], 0))
     /// Counted out of `streamsOpenNow` (once).
     private let ended = Atomic<Bool>(false)
     private func countEnded() {
@@ -165,6 +166,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 s.contexts += 1
                 s.chunks = 0
                 s.labels = []
+                s.samples = 0
                 let id = "ctx-\(service.contextsStarted.add(1, ordering: .relaxed).newValue)"
                 s.context = id
                 if service.behaviour.resultBeforeStarted {
@@ -178,7 +180,14 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
             case .audio(let samples):
                 s.chunks += 1
                 service.mostChunksOnAStream.max(s.chunks, ordering: .relaxed)
-                s.labels.append(service.behaviour.wordsFromAudio ? "a\(samples.first ?? 0)" : "w\(s.chunks)")
+                // wordsFromAudio: a word per message that starts with a sample other than 0 (a
+                // quiet piece of a chunk cut in two is none), timed by its audio on the stream.
+                if !service.behaviour.wordsFromAudio {
+                    s.labels.append(("w\(s.chunks)", Int32((s.chunks - 1) * 100)))
+                } else if let first = samples.first, first != 0 {
+                    s.labels.append(("a\(first)", Int32(SpeechAudio.milliseconds(samples: s.samples))))
+                }
+                s.samples += samples.count
                 if mayFail, let (n, error) = service.behaviour.failAfterChunks, s.chunks >= n {
                     s.closed = true
                     countEnded()
@@ -200,11 +209,10 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     // else the newest word alone (what the older tests count on).
                     let labels = service.behaviour.wordsFromAudio ? s.labels : Array(s.labels.suffix(1))
                     let first = s.labels.count - labels.count
-                    let words = labels.enumerated().map { k, text in
-                        let i = first + k
-                        return SLUWord(text: text, index: Int32(i), startMilliseconds: Int32(i * 100), endMilliseconds: Int32(i * 100 + 90))
+                    let words = labels.enumerated().map { k, label in
+                        SLUWord(text: label.text, index: Int32(first + k), startMilliseconds: label.ms, endMilliseconds: label.ms + 90)
                     }
-                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: labels.joined(separator: " "), words: words))))
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: labels.map(\.text).joined(separator: " "), words: words))))
                 }
             case .stop where ignoreStop:
                 break
@@ -214,8 +222,8 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 } else if let id = s.context {
                     // Slowly (`finishInBatches`): everything goes out later, batch by batch.
                     var answer: [StreamEvent] = []
-                    for i in 0..<s.chunks {
-                        let w = SLUWord(text: s.labels[i], index: Int32(i), startMilliseconds: Int32(i * 100), endMilliseconds: Int32(i * 100 + 90))
+                    for (i, label) in s.labels.enumerated() {
+                        let w = SLUWord(text: label.text, index: Int32(i), startMilliseconds: label.ms, endMilliseconds: label.ms + 90)
                         answer.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .transcript(w))))
                     }
                     answer.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .segmentEnd)))

@@ -9,8 +9,11 @@ import Testing
     /// A stream that writes down what it is given.
     final class RecordingStream: RecognitionStream, @unchecked Sendable {
         var log: [String] = []
+        /// The samples of each audio message, in order.
+        var audioCounts: [Int] = []
         var backlog = 0
         func send(_ request: SLURequest) {
+            if case .audio(let samples) = request { audioCounts.append(samples.count) }
             switch request {
             case .config: log.append("config")
             case .start: log.append("start")
@@ -399,9 +402,26 @@ import Testing
         s.endLiveAudio()
         s.attemptReconnect(host: host)
         let lanes = carried(host, from: 1)
-        #expect(lanes.flatMap(\.chunks) == Array(0..<30))
+        // The cut falls 150 ms into the pause (chunks 12-14), inside chunk 13: the second stream
+        // begins with the rest of it (quiet: its first sample is 0).
         #expect(lanes.count == 2 && lanes.allSatisfy(\.stopped))
-        #expect((13...14).contains(lanes.first?.chunks.count ?? 0), "\(lanes.map(\.chunks.count))")
+        #expect(lanes.first?.chunks == Array(0...13), "\(lanes.map(\.chunks))")
+        #expect(lanes.last?.chunks == [0] + Array(14..<30), "\(lanes.map(\.chunks))")
+    }
+
+    /// Live audio with a pause inside a chunk: the chunk is cut there, the audio before the cut
+    /// ending the old stream and the rest beginning the new one; nothing lost or sent twice.
+    @Test func theLiveLaneMovesInsideTheChunkWhereThePauseIs() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<30 { s.sendAudio(voiced(k, quiet: (12...14).contains(k)), host: host) }
+        #expect(host.streams.count == 2)
+        let first = host.streams[0], second = host.streams[1]
+        #expect(first.audioCounts.reduce(0, +) == 13 * Self.chunkSamples + 800, "\(first.audioCounts)")
+        #expect(first.audioCounts.last == 800 && Array(first.log.suffix(2)) == ["stop", "finish"])
+        #expect(second.audioCounts.first == 800 && second.log.first == "start")
+        #expect(first.audioCounts.reduce(0, +) + second.audioCounts.reduce(0, +) == 30 * Self.chunkSamples)
+        #expect(s.contextSamples == 30 * Self.chunkSamples)
     }
 
     /// A short replay on a stream that drains slowly while live audio goes on (an uplink barely

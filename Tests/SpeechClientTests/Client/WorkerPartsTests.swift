@@ -71,33 +71,112 @@ import Glibc
 
     @Test func pastHalfTheBudgetTheStreamMovesAtThe200msPauseAndNotInSpeech() {
         var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
-        #expect(p.reason(before: loud, streamBytes: 10_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        #expect(p.cut(in: loud, streamBytes: 10_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
         // Past half: speech goes on on the same stream...
-        for _ in 0..<5 { #expect(p.reason(before: loud, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil) }
+        for _ in 0..<5 { #expect(p.cut(in: loud, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil) }
         // ...and 200 ms of quiet (two 100 ms chunks) move it.
-        #expect(p.reason(before: quiet, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
-        let why = p.reason(before: quiet, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0)
-        #expect(why?.contains("at a pause") == true)
+        #expect(p.cut(in: quiet, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        let cut = p.cut(in: quiet, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0)
+        #expect(cut?.why.contains("at a pause") == true)
+        // Late in the pause: 150 ms into it (the soft end of a word may still be in its first 100 ms).
+        #expect(cut?.offset == 800)
         p.reset()
-        #expect(p.reason(before: quiet, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        #expect(p.cut(in: quiet, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
     }
 
     @Test func theFullBudgetTheContextLimitAndTheDrainDeadlineMoveTheStreamAtOnce() {
         var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 10_000)
-        #expect(p.reason(before: loud, streamBytes: 99_000, sentSamples: 0, moveBy: nil, now: 0)?.contains("all of its") == true)
+        #expect(p.cut(in: loud, streamBytes: 99_000, sentSamples: 0, moveBy: nil, now: 0)?.why.contains("all of its") == true)
         let late = SpeechAudio.samples(milliseconds: 30_000)
-        #expect(p.reason(before: loud, streamBytes: 0, sentSamples: late, moveBy: nil, now: 0)?.contains("reached 10 s") == true)
-        #expect(p.reason(before: loud, streamBytes: 0, sentSamples: 0, moveBy: 5, now: 4) == nil)
-        #expect(p.reason(before: loud, streamBytes: 0, sentSamples: 0, moveBy: 5, now: 5)?.contains("GOAWAY") == true)
+        #expect(p.cut(in: loud, streamBytes: 0, sentSamples: late, moveBy: nil, now: 0)?.why.contains("reached 10 s") == true)
+        #expect(p.cut(in: loud, streamBytes: 0, sentSamples: 0, moveBy: 5, now: 4) == nil)
+        #expect(p.cut(in: loud, streamBytes: 0, sentSamples: 0, moveBy: 5, now: 5)?.why.contains("GOAWAY") == true)
     }
 
     @Test func aPauseIsAlsoQuietAgainstTheSpeechBeforeIt() {
         // A noisy room: nothing is under the absolute threshold, but 25 dB under the speech is a pause.
         var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
         let noise = [Int16](repeating: 400, count: 1_600)
-        _ = p.reason(before: loud, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0)
-        #expect(p.reason(before: noise, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
-        #expect(p.reason(before: noise, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) != nil)
+        _ = p.cut(in: loud, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0)
+        #expect(p.cut(in: noise, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        #expect(p.cut(in: noise, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) != nil)
+    }
+
+    /// White noise at about `rms`, the same on every run (a room's steady noise).
+    private func roomNoise(_ count: Int, rms: Double, seed: UInt32 = 7) -> [Int16] {
+        var state = seed
+        let amplitude = rms * 3.0.squareRoot()  // uniform in [-a, a] has RMS a/sqrt(3)
+        return (0..<count).map { _ in
+            state = state &* 1_664_525 &+ 1_013_904_223
+            return Int16(amplitude * (Double(state >> 8) / Double(1 << 24) * 2 - 1))
+        }
+    }
+
+    /// A voice-like tone (a square wave at RMS 8,000, 400 Hz) over `noise`.
+    private func speech(over noise: ArraySlice<Int16>) -> [Int16] {
+        noise.enumerated().map { i, n in Int16(clamping: Int(n) + ((i / 20) % 2 == 0 ? 8_000 : -8_000)) }
+    }
+
+    /// Speech at 20 dB over a steady noise (a fan, a car): the noise between the words is neither
+    /// under the absolute threshold nor 25 dB under the speech. Before, no pause was ever found
+    /// there and every move fell where the budget ran out, inside a word; now the pause is quiet
+    /// against the noise floor.
+    @Test func aPauseIsQuietAgainstTheRoomsNoiseFloor() {
+        var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
+        let room = roomNoise(1_600 * 30, rms: 800)
+        func piece(_ k: Int) -> ArraySlice<Int16> { room[(k * 1_600)..<((k + 1) * 1_600)] }
+        // Speech from a third of the budget (the levels are learnt) past its half, with no pause.
+        for k in 0..<20 {
+            #expect(p.cut(in: speech(over: piece(k)), streamBytes: 40_000 + k * 1_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        }
+        // Then the room alone, 200 ms: the stream moves there.
+        #expect(p.cut(in: Array(piece(20)), streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        let cut = p.cut(in: Array(piece(21)), streamBytes: 62_000, sentSamples: 0, moveBy: nil, now: 0)
+        #expect(cut?.why.contains("at a pause") == true)
+        #expect(cut?.offset == 800)
+        // A steady tone alone (the floor is not under the loudest sound) is no pause.
+        var tone = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
+        for _ in 0..<10 { #expect(tone.cut(in: loud, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil) }
+    }
+
+    /// The pause asked for shrinks as the budget runs out: 200 ms from half of it, 100 ms from
+    /// three quarters, 40 ms (a gap between two words) from nine tenths; the cut falls in the
+    /// middle of the gap, inside the chunk.
+    @Test func thePauseAskedForShrinksAsTheBudgetRunsOut() {
+        // 100 ms: 40 ms of speech, a 40 ms gap, 20 ms of speech.
+        let gapped = (0..<1_600).map { i -> Int16 in (640..<1_280).contains(i) ? 10 : ((i / 20) % 2 == 0 ? 8_000 : -8_000) }
+        for (bytes, expected) in [(60_000, nil), (80_000, nil), (92_000, 960)] as [(Int, Int?)] {
+            var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
+            _ = p.cut(in: loud, streamBytes: bytes - 4_000, sentSamples: 0, moveBy: nil, now: 0)
+            let cut = p.cut(in: gapped, streamBytes: bytes, sentSamples: 0, moveBy: nil, now: 0)
+            #expect(cut?.offset == expected, "at \(bytes) bytes: \(String(describing: cut))")
+        }
+        // 100 ms of quiet from three quarters, 40 ms of it in one chunk and 60 in the next: the
+        // cut is in its middle, 10 ms into the second chunk.
+        var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
+        let endsQuiet = (0..<1_600).map { i -> Int16 in i >= 960 ? 10 : 8_000 }
+        let startsQuiet = (0..<1_600).map { i -> Int16 in i < 960 ? 10 : 8_000 }
+        #expect(p.cut(in: endsQuiet, streamBytes: 80_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        #expect(p.cut(in: startsQuiet, streamBytes: 83_000, sentSamples: 0, moveBy: nil, now: 0)?.offset == 160)
+        // Past the context limit the same shrinking, on the time left before the forced move.
+        var late = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 10_000)
+        let pastLimit = SpeechAudio.samples(milliseconds: 10_000 + 17_000)
+        _ = late.cut(in: loud, streamBytes: 0, sentSamples: pastLimit, moveBy: nil, now: 0)
+        #expect(late.cut(in: gapped, streamBytes: 0, sentSamples: pastLimit, moveBy: nil, now: 0)?.offset == 960)
+    }
+
+    /// Forced at the budget with no pause, the cut falls in a markedly quieter frame of the chunk
+    /// if it has one, within what the budget still takes; in steady sound, where the chunk starts.
+    @Test func aForcedCutFallsInTheQuietestFrameWithinTheBudget() {
+        var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
+        let softer = (0..<1_600).map { i -> Int16 in (640..<960).contains(i) ? 5_000 : 8_000 }
+        let cut = p.cut(in: softer, streamBytes: 97_500, sentSamples: 0, moveBy: nil, now: 0)
+        #expect(cut == RotationPolicy.Cut(offset: 800, why: "the stream carried all of its 97 KiB budget (no pause before it)"))
+        // 1,000 bytes left take 492 samples: the softer frame is past them.
+        p.reset()
+        #expect(p.cut(in: softer, streamBytes: 99_000, sentSamples: 0, moveBy: nil, now: 0)?.offset == 0)
+        p.reset()
+        #expect(p.cut(in: loud, streamBytes: 97_500, sentSamples: 0, moveBy: nil, now: 0)?.offset == 0)
     }
 
     // MARK: AudioPump

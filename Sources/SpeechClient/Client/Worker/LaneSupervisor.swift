@@ -131,10 +131,27 @@ final class LaneSupervisor {
     /// caught up. Before it, the lane moves to a new stream when its budget says so.
     func sendAudio(_ chunk: [Int16], host: some LaneHost) {
         let context = epoch
-        rotateIfDue(before: chunk, host: host)
-        // A move that failed ended the context (and a start queued behind it may have begun the
-        // next): the chunk belonged to the ended one, and goes with it, as later chunks do.
-        guard epoch == context else { return }
+        if let cut = cutIfDue(in: chunk, host: host) {
+            // The audio before the pause ends the old stream; the rest begins the new one.
+            let offset = min(cut.offset, chunk.count)
+            if offset > 0 {
+                append(offset == chunk.count ? chunk : Array(chunk[..<offset]), host: host)
+                guard epoch == context else { return }
+            }
+            rotate(reason: cut.why, host: host)
+            // A move that failed ended the context (and a start queued behind it may have begun
+            // the next): the chunk belonged to the ended one, and goes with it, as later ones do.
+            guard epoch == context else { return }
+            if offset > 0 {
+                if offset < chunk.count { append(Array(chunk[offset...]), host: host) }
+                return
+            }
+        }
+        append(chunk, host: host)
+    }
+
+    /// A chunk of the context's audio: kept for replay, and sent on the live lane.
+    private func append(_ chunk: [Int16], host: some LaneHost) {
         replay.append(chunk)
         contextSamples += chunk.count
         // In place: a copy of the lane and its write-back were a few percent of a file's time.
@@ -290,16 +307,15 @@ final class LaneSupervisor {
 
     // MARK: - Rotation
 
-    /// Before each chunk of live audio: the lane moves to a new stream when `rotation` says so.
-    private func rotateIfDue(before chunk: [Int16], host: some LaneHost) {
+    /// Before each chunk of live audio: where in it the lane moves to a new stream, when
+    /// `rotation` says so.
+    private func cutIfDue(in chunk: [Int16], host: some LaneHost) -> RotationPolicy.Cut? {
         // Read in place: this runs for every chunk.
         guard let gen = lanes.live,
               let (bytes, start, moveBy) = lanes.read(gen, { $0.cursor == nil ? ($0.bytes, $0.start, $0.moveBy) : nil }) ?? nil,
-              !host.liveAudioEnded else { return }
-        if let why = rotation.reason(before: chunk, streamBytes: bytes, sentSamples: contextSamples - start,
-                                     moveBy: moveBy, now: Clock.monotonicNanos()) {
-            rotate(reason: why, host: host)
-        }
+              !host.liveAudioEnded else { return nil }
+        return rotation.cut(in: chunk, streamBytes: bytes, sentSamples: contextSamples - start,
+                            moveBy: moveBy, now: Clock.monotonicNanos())
     }
 
     /// The live lane ends here (stop, then end of stream: it drains) and a new lane on a new
@@ -449,11 +465,17 @@ final class LaneSupervisor {
         var pieceStart = from, bytes = startBytes, at = from
         for chunk in replay.chunks(from: from, upTo: end ?? contextSamples) {
             if at > pieceStart,
-               policy.reason(before: chunk, streamBytes: bytes, sentSamples: at - pieceStart, moveBy: nil, now: 0) != nil {
-                pieces.append((pieceStart, at))
+               let cut = policy.cut(in: chunk, streamBytes: bytes, sentSamples: at - pieceStart, moveBy: nil, now: 0) {
+                let offset = min(cut.offset, chunk.count)
+                pieces.append((pieceStart, at + offset))
                 policy.reset()
-                pieceStart = at
+                pieceStart = at + offset
                 bytes = startBytes
+                if offset > 0 {  // the rest of the chunk begins the next piece
+                    bytes += Lane.audioBytes(samples: chunk.count - offset)
+                    at += chunk.count
+                    continue
+                }
             }
             bytes += Lane.audioBytes(samples: chunk.count)
             at += chunk.count
@@ -488,9 +510,16 @@ final class LaneSupervisor {
                 for chunk in replay.chunks(from: at, upTo: target) {
                     if lane.stream.backlogBytes > Self.backlogLimit { break }
                     if live, at > lane.start,
-                       let why = rotation.reason(before: chunk, streamBytes: lane.bytes, sentSamples: at - lane.start,
-                                                 moveBy: lane.moveBy, now: now) {
-                        moveAt = (at, why)
+                       let cut = rotation.cut(in: chunk, streamBytes: lane.bytes, sentSamples: at - lane.start,
+                                              moveBy: lane.moveBy, now: now) {
+                        // The audio before the pause still goes on this stream.
+                        let offset = min(cut.offset, chunk.count)
+                        if offset > 0 {
+                            lane.stream.send(.audio(offset == chunk.count ? chunk : Array(chunk[..<offset])))
+                            lane.bytes += Lane.audioBytes(samples: offset)
+                            sent = true
+                        }
+                        moveAt = (at + offset, cut.why)
                         break
                     }
                     lane.stream.send(.audio(chunk))
