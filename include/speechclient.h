@@ -681,8 +681,9 @@ SPC_API spc_status spc_options_set_context_limit_ms(spc_options *options, uint32
 ** carries at most max_bytes of requests: from half of it the context moves to a new stream at
 ** the next pause in the audio (200 ms of quiet, against the room's own noise as well as in
 ** absolute terms; from three quarters of it 100 ms, from nine tenths 40 ms, the gap between two
-** words; since 0.11), at max_bytes at once (at the quietest 20 ms of the last chunk that fits). The
-** cut falls inside the pause, in whichever chunk it is. The old stream finishes
+** words; since 0.11), at max_bytes at once (at a markedly quieter 20 ms of the chunk that would
+** pass it, if the part that fits has one). The cut falls inside the pause, in whichever chunk it
+** is. The old stream finishes
 ** its words while the new one goes on; the application sees one context, its segments in order,
 ** no word lost or repeated at the seam. 65536-1073741824 bytes. Default 900000 (about 28 s of
 ** 16 kHz audio: under nginx's default with room to spare). Since 0.5. */

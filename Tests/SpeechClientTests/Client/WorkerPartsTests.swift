@@ -134,6 +134,14 @@ import Glibc
         let cut = p.cut(in: Array(piece(21)), streamBytes: 62_000, sentSamples: 0, moveBy: nil, now: 0)
         #expect(cut?.why.contains("at a pause") == true)
         #expect(cut?.offset == 800)
+        // A chunk ending in a few samples of silence (a chunk cut in two at a zero crossing)
+        // before the pause: too short a frame to learn the floor from (it set it near 0, and the
+        // room's noise was no pause for the rest of the stream).
+        var q = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
+        for k in 0..<19 { _ = q.cut(in: speech(over: piece(k)), streamBytes: 40_000 + k * 1_000, sentSamples: 0, moveBy: nil, now: 0) }
+        #expect(q.cut(in: speech(over: piece(19)) + [Int16](repeating: 0, count: 10), streamBytes: 59_000, sentSamples: 0, moveBy: nil, now: 0) == nil)
+        _ = q.cut(in: Array(piece(20)), streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0)
+        #expect(q.cut(in: Array(piece(21)), streamBytes: 62_000, sentSamples: 0, moveBy: nil, now: 0)?.why.contains("at a pause") == true)
         // A steady tone alone (the floor is not under the loudest sound) is no pause.
         var tone = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
         for _ in 0..<10 { #expect(tone.cut(in: loud, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil) }
@@ -177,6 +185,12 @@ import Glibc
         #expect(p.cut(in: softer, streamBytes: 99_000, sentSamples: 0, moveBy: nil, now: 0)?.offset == 0)
         p.reset()
         #expect(p.cut(in: loud, streamBytes: 97_500, sentSamples: 0, moveBy: nil, now: 0)?.offset == 0)
+        // A pause past what the budget still takes is no place for the cut: it is forced, within
+        // what fits (it was cut at the budget's last sample, in the speech, "at a pause").
+        p.reset()
+        let gapLate = (0..<1_600).map { i -> Int16 in i >= 960 ? 10 : 8_000 }
+        #expect(p.cut(in: gapLate, streamBytes: 99_000, sentSamples: 0, moveBy: nil, now: 0)
+                == RotationPolicy.Cut(offset: 0, why: "the stream carried all of its 97 KiB budget (no pause before it)"))
     }
 
     // MARK: AudioPump

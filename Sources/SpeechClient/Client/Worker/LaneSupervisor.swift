@@ -23,8 +23,9 @@ protocol LaneHost: AnyObject {
 
 /// The connection side of one context (issues 5 and 18): its lanes, the audio kept to replay,
 /// moving the live lane to a new stream, and replacing lost lanes. Every chunk is kept in the
-/// `ReplayBuffer` and sent on the live lane; before a chunk the live lane moves to a new stream
-/// when `RotationPolicy` says so (a byte budget, the context limit, a connection going away);
+/// `ReplayBuffer` and sent on the live lane; at a pause (inside a chunk, which is then cut in
+/// two) the live lane moves to a new stream when `RotationPolicy` says so (a byte budget, the
+/// context limit, a connection going away);
 /// a lost lane is replaced after the delay `ReconnectionPlan` sets by a lane that replays its
 /// unfinished audio [floor, end) as its stream drains. When the buffer no longer holds that
 /// audio, or the attempts run out, the error names exactly which audio was not transcribed.
@@ -128,7 +129,8 @@ final class LaneSupervisor {
     // MARK: - Audio out
 
     /// Every chunk of the context is kept for replay, then sent on the live lane when it is
-    /// caught up. Before it, the lane moves to a new stream when its budget says so.
+    /// caught up. Where its budget says so (before the chunk or inside it), the lane moves to a
+    /// new stream: the audio before that point ends the old stream, the rest begins the new one.
     func sendAudio(_ chunk: [Int16], host: some LaneHost) {
         let context = epoch
         if let cut = cutIfDue(in: chunk, host: host) {

@@ -3,8 +3,9 @@
 /// server context lasts at most 5 minutes (protocol.md). From half the byte budget, past the
 /// context limit, or once the connection is going away, the move waits for a pause in the audio
 /// sent; at the byte budget itself, 20 s past the context limit or at the drain deadline, it
-/// happens at once, at the quietest 20 ms of the chunk. Decided on the audio sent, not on the
-/// server's answers: a file is sent far ahead of them.
+/// happens at once: in the chunk that would pass the budget, at a frame of it markedly quieter
+/// than its start if the part that still fits has one, else where the chunk starts. Decided on
+/// the audio sent, not on the server's answers: a file is sent far ahead of them.
 ///
 /// A cut inside a word loses that word on both streams, so where the cut falls matters:
 /// - a pause is quiet against the room's own noise floor, not only in absolute terms: in a room
@@ -12,8 +13,8 @@
 ///   where the budget ran out, 10 of 12 inside a word (three real recordings; stop 43's note);
 /// - the pause asked for shrinks as the budget runs out (200 ms, then 100 ms from three
 ///   quarters of it, 40 ms, the gap between two words, from nine tenths);
-/// - the cut falls inside the chunk where the pause is (in its middle when the chunk holds it),
-///   not before the chunk.
+/// - the cut falls inside the chunk where the pause is (150 ms into a 200 ms pause, in the middle
+///   of a shorter one), not before the chunk.
 struct RotationPolicy {
     /// The stream's byte budget (`ClientOptions.streamBudgetBytes`).
     let budgetBytes: Int
@@ -65,9 +66,10 @@ struct RotationPolicy {
         let chunkBytes = Lane.audioBytes(samples: chunk.count)
         let limit = SpeechAudio.samples(milliseconds: contextLimitMilliseconds)
         let due = isDue(streamBytes: streamBytes + chunkBytes, sentSamples: sentSamples, moveBy: moveBy)
-        // Only the audio before a move is measured (not all of every stream): from a third of
-        // the budget (or 5 s before the context limit), to learn the levels before the pause.
-        let measured = due || (streamBytes + chunkBytes) * 20 > budgetBytes * 7
+        // Only the audio before a move is measured (not all of every stream): from 35 % of the
+        // budget (or 5 s before the context limit), to learn the levels before the pause.
+        // Divided first: `budgetBytes` may be up to 1 GiB, and Int is 32 bits on armhf.
+        let measured = due || streamBytes + chunkBytes > budgetBytes / 20 * 7
             || sentSamples + SpeechAudio.samples(milliseconds: 5_000) >= limit
         guard measured else { return nil }
         let forced = streamBytes + chunkBytes > budgetBytes || sentSamples >= limit + Self.lateSamples
@@ -87,8 +89,12 @@ struct RotationPolicy {
             } else if frame <= fits, meanSquare < quietest.meanSquare {
                 quietest = (frame + count / 2 <= fits ? frame + count / 2 : frame, meanSquare)
             }
-            floor = floor < 0 ? meanSquare : min(meanSquare, floor + floor / 512 + 1)
-            loud = max(meanSquare, loud - loud / 256)
+            // The levels are learnt from whole frames only: a few samples at the end of a chunk
+            // cut in two (a zero crossing) would set the floor near 0 for the rest of the stream.
+            if count >= Self.frameSamples / 2 {
+                floor = floor < 0 ? meanSquare : min(meanSquare, floor + floor / 512 + 1)
+                loud = max(meanSquare, loud - loud / 256)
+            }
             let quiet = meanSquare <= Self.quietMeanSquare || meanSquare * 300 <= loud
                 || (meanSquare <= 2 * floor && floor * 8 <= loud)
             quietRun = quiet ? quietRun + count : 0
@@ -98,8 +104,12 @@ struct RotationPolicy {
                 // met. The first 100-150 ms after a word may still be its soft end (a fricative,
                 // the room's echo): in the LibriVox reading a cut in the middle of 200 ms fell in
                 // the "f" of "self" and both streams lost the word.
-                let at = frame + count - min(quietRun / 2, SpeechAudio.samples(milliseconds: 50))
-                return Cut(offset: min(max(at, 0), fits), why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, forced: false, streamBytes: streamBytes))
+                // A pause past what the budget still takes is no place to cut: the forced cut
+                // below chooses within it.
+                let at = max(frame + count - min(quietRun / 2, SpeechAudio.samples(milliseconds: 50)), 0)
+                if at <= fits {
+                    return Cut(offset: at, why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, forced: false, streamBytes: streamBytes))
+                }
             }
             frame += count
         }
@@ -112,8 +122,8 @@ struct RotationPolicy {
     /// limit) runs out. The gaps between words are 40 ms and more in the recordings measured.
     private func pauseNeeded(streamBytes: Int, sentSamples: Int, limit: Int) -> Int {
         let late = sentSamples - limit
-        if streamBytes * 10 >= budgetBytes * 9 || late * 5 >= Self.lateSamples * 4 { return SpeechAudio.samples(milliseconds: 40) }
-        if streamBytes * 4 >= budgetBytes * 3 || late * 2 >= Self.lateSamples { return SpeechAudio.samples(milliseconds: 100) }
+        if streamBytes >= budgetBytes / 10 * 9 || late * 5 >= Self.lateSamples * 4 { return SpeechAudio.samples(milliseconds: 40) }
+        if streamBytes >= budgetBytes / 4 * 3 || late * 2 >= Self.lateSamples { return SpeechAudio.samples(milliseconds: 100) }
         return Self.pauseSamples
     }
 
