@@ -137,6 +137,97 @@ import Testing
         #expect(client.currentState == .listening)
     }
 
+    /// A microphone that gives `samples` up to where `play(upTo:)` allows, as fast as they are
+    /// read, then nothing (it waits, as a device does until its next period).
+    final class ScriptedMicrophone: AudioSource, @unchecked Sendable {
+        let samples: [Int16]
+        private let lock = ConditionLock()
+        private var position = 0
+        private var closed = false
+        private var allowed = 0
+        /// The capture thread asked for more once all allowed was read: it has buffered that.
+        private var askedPastAllowed = false
+        init(_ samples: [Int16]) { self.samples = samples }
+
+        func play(upTo count: Int) {
+            lock.withLock {
+                allowed = min(count, samples.count)
+                askedPastAllowed = false
+            }
+        }
+
+        var format: AudioFormat { .speech }
+        func open() throws(SpeechClientError) { lock.withLock { closed = false } }
+        func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+            let out: [Float]? = lock.withLock {
+                if closed { return nil }
+                let n = min(maxFrames, allowed - position)
+                if n == 0 && !askedPastAllowed {
+                    askedPastAllowed = true
+                    lock.broadcast()
+                }
+                defer { position += n }
+                return samples[position..<position + n].map { Float($0) / 32_768 }  // a device's floats: -1...1
+            }
+            if out?.isEmpty == true { usleepMs(5) }
+            return out
+        }
+        func close() { lock.withLock { closed = true } }
+
+        /// Waits until the samples allowed were read from the device and buffered (the capture
+        /// thread asked for more after them).
+        func waitUntilAllowedRead(timeoutMs: Int = 5_000) -> Bool {
+            let deadline = Clock.monotonicNanos() + UInt64(timeoutMs) * 1_000_000
+            lock.lock()
+            defer { lock.unlock() }
+            while !askedPastAllowed {
+                if !lock.wait(untilMonotonicNanos: deadline) { return askedPastAllowed }
+            }
+            return true
+        }
+    }
+
+    /// A stop while listening, in the middle of what is said, while that activation waits for the
+    /// previous context (the server still finishing it): the audio the microphone captured and
+    /// the worker had not taken yet (it takes a microphone's audio a chunk at a time) ends the
+    /// waiting activation. Before, the end of the previous context cleared it: here the last
+    /// 50 ms, captured just before the stop, were never sent.
+    @Test func aStopWhileAnActivationWaitsKeepsWhatTheMicrophoneCapturedLast() throws {
+        var g = Signals.Noise()
+        let last = [Int16](repeating: 7_777, count: 800)  // under a chunk: it waits for more audio
+        let said = Self.utterance(&g) + Signals.speech(ms: 1_000, dbfs: -25, &g)
+        let mic = ScriptedMicrophone(said + last)
+        var o = try Self.options(.voice)
+        o.audio = .microphone(device: "scripted")
+        // The first context's words come 3 s after its stop: the second activation waits.
+        let service = FakeRecognitionService(.init(finishInBatches: (100, 3_000)))
+        let log = EventLog()
+        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(mic) }, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        // Played once the client listens: a microphone keeps nothing outside a context.
+        let until = Clock.monotonicNanos() + 5_000_000_000
+        while client.currentState != .listening && Clock.monotonicNanos() < until { usleepMs(5) }
+        mic.play(upTo: said.count)
+        #expect(mic.waitUntilAllowedRead())
+        #expect(log.waitFor(timeoutMs: 5_000) { $0.filter { $0 == "listen activate" }.count == 2 }, "\(log.lines)")
+        #expect(!log.lines.contains("stop ctx-1"))  // the second activation is waiting
+        // The last 50 ms, then the stop at once: less than a chunk, it is still in the capture
+        // buffer (the worker looks at it when a chunk is there, or after 500 ms).
+        mic.play(upTo: said.count + last.count)
+        #expect(mic.waitUntilAllowedRead())
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let sent = service.requests.withLock { requests in
+            requests.reduce(0) { n, r in
+                guard case .audio(let samples) = r else { return n }
+                return n + samples.filter { $0 == 7_777 }.count
+            }
+        }
+        #expect(sent == 800, "\(log.lines.filter { !$0.hasPrefix("listen s") })")
+        #expect(log.lines.contains("start ctx-2") && log.lines.last == "stop ctx-2", "\(log.lines)")
+    }
+
     @Test func wakewordModeNeedsAPhrase() throws {
         #expect(throws: SpeechClientError.self) {
             _ = try Client(options: try Self.options(.wakeword), service: FakeRecognitionService(), handler: nil)

@@ -115,6 +115,16 @@ extension ClientWorker {
     /// Stop (or the end of the audio) while listening: the open activation ends, its context
     /// delivers its last results, then the client is idle.
     func stopListening(auto: Bool) {
+        guard endpointer != nil else { return }
+        // What the microphone captured and was not taken yet, and the chunk in progress, are the
+        // end of what was said: heard (and sent, or kept by an activation waiting for the
+        // previous context) before the endpointer finishes, as a manual stop sends them. With an
+        // activation waiting, the previous context's end cleared the capture buffer: the last
+        // words before the stop (up to a chunk, more when the worker was held up) were lost.
+        var descriptor = false
+        if case .descriptor = options.audio { descriptor = true }
+        for c in audio.takeCapturedAndStop() { take(c) }
+        for c in audio.drain(resamplerTail: descriptor) { take(c) }
         guard var ep = endpointer else { return }
         let actions = ep.finish()
         endpointer = nil
