@@ -228,6 +228,32 @@ import Testing
         #expect(log.lines.contains("start ctx-2") && log.lines.last == "stop ctx-2", "\(log.lines)")
     }
 
+    /// A stop while listening with no activation open: the microphone's last audio, the start
+    /// of a sound, opens no context during the stop (it is dropped, as it always was).
+    @Test func aStopWhileNothingIsActiveOpensNoContext() throws {
+        var g = Signals.Noise()
+        let room = Signals.noise(ms: 2_000, dbfs: -50, &g)
+        let onset = Array(Signals.speech(ms: 100, dbfs: -20, &g).prefix(1_500))  // under a chunk
+        let mic = ScriptedMicrophone(room + onset)
+        var o = try Self.options(.voice)
+        o.audio = .microphone(device: "scripted")
+        let service = FakeRecognitionService()
+        let log = EventLog()
+        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(mic) }, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let until = Clock.monotonicNanos() + 5_000_000_000
+        while client.currentState != .listening && Clock.monotonicNanos() < until { usleepMs(5) }
+        mic.play(upTo: room.count)
+        #expect(mic.waitUntilAllowedRead())
+        mic.play(upTo: room.count + onset.count)
+        #expect(mic.waitUntilAllowedRead())
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        #expect(!log.lines.contains { $0.hasPrefix("start") || $0 == "listen activate" }, "\(log.lines)")
+        #expect(service.streamsOpened.load(ordering: .relaxed) <= 1)  // the listening's own, prepared
+    }
+
     @Test func wakewordModeNeedsAPhrase() throws {
         #expect(throws: SpeechClientError.self) {
             _ = try Client(options: try Self.options(.wakeword), service: FakeRecognitionService(), handler: nil)

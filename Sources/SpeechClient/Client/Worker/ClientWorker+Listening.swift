@@ -5,7 +5,7 @@ extension ClientWorker {
 
     /// One chunk of the source (or pushed): its level, then into the open context (manual) or
     /// through the endpointer (listening).
-    func take(_ chunk: [Int16]) {
+    func take(_ chunk: [Int16], toWakeService: Bool = true) {
         let listening = endpointer != nil
         guard listening || (contextOpen && !stopSent) else { return }
         let at = audioSamples
@@ -17,7 +17,7 @@ extension ClientWorker {
             supervisor.sendAudio(chunk, host: self)
             return
         }
-        if let wake { hearForWake(chunk, at: at, on: wake) }
+        if toWakeService, let wake { hearForWake(chunk, at: at, on: wake) }
         let actions = ep.process(chunk)
         endpointer = ep
         perform(actions)
@@ -121,10 +121,14 @@ extension ClientWorker {
         // previous context) before the endpointer finishes, as a manual stop sends them. With an
         // activation waiting, the previous context's end cleared the capture buffer: the last
         // words before the stop (up to a chunk, more when the worker was held up) were lost.
+        // Only into an open activation: outside one, a cough in that tail would open a context
+        // during the stop. Not to the wake-word service, which is closed right after (it may
+        // reconnect). The tail is taken either way: none of it is for a later start.
         var descriptor = false
         if case .descriptor = options.audio { descriptor = true }
-        for c in audio.takeCapturedAndStop() { take(c) }
-        for c in audio.drain(resamplerTail: descriptor) { take(c) }
+        let intoActivation = endpointer?.isActive == true
+        for c in audio.takeCapturedAndStop() where intoActivation { take(c, toWakeService: false) }
+        for c in audio.drain(resamplerTail: descriptor) where intoActivation { take(c, toWakeService: false) }
         guard var ep = endpointer else { return }
         let actions = ep.finish()
         endpointer = nil
