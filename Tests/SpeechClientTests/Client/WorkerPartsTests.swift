@@ -193,6 +193,24 @@ import Glibc
                 == RotationPolicy.Cut(offset: 0, why: "the stream carried all of its 97 KiB budget (no pause before it)"))
     }
 
+    /// A cut is 0 or inside the chunk, never its whole length (the callers split at it without
+    /// further checks): chunks of every size from empty to past a chunk, forced by the budget, by
+    /// the time past the context limit, and at a 40 ms pause.
+    @Test func aCutIsAtTheStartOrInsideTheChunk() {
+        for count in [0, 1, 2, 159, 160, 319, 320, 321, 639, 640, 800, 1_599, 1_600, 2_000] {
+            let loudThenQuiet = (0..<count).map { i -> Int16 in i < count / 3 ? 8_000 : 10 }
+            for (bytes, sent) in [(99_990, 0), (99_000, 0), (92_000, 0), (0, SpeechAudio.samples(milliseconds: 40_000))] {
+                for chunk in [loudThenQuiet, [Int16](repeating: 8_000, count: count)] {
+                    var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 10_000)
+                    _ = p.cut(in: loud, streamBytes: max(0, bytes - 3_300), sentSamples: sent, moveBy: nil, now: 0)
+                    if let cut = p.cut(in: chunk, streamBytes: bytes, sentSamples: sent, moveBy: nil, now: 0) {
+                        #expect(cut.offset == 0 || cut.offset < count, "\(count) samples at \(bytes) bytes: \(cut)")
+                    }
+                }
+            }
+        }
+    }
+
     // MARK: AudioPump
 
     /// Reads until the source ends (at most `reads` reads): every chunk, the last ones included.

@@ -187,6 +187,24 @@ import Testing
         }
     }
 
+    /// A client listening (voice activation) to `mic`, started: `mic` is to be played only
+    /// from then on (a microphone keeps nothing outside a context).
+    static func listening(to mic: ScriptedMicrophone, service: FakeRecognitionService, log: EventLog) throws -> Client {
+        var o = try options(.voice)
+        o.audio = .microphone(device: "scripted")
+        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(mic) }, handler: log.handler)
+        do {
+            try client.start()
+        } catch {
+            try? client.close()
+            throw error
+        }
+        let until = Clock.monotonicNanos() + 5_000_000_000
+        while client.currentState != .listening && Clock.monotonicNanos() < until { usleepMs(5) }
+        #expect(client.currentState == .listening)
+        return client
+    }
+
     /// A stop while listening, in the middle of what is said, while that activation waits for the
     /// previous context (the server still finishing it): the audio the microphone captured and
     /// the worker had not taken yet (it takes a microphone's audio a chunk at a time) ends the
@@ -197,17 +215,11 @@ import Testing
         let last = [Int16](repeating: 7_777, count: 800)  // under a chunk: it waits for more audio
         let said = Self.utterance(&g) + Signals.speech(ms: 1_000, dbfs: -25, &g)
         let mic = ScriptedMicrophone(said + last)
-        var o = try Self.options(.voice)
-        o.audio = .microphone(device: "scripted")
         // The first context's words come 3 s after its stop: the second activation waits.
         let service = FakeRecognitionService(.init(finishInBatches: (100, 3_000)))
         let log = EventLog()
-        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(mic) }, handler: log.handler)
+        let client = try Self.listening(to: mic, service: service, log: log)
         defer { try? client.close() }
-        try client.start()
-        // Played once the client listens: a microphone keeps nothing outside a context.
-        let until = Clock.monotonicNanos() + 5_000_000_000
-        while client.currentState != .listening && Clock.monotonicNanos() < until { usleepMs(5) }
         mic.play(upTo: said.count)
         #expect(mic.waitUntilAllowedRead())
         #expect(log.waitFor(timeoutMs: 5_000) { $0.filter { $0 == "listen activate" }.count == 2 }, "\(log.lines)")
@@ -235,15 +247,10 @@ import Testing
         let room = Signals.noise(ms: 2_000, dbfs: -50, &g)
         let onset = Array(Signals.speech(ms: 100, dbfs: -20, &g).prefix(1_500))  // under a chunk
         let mic = ScriptedMicrophone(room + onset)
-        var o = try Self.options(.voice)
-        o.audio = .microphone(device: "scripted")
         let service = FakeRecognitionService()
         let log = EventLog()
-        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(mic) }, handler: log.handler)
+        let client = try Self.listening(to: mic, service: service, log: log)
         defer { try? client.close() }
-        try client.start()
-        let until = Clock.monotonicNanos() + 5_000_000_000
-        while client.currentState != .listening && Clock.monotonicNanos() < until { usleepMs(5) }
         mic.play(upTo: room.count)
         #expect(mic.waitUntilAllowedRead())
         mic.play(upTo: room.count + onset.count)

@@ -135,17 +135,16 @@ final class LaneSupervisor {
         let context = epoch
         if let cut = cutIfDue(in: chunk, host: host) {
             // The audio before the pause ends the old stream; the rest begins the new one.
-            let offset = min(cut.offset, chunk.count)
-            if offset > 0 {
-                append(offset == chunk.count ? chunk : Array(chunk[..<offset]), host: host)
+            if cut.offset > 0 {
+                append(Array(chunk[..<cut.offset]), host: host)
                 guard epoch == context else { return }
             }
             rotate(reason: cut.why, host: host)
             // A move that failed ended the context (and a start queued behind it may have begun
             // the next): the chunk belonged to the ended one, and goes with it, as later ones do.
             guard epoch == context else { return }
-            if offset > 0 {
-                if offset < chunk.count { append(Array(chunk[offset...]), host: host) }
+            if cut.offset > 0 {
+                append(Array(chunk[cut.offset...]), host: host)
                 return
             }
         }
@@ -468,13 +467,12 @@ final class LaneSupervisor {
         for chunk in replay.chunks(from: from, upTo: end ?? contextSamples) {
             if at > pieceStart,
                let cut = policy.cut(in: chunk, streamBytes: bytes, sentSamples: at - pieceStart, moveBy: nil, now: 0) {
-                let offset = min(cut.offset, chunk.count)
-                pieces.append((pieceStart, at + offset))
+                pieces.append((pieceStart, at + cut.offset))
                 policy.reset()
-                pieceStart = at + offset
+                pieceStart = at + cut.offset
                 bytes = startBytes
-                if offset > 0 {  // the rest of the chunk begins the next piece
-                    bytes += Lane.audioBytes(samples: chunk.count - offset)
+                if cut.offset > 0 {  // the rest of the chunk begins the next piece
+                    bytes += Lane.audioBytes(samples: chunk.count - cut.offset)
                     at += chunk.count
                     continue
                 }
@@ -515,13 +513,12 @@ final class LaneSupervisor {
                        let cut = rotation.cut(in: chunk, streamBytes: lane.bytes, sentSamples: at - lane.start,
                                               moveBy: lane.moveBy, now: now) {
                         // The audio before the pause still goes on this stream.
-                        let offset = min(cut.offset, chunk.count)
-                        if offset > 0 {
-                            lane.stream.send(.audio(offset == chunk.count ? chunk : Array(chunk[..<offset])))
-                            lane.bytes += Lane.audioBytes(samples: offset)
+                        if cut.offset > 0 {
+                            lane.stream.send(.audio(Array(chunk[..<cut.offset])))
+                            lane.bytes += Lane.audioBytes(samples: cut.offset)
                             sent = true
                         }
-                        moveAt = (at + offset, cut.why)
+                        moveAt = (at + cut.offset, cut.why)
                         break
                     }
                     lane.stream.send(.audio(chunk))

@@ -22,6 +22,8 @@ struct RotationPolicy {
     let contextLimitMilliseconds: Int
 
     /// Where to cut a chunk, and why: its first `offset` samples still go on the old stream.
+    /// `offset` is 0 (the whole chunk goes on the new stream) or inside the chunk: never its
+    /// whole length, so both parts of a cut chunk have audio.
     struct Cut: Equatable {
         let offset: Int
         let why: String
@@ -84,10 +86,12 @@ struct RotationPolicy {
             let meanSquare = Self.energy(chunk[frame..<frame + count]) / Int64(count)
             // Forced, the cut falls where the chunk starts, or in the middle of a frame at least
             // 3 dB quieter than its first one (a gap or a soft sound: not the middle of a vowel).
-            if frame == 0 {
-                quietest = (0, meanSquare / 2)
-            } else if frame <= fits, meanSquare < quietest.meanSquare {
-                quietest = (frame + count / 2 <= fits ? frame + count / 2 : frame, meanSquare)
+            if forced {
+                if frame == 0 {
+                    quietest = (0, meanSquare / 2)
+                } else if frame <= fits, meanSquare < quietest.meanSquare {
+                    quietest = (frame + count / 2 <= fits ? frame + count / 2 : frame, meanSquare)
+                }
             }
             // The levels are learnt from whole frames only: a few samples at the end of a chunk
             // cut in two (a zero crossing) would set the floor near 0 for the rest of the stream.
@@ -108,13 +112,13 @@ struct RotationPolicy {
                 // below chooses within it.
                 let at = max(frame + count - min(quietRun / 2, SpeechAudio.samples(milliseconds: 50)), 0)
                 if at <= fits {
-                    return Cut(offset: at, why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, forced: false, streamBytes: streamBytes))
+                    return Cut(offset: min(at, max(chunk.count - 1, 0)), why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, forced: false, streamBytes: streamBytes))
                 }
             }
             frame += count
         }
         guard forced else { return nil }
-        return Cut(offset: quietest.offset,
+        return Cut(offset: min(quietest.offset, max(chunk.count - 1, 0)),
                    why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, forced: true, streamBytes: streamBytes))
     }
 
