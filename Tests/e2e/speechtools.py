@@ -57,6 +57,27 @@ def hostile_server(scenario: str):
         proc.wait()
 
 
+def coloured_noise(n, colour, rng):
+    """n samples of unit-RMS noise: "white"; "pink" (power falling 3 dB per octave, like most
+    room and fan noise); "brown" (6 dB per octave: rumble, traffic, a car); "hum" (mains hum,
+    50 Hz and its harmonics, with a little white noise under it)."""
+    import numpy as np
+    if colour == "white":
+        x = rng.normal(0, 1, n)
+    elif colour in ("pink", "brown"):
+        spectrum = np.fft.rfft(rng.normal(0, 1, n))
+        f = np.fft.rfftfreq(n, 1 / 16000)
+        f[0] = f[1]
+        spectrum /= np.sqrt(f) if colour == "pink" else f
+        x = np.fft.irfft(spectrum, n)
+    elif colour == "hum":
+        t = np.arange(n) / 16000
+        x = sum(np.sin(2 * np.pi * 50 * k * t + k) / k for k in (1, 2, 3, 5)) + rng.normal(0, 0.05, n)
+    else:
+        raise ValueError(colour)
+    return x / np.sqrt((x ** 2).mean())
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     """SIGTERM, then SIGKILL if it is still there after 10 s; waits for it either way."""
     if proc.poll() is None:

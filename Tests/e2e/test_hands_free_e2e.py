@@ -9,7 +9,7 @@ import wave
 import numpy as np
 import pytest
 
-from speechtools import DEMO, Server, synthesize
+from speechtools import DEMO, Server, coloured_noise, synthesize
 
 RATE = 16000
 FRAME = 320  # 20 ms, the detector's frame
@@ -49,26 +49,6 @@ def utterances(tmp_path, texts, gap_s=2.0, lead_s=1.0):
         parts += [clip, np.zeros(int(gap_s * RATE))]
         at += len(clip) + int(gap_s * RATE)
     return np.concatenate(parts), spans
-
-
-def coloured_noise(n, colour, rng):
-    """n samples of unit-RMS noise: "white"; "pink" (power falling 3 dB per octave, like most
-    room and fan noise); "brown" (6 dB per octave: rumble, traffic, a car); "hum" (mains hum,
-    50 Hz and its harmonics, with a little white noise under it)."""
-    if colour == "white":
-        x = rng.normal(0, 1, n)
-    elif colour in ("pink", "brown"):
-        spectrum = np.fft.rfft(rng.normal(0, 1, n))
-        f = np.fft.rfftfreq(n, 1 / RATE)
-        f[0] = f[1]
-        spectrum /= np.sqrt(f) if colour == "pink" else f
-        x = np.fft.irfft(spectrum, n)
-    elif colour == "hum":
-        t = np.arange(n) / RATE
-        x = sum(np.sin(2 * np.pi * 50 * k * t + k) / k for k in (1, 2, 3, 5)) + rng.normal(0, 0.05, n)
-    else:
-        raise ValueError(colour)
-    return x / np.sqrt((x ** 2).mean())
 
 
 def with_noise(clean, spans, snr_db, seed=1, colour="white"):
