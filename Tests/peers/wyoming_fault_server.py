@@ -2,7 +2,8 @@
 """A scripted, misbehaving Wyoming ASR server (stdlib only) for the Wyoming backend's tests.
 
 Usage: wyoming_fault_server.py --scenario NAME [--port N] [--unix PATH] [--close-after-transcript]
-                               [--close-count N] [--reset] [--events-log FILE]
+                               [--close-count N] [--reset] [--error-count N] [--error-delay S]
+                               [--events-log FILE]
 
 Listens on 127.0.0.1 (port 0 unless --port: the kernel picks one), or on a unix socket with
 --unix PATH, and prints "listening on 127.0.0.1:PORT" (or "listening on unix:PATH") as its
@@ -54,7 +55,10 @@ Scenarios (--scenario):
                   connections behave as Normal, so a client's reconnect with replay can be
                   checked by the byte count in the transcript. --reset closes with an RST.
   Error           as Normal, but audio-stop is answered with error
-                  {"text": "scripted failure: recognizer unavailable", "code": "scripted-error"}.
+                  {"text": "scripted failure: recognizer unavailable", "code": "scripted-error"}:
+                  every audio-stop, or with --error-count N the first N audio-stops the server
+                  receives (later ones are answered as Normal); --error-delay S answers S
+                  seconds after the audio-stop (the transcription failing late).
   FailAfterStop   every connection takes the audio, then --close-delay seconds (default 6)
                   after audio-stop closes without a transcript: a handler whose transcription
                   fails each time (wyoming-faster-whisper's closes the connection and sends no
@@ -98,6 +102,7 @@ ARGS = None
 LOG_LOCK = threading.Lock()
 EVENTS_LOG = None
 AUDIO_CONNECTIONS = [0]     # connections that have sent audio so far (CloseMidStream)
+AUDIO_STOPS = [0]           # audio-stops received so far (Error with --error-count)
 COUNTER_LOCK = threading.Lock()
 
 
@@ -335,7 +340,14 @@ def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknow
                 log(f"conn {c.index}: closing {ARGS.close_delay} s after audio-stop, no transcript")
                 c.close()
                 return
-            if error:
+            failing = error
+            if error and ARGS.error_count is not None:
+                with COUNTER_LOCK:
+                    AUDIO_STOPS[0] += 1
+                    failing = AUDIO_STOPS[0] <= ARGS.error_count
+            if failing:
+                time.sleep(ARGS.error_delay)
+                log(f"conn {c.index}: answering audio-stop with an error")
                 c.event("error", {"text": "scripted failure: recognizer unavailable",
                                   "code": "scripted-error"})
                 continue
@@ -499,6 +511,10 @@ def main() -> None:
     p.add_argument("--unix", help="listen on this unix socket path instead of TCP")
     p.add_argument("--close-after-transcript", action="store_true",
                    help="close each connection after its transcript (as wyoming-faster-whisper does)")
+    p.add_argument("--error-count", type=int, default=None,
+                   help="Error: only the first N audio-stops are answered with an error")
+    p.add_argument("--error-delay", type=float, default=0.0,
+                   help="Error: seconds after audio-stop before the error")
     p.add_argument("--close-count", type=int, default=1,
                    help="CloseMidStream: how many audio connections are cut (default 1)")
     p.add_argument("--reset", action="store_true", help="CloseMidStream: close with an RST")

@@ -134,6 +134,26 @@ import Testing
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
     }
 
+    /// The first stream of a long context fails while it finishes (an error that is not
+    /// retried: a Wyoming `error` event, a gRPC status the server chose), after the later streams
+    /// finished and their results wait behind it. Those results are the server's words for the
+    /// rest of the context: they are delivered, then the error and the stop. The failed stream's
+    /// own words, tentative so far and never replaced, are delivered final and unconfirmed.
+    @Test func aFailedStreamDropsNeitherItsWordsNorThoseOfLaterStreams() throws {
+        let refused = SpeechClientError(.api, "the server reported an error")
+        let (finals, service) = try run(chunks: 40, budget: 65_536,
+                                        behaviour: .init(wordsFromAudio: true, failStopOnStream: (1, refused, 300)))
+        let words = finals.words.withLock { $0 }
+        #expect(words.map(\.0) == (1...40).map { "a\($0)" })
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
+        // The first stream's words are unconfirmed, the later streams' confirmed.
+        let unconfirmed = words.filter { !$0.2 }.map(\.0)
+        #expect(!unconfirmed.isEmpty && unconfirmed.count < 40)
+        #expect(unconfirmed == (0..<unconfirmed.count).map { "a\($0 + 1)" })
+        let ends = finals.log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("error") }
+        #expect(ends == ["start ctx-1", "error api", "stop ctx-1"])
+    }
+
     @Test func aSegmentTheServerNeverEndedIsDeliveredFinalWithUnconfirmedWords() throws {
         let (finals, _) = try run(chunks: 3, budget: 900_000, behaviour: .init(wordsFromAudio: true, neverEndSegments: true))
         let words = finals.words.withLock { $0 }

@@ -65,6 +65,10 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// With `finishInBatches`: one stream's answer at a time, in the order of the stops (a
         /// server with one model working through the streams in turn).
         var answersInTurn = false
+        /// This stream (1-based) answers its stop with nothing but, `afterMilliseconds` later and
+        /// from another thread, the end of the stream with `error` (a server that fails a
+        /// stream while finishing it: a Wyoming `error` event, a gRPC status).
+        var failStopOnStream: (stream: Int, error: SpeechClientError, afterMilliseconds: Int)?
     }
 
     let behaviour: Behaviour
@@ -107,7 +111,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         mostStreamsOpenAtOnce.max(streamsOpenNow.add(1, ordering: .relaxed).newValue, ordering: .relaxed)
         return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams,
                           mayFail: behaviour.failStream.map { $0 == n } ?? (n == 1 || !behaviour.failFirstStreamOnly), name: "s\(n)",
-                          ignoreStop: behaviour.ignoreStop || behaviour.ignoreStopOnStream == n)
+                          ignoreStop: behaviour.ignoreStop || behaviour.ignoreStopOnStream == n,
+                          failStop: behaviour.failStopOnStream.flatMap { $0.stream == n ? ($0.error, $0.afterMilliseconds) : nil })
     }
 }
 
@@ -126,9 +131,11 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let mayFail: Bool
     private let name: String
     private let ignoreStop: Bool
+    private let failStop: (SpeechClientError, Int)?
 
     init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void, reject: Bool,
-         mayFail: Bool = true, name: String = "s1", ignoreStop: Bool = false) {
+         mayFail: Bool = true, name: String = "s1", ignoreStop: Bool = false, failStop: (SpeechClientError, Int)? = nil) {
+        self.failStop = failStop
         self.service = service
         self.handler = handler
         self.reject = reject
@@ -216,6 +223,13 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 }
             case .stop where ignoreStop:
                 break
+            case .stop where failStop != nil:
+                guard let (error, after) = failStop else { break }
+                let handler = self.handler
+                Thread.detachNewThread {
+                    usleepMs(after)
+                    handler(.closed(error))
+                }
             case .stop:
                 if let id = s.context, service.behaviour.neverEndSegments {
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))

@@ -20,8 +20,11 @@ import Testing
     }
 
     /// Starts a context, pushes `seconds` of audio at up to 10x real time, ends it, waits.
-    func transcribe(_ o: ClientOptions, seconds: Int = 3, log: EventLog) throws {
-        let client = try Client(options: o, handler: log.handler)
+    func transcribe(_ o: ClientOptions, seconds: Int = 3, log: EventLog, errors: Locked<[SpeechClientError]>? = nil) throws {
+        let client = try Client(options: o) { client, event in
+            if case .error(let e) = event { errors?.withLock { $0.append(e) } }
+            log.handler(client, event)
+        }
         defer { try? client.close() }
         try client.start()
         for _ in 0..<(seconds * 10) {
@@ -245,6 +248,34 @@ import Testing
         #expect(seen.first?.code == .api)
         #expect(seen.first?.message.contains("scripted failure: recognizer unavailable") == true)
         #expect(seen.first?.message.contains("scripted-error") == true)
+    }
+
+    /// A long context on several streams (a 2 s budget): the first stream's transcription
+    /// fails with an error event 1 s after its audio-stop, when the later streams have already
+    /// been transcribed and their transcripts wait behind it. Those transcripts are delivered,
+    /// then the error and the stop. Before, the error dropped them with the context: 0 of the
+    /// 6 s of audio came back.
+    @Test func anErrorEventOnOneStreamKeepsTheTranscriptsOfTheLaterOnes() throws {
+        let server = try peer("Error", ["--error-count", "1", "--error-delay", "1"])
+        defer { server.stop() }
+        var o = try options("wyoming://127.0.0.1:\(server.port)")
+        o.streamBudgetBytes = 64_000
+        let log = EventLog()
+        let errors = Locked<[SpeechClientError]>([])
+        try transcribe(o, seconds: 6, log: log, errors: errors)
+        let lines = log.lines
+        let finals = lines.filter { $0.hasPrefix("segment final") }
+        let bytes = finals.compactMap { Int($0.split(separator: " ")[2]) }
+        #expect(finals.count >= 2 && bytes.count == finals.count, "\(lines)")
+        // Each stream's audio once; the failed first stream's (about 2 s) is all that is missing.
+        let missing = 6 * 32_000 - bytes.reduce(0, +)
+        #expect(missing > 0 && missing <= 64_000, "\(lines)")
+        let ends = lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] }
+        #expect(ends == ["start", "error", "stop"], "\(lines)")
+        // The error names the server's words and the audio they cost.
+        let error = errors.withLock { $0 }.first?.message ?? ""
+        #expect(error.contains("scripted failure: recognizer unavailable") && error.hasSuffix("the audio from 0.0 s to \(SpeechAudio.secondsText(samples: missing / 2)) s into the context was not transcribed"), "\(error)")
+        #expect((lines.firstIndex { $0.hasPrefix("error") } ?? -1) > (lines.lastIndex { $0.hasPrefix("segment final") } ?? Int.max))
     }
 
     /// Servers that are not Wyoming ASR, or hostile ones: `prepareOnInit` makes the failure the

@@ -172,7 +172,9 @@ extension ClientWorker {
     /// A context could not run: report the error, then the stop. A start queued behind it still
     /// happens (the header promises it after the pending stop completes; an error completes it).
     /// A loss `supervisor.reconnection` noted is not reported: the error names everything from the last final segment on.
+    /// What later lanes held for the one that failed is delivered first (`applyHeldBeforeFailing`).
     func failContext(_ error: SpeechClientError) {
+        applyHeldBeforeFailing()
         endContext(events: closeUnfinishedSegments(why: "the context failed") + [.error(error), .stop(contextId: contextId)], startQueued: true)
     }
 

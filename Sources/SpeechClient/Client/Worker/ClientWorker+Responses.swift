@@ -57,19 +57,23 @@ extension ClientWorker {
             if error != nil { lane.stream.cancel() }
             let wasCurrent = supervisor.lanes.remove(gen)
             let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
-            dropSegments(of: lane)
             // A rejected token (expired, or a server restarted with a new secret), before the
             // context started or during it: the relay has dropped the cached token. Once, log in
             // afresh and replay the lane's audio, as after a connection loss.
             if !authRetried, cause.code == .auth {
                 authRetried = true
+                dropSegments(of: lane)
                 client?.log(.info, "the server rejected the token\(contextId.isEmpty ? "" : " during context \(contextId)"); logging in again")
                 let delay = supervisor.reconnection.retryAfterLogin((lane.floor, wasCurrent ? nil : lane.end), now: Clock.monotonicNanos())
                 supervisor.reportReconnecting(attempt: 1, delayMilliseconds: delay, cause: cause, host: self)
                 return
             }
             let served = lane.wasServed(until: Clock.monotonicNanos(), servedFor: Self.servedLongEnoughNanos, lostTo: cause)
+            let context = supervisor.epoch
             supervisor.laneLost(from: lane.floor, end: wasCurrent ? nil : lane.end, cause: cause, servedLongEnough: served, host: self)
+            // Replaced: the new lane recognises that audio again. A loss that failed the context
+            // left them to be delivered final, unconfirmed (`failContext`): nothing replaces them.
+            if supervisor.epoch == context { dropSegments(of: lane) }
         case .goingAway:
             // The server or a proxy worker is draining: a lane still taking audio moves to a new
             // connection at its next pause, within the drain timeout.
@@ -118,6 +122,32 @@ extension ClientWorker {
             guard lane.endedWhileHeld else { return }
             supervisor.setEndedWhileHeld(gen, false)
             handleStream(.closed(nil), generation: gen)
+        }
+    }
+
+    /// The context fails while lanes after the one that failed hold results (they waited for it
+    /// to finish): those are the server's words for later audio, applied now in audio order so
+    /// that the failure delivers them (a segment left open then as unconfirmed) instead of
+    /// dropping them with the lanes. Only what carries words, and a lane's `started` (which maps
+    /// its server context); a response the assembler refuses ends that lane's share. The
+    /// segments open before a lane's held results are of earlier audio (an earlier lane's, the
+    /// failed lane's): they are delivered first, final and unconfirmed, to keep audio order.
+    func applyHeldBeforeFailing() {
+        for gen in supervisor.lanes.inAudioOrder {
+            guard let held = supervisor.lanes.read(gen, { $0.held }), !held.isEmpty else { continue }
+            for event in closeUnfinishedSegments(why: "the context failed") { client?.emit(event) }
+            while let response = held.pop() {
+                switch response.payload {
+                case .started:
+                    if supervisor.serverContext(of: gen) == nil { handleResponse(response, lane: gen) }
+                case .finished, .rttRequest:
+                    continue
+                default:
+                    if applySegmentUpdate(response, lane: gen) != nil {
+                        while held.pop() != nil {}
+                    }
+                }
+            }
         }
     }
 

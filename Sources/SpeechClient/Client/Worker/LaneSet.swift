@@ -125,6 +125,11 @@ struct LaneSet {
         return best
     }
 
+    /// The generations in audio order.
+    var inAudioOrder: [Int] {
+        entries.indices.sorted { precedes($0, $1) }.map { entries[$0].generation }
+    }
+
     /// Whether a lane before `generation` in audio order is open (false for a lane not here).
     func hasEarlier(than generation: Int) -> Bool {
         guard let i = index(of: generation) else { return false }

@@ -353,8 +353,19 @@ final class LaneSupervisor {
         case .retry(let attempt, let delay): reportReconnecting(attempt: attempt, delayMilliseconds: delay, cause: cause, host: host)
         case .joinsScheduledAttempt: break
         case .fail(let attempts?): host.failContext(lostAudioError(cause, attempts: attempts, from: from))
-        case .fail(nil): host.failContext(cause)
+        case .fail(nil): host.failContext(notTranscribedError(cause, from: from, end: end))
         }
+    }
+
+    /// An error not retried (the server's refusal, a protocol error) lost the lane's audio
+    /// [from, end) (end nil: to the end of the context): the error says which, as a failed
+    /// reconnection does. Later lanes' words are delivered (`applyHeldBeforeFailing`).
+    func notTranscribedError(_ error: SpeechClientError, from: Int, end: Int?) -> SpeechClientError {
+        let to = min(end ?? contextSamples, contextSamples)
+        guard to > from else { return error }
+        let span = end == nil ? "from \(SpeechAudio.secondsText(samples: from)) s into the context on"
+            : "from \(SpeechAudio.secondsText(samples: from)) s to \(SpeechAudio.secondsText(samples: to)) s into the context"
+        return SpeechClientError(error.code, "\(error.message); the audio \(span) was not transcribed", grpcStatus: error.grpcStatus)
     }
 
     /// A lost lane will be replaced after `delayMilliseconds` (`reconnection` scheduled it).
