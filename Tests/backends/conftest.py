@@ -74,3 +74,21 @@ def flite_speech(tmp_path_factory):
             made[key] = wt.synthesize_flite(text, folder / f"f{len(made)}.wav", lead_s=lead_s, tail_s=tail_s)
         return made[key]
     return make
+
+
+@pytest.fixture(scope="session")
+def vad_asr():
+    """Tests/peers/wyoming_vad_asr.py (the real wyoming library and faster-whisper, with its own
+    endpointing) on tcp://127.0.0.1:<free port>."""
+    server = _start(wt.WyomingVadASR)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def asr_endpointing():
+    """wyoming-faster-whisper with --vad-endpointing 0.5: Silero VAD ends each utterance, one
+    transcript per connection (its info says requires_external_vad: false)."""
+    server = _start(wt.WyomingASR, extra_args=["--vad-endpointing", "0.5"])
+    yield server
+    server.stop()

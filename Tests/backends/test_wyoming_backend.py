@@ -138,3 +138,104 @@ def test_hands_free_makes_one_transcription_per_utterance(asr, speech, tmp_path)
     got = finals(events)
     assert len({e["context_id"] for e in got}) == 2, events
     assert [wt.normalize_words(e["transcript"]) for e in got] == [first.split(), second.split()]
+
+
+def _every_utterance_once(got, sentences, what):
+    """Every sentence came back, none twice: at least a final per utterance (a move at a pause
+    inside one may split it in two, its words whole) and the word error rate within bounds."""
+    ref = wt.normalize_words(" ".join(sentences))
+    hyp = wt.normalize_words(" ".join(e["transcript"] for e in got))
+    wer = wt.word_errors(ref, hyp) / len(ref)
+    print(f"\nfigure: {what}: {len(got)} finals for {len(sentences)} utterances, WER {wer:.1%}")
+    assert len(sentences) <= len(got) <= 2 * len(sentences), [e["transcript"] for e in got]
+    assert len({e["context_id"] for e in got}) == 1
+    assert [e["segment_id"] for e in got] == list(range(len(got)))
+    assert wer <= WER_BOUND, [e["transcript"] for e in got]
+
+
+def test_a_server_that_ends_utterances_by_itself_loses_none_of_a_file(vad_asr, speech, tmp_path):
+    """A server with its own endpointing (the real wyoming library and faster-whisper behind an
+    endpointer: Tests/peers/wyoming_vad_asr.py) sends a transcript at each end of speech. A file
+    goes out far ahead of it, so all eight come after the stream's audio-stop; each is a final
+    segment, and the stream ends at the server's answer to the describe sent after the first
+    (the server handles events in order). Before, the first transcript ended the stream and
+    the context: one sentence of eight."""
+    wav = wt.concat_wavs([speech(s) for s in SENTENCES], tmp_path / "eight.wav", gap_s=1.2)
+    started = time.monotonic()
+    out, events = demo(vad_asr.url, wav, "--verbose")
+    took = time.monotonic() - started
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "timeout" not in out.stderr.lower() and "reconnect" not in out.stderr.lower(), out.stderr[-3000:]
+    _every_utterance_once(finals(events), SENTENCES, f"a file through a server that endpoints, {took:.1f} s")
+
+
+def _live(url, wav, pace):
+    """The demo fed `wav` as raw PCM on a pipe, 100 ms every `pace` s (a microphone at 0.1/pace
+    times real time); its stderr (--verbose) and its events."""
+    pcm, rate, width, channels = wt.read_wav(wav)
+    proc = subprocess.Popen([str(DEMO), "--url", url, "--file", "-", "--raw", "16000", "--json", "--verbose"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    step = 3200
+    for at in range(0, len(pcm), step):
+        proc.stdin.write(pcm[at:at + step])
+        proc.stdin.flush()
+        time.sleep(pace)
+    proc.stdin.close()
+    out = proc.stdout.read().decode()
+    assert proc.wait(timeout=120) == 0
+    reader.join(10)
+    stderr = b"".join(err).decode(errors="replace")
+    return stderr, [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_wyoming_faster_whisper_with_its_own_endpointing_at_real_time(asr_endpointing, speech, tmp_path):
+    """The real wyoming-faster-whisper with --vad-endpointing 0.5 (Silero VAD ends the
+    utterance; one transcript per connection, then audio-stop closes it), fed as a microphone
+    at real time, three sentences 1.5 s apart: each transcript comes in the pause after its
+    sentence, the context moves to a new stream there, and each stream's end (the server
+    closing at audio-stop, no second transcript) is its finish, not a loss to replay. Before,
+    the first transcript ended the context: one sentence of three."""
+    sentences = [SENTENCES[0], SENTENCES[3], SENTENCES[6]]
+    wav = wt.concat_wavs([speech(s) for s in sentences], tmp_path / "three.wav", gap_s=1.5)
+    assert asr_endpointing.info["asr"][0].get("requires_external_vad") is False, asr_endpointing.info
+    stderr, events = _live(asr_endpointing.url, wav, 0.1)
+    moves = [line for line in stderr.splitlines() if "continues on a new stream" in line]
+    print(f"\nfigure: {len(moves)} moves at the server's ends of speech")
+    assert "timeout" not in stderr.lower() and "reconnect" not in stderr.lower(), stderr[-3000:]
+    assert not [e for e in events if e["type"] == "error"], events
+    _every_utterance_once(finals(events), sentences, "wyoming-faster-whisper --vad-endpointing, live at real time")
+
+
+def test_a_server_that_ends_utterances_by_itself_loses_none_of_live_audio(vad_asr, speech, tmp_path):
+    """The same server with audio as a microphone brings it (a raw pipe at twice real time):
+    each transcript comes while the audio goes on, and the context moves to a new stream at the
+    next pause, so that every utterance is one stream's and none is cut or sent twice."""
+    sentences = SENTENCES[:4]
+    wav = wt.concat_wavs([speech(s) for s in sentences], tmp_path / "four.wav", gap_s=1.2)
+    stderr, events = _live(vad_asr.url, wav, 0.05)
+    moves = [line for line in stderr.splitlines() if "continues on a new stream" in line]
+    print(f"\nfigure: {len(moves)} moves after the server's ends of speech: {moves}")
+    assert moves and all("the server ended an utterance" in m for m in moves), stderr[-3000:]
+    assert "timeout" not in stderr.lower() and "reconnect" not in stderr.lower(), stderr[-3000:]
+    _every_utterance_once(finals(events), sentences, "live audio through a server that endpoints")
+
+
+def test_a_file_to_wyoming_faster_whisper_with_its_own_endpointing_is_read_at_real_time(asr_endpointing, speech, tmp_path):
+    """A file to the same server: its info says it ends utterances by itself, so the library
+    reads the file at real time (sent ahead, everything after the first sentence went out
+    before the server's end of speech, and it ignores what follows it on the connection: one
+    sentence of three came back, with no error)."""
+    sentences = [SENTENCES[1], SENTENCES[5], SENTENCES[7]]
+    wav = wt.concat_wavs([speech(s) for s in sentences], tmp_path / "three.wav", gap_s=1.5)
+    seconds = len(wt.read_wav(wav)[0]) / 32000
+    started = time.monotonic()
+    out, events = demo(asr_endpointing.url, wav, "--verbose")
+    took = time.monotonic() - started
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert not [e for e in events if e["type"] == "error"], events
+    print(f"\nfigure: a {seconds:.1f} s file took {took:.1f} s")
+    assert took >= seconds * 0.9
+    _every_utterance_once(finals(events), sentences, "a file to wyoming-faster-whisper --vad-endpointing")

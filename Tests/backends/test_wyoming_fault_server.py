@@ -246,3 +246,25 @@ def test_reference_client_reads_every_form_of_transcript(scenario, tmp_path):
         assert [e["type"] for e in sent if e["type"] != "audio-chunk"] == \
             ["describe", "transcribe", "audio-start", "audio-stop"]
         assert sent[1]["data"] == {"language": "en"}
+
+
+def test_endpointing_answers_each_end_of_speech_before_audio_stop():
+    """Endpointing: a transcript at each end of speech while audio still comes; at audio-stop
+    nothing when no speech came since, and describe after it answered with info (in order)."""
+    import struct
+    fmt = dict(FMT, timestamp=0)
+    with wt.FaultServer("Endpointing") as srv, wt.Connection(srv.url) as c:
+        c.send("audio-start", fmt)
+        for value in (1001, 1002):
+            for _ in range(5):      # 0.5 s of speech, then 0.5 s of silence
+                c.send("audio-chunk", fmt, struct.pack("<1600h", *([value] * 1600)))
+            for _ in range(5):
+                c.send("audio-chunk", fmt, b"\0" * 3200)
+            ev = c.recv(5)
+            # 0.5 s of speech and the 0.3 s of silence that ended it (the rest of the silence
+            # before the second utterance counts toward the next transcript).
+            assert (ev.type, ev.data["text"]) == ("transcript", f"{25600 if value == 1001 else 32000} bytes v{value}")
+        c.send("audio-stop")
+        c.send("describe")
+        ev = c.recv(5)
+        assert ev.type == "info", ev

@@ -495,7 +495,7 @@ class _Peer:
                 self.uri = f"tcp://127.0.0.1:{self.port}"
                 self.url = f"wyoming://127.0.0.1:{self.port}"
                 self.address = ("127.0.0.1", self.port)
-            self.args = [str(exe), "--uri", self.uri, *self.server_args(), *extra_args]
+            self.args = [str(exe), *self.script_args(), "--uri", self.uri, *self.server_args(), *extra_args]
             self.log = open(self.log_path, "ab")
             self.started = time.monotonic()
             self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=self.log,
@@ -514,6 +514,10 @@ class _Peer:
                 raise
 
     def server_args(self) -> List[str]:
+        return []
+
+    def script_args(self) -> List[str]:
+        """Before --uri: the script, for a peer run by the venv's python."""
         return []
 
     def _env(self) -> dict:
@@ -680,6 +684,26 @@ class WyomingASR(_Peer):
         if self.beam_size:
             args += ["--beam-size", str(self.beam_size)]
         return args
+
+
+class WyomingVadASR(_Peer):
+    """Tests/peers/wyoming_vad_asr.py: the real wyoming library and faster-whisper (tiny.en,
+    int8) behind an endpointer of its own, which sends a transcript at each end of speech
+    before audio-stop, and nothing at audio-stop when no speech came since."""
+
+    program = "python"
+    venv = ASR_VENV
+
+    def __init__(self, *, cpu_threads: int = 2, start_timeout: float = 60.0):
+        self.model_dir = asr_model_dir()
+        self.cpu_threads = cpu_threads
+        super().__init__(start_timeout=start_timeout)
+
+    def script_args(self) -> List[str]:
+        return [str(ROOT / "Tests" / "peers" / "wyoming_vad_asr.py")]
+
+    def server_args(self) -> List[str]:
+        return ["--model", str(self.model_dir), "--cpu-threads", str(self.cpu_threads)]
 
 
 class WyomingWake(_Peer):

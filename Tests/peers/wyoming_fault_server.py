@@ -64,6 +64,17 @@ Scenarios (--scenario):
                   fails each time (wyoming-faster-whisper's closes the connection and sends no
                   error event).
   StreamingFailAfterStop  the same, streaming (as Streaming) while the audio arrives.
+  Endpointing     a server with its own voice activity detection (as a Silero VAD in front of
+                  Parakeet): an audio chunk whose largest sample exceeds 500 is speech; after
+                  speech, 0.3 s of audio without it ends an utterance, answered at once (before
+                  any audio-stop) with transcript {"text": "<N> bytes v<A> v<B> ..."}: N the
+                  audio bytes since the previous transcript on this connection, then the
+                  distinct largest samples of its speech chunks in order (a test's utterance k
+                  is a constant value, so each names itself). At audio-stop the same for the
+                  speech since, or, when there was none, nothing at all: the connection stays
+                  open. Events are handled one at a time, in order (as wyoming's
+                  AsyncEventHandler does), so describe after audio-stop is answered with info
+                  after everything audio-stop caused.
 
 Streaming transcripts in the newest wyoming on PyPI (1.10.2; added in 1.7.0), wyoming/asr.py
 and its README, "Speech to Text" / "Streaming":
@@ -92,7 +103,8 @@ import time
 VERSION = "1.10.2"
 SCENARIOS = ("Normal", "Streaming", "StreamingStopFirst", "NoInfo", "HTTP", "HugePayload",
              "HugeData", "HugeLine", "TruncatedJSON", "TruncatedData", "UnknownEvents",
-             "NotUTF8", "CloseMidStream", "Error", "FailAfterStop", "StreamingFailAfterStop", "NoTranscript", "ChunkFlood", "Pings", "PingsUnread")
+             "NotUTF8", "CloseMidStream", "Error", "FailAfterStop", "StreamingFailAfterStop", "NoTranscript", "ChunkFlood", "Pings", "PingsUnread",
+             "Endpointing")
 MAX_LINE = 1 << 20          # what we accept from a client
 MAX_DATA = 1 << 20
 MAX_PAYLOAD = 1 << 24
@@ -381,6 +393,49 @@ def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknow
             log(f"conn {c.index}: ignored event {type_!r}")
 
 
+def serve_endpointing(c: Conn) -> None:
+    """The Endpointing scenario (see the docstring)."""
+    since = 0            # audio bytes since the last transcript
+    values = []          # the speech chunks' largest samples, distinct, in order
+    quiet = 0            # bytes without speech since the last speech
+    bytes_per_second = 32000
+
+    def utterance() -> str:
+        return " ".join([f"{since} bytes"] + [f"v{v}" for v in values])
+
+    while True:
+        type_, data, payload = c.read_event()
+        if type_ == "describe":
+            c.event("info", info_data(False))
+        elif type_ == "audio-start":
+            since, values, quiet = 0, [], 0
+        elif type_ == "audio-chunk":
+            since += len(payload)
+            n = len(payload) // 2
+            loudest = max((abs(v) for v in struct.unpack(f"<{n}h", payload[:2 * n])), default=0)
+            if loudest > 500:
+                if loudest not in values:
+                    values.append(loudest)
+                quiet = 0
+            elif values:
+                quiet += len(payload)
+                if quiet >= bytes_per_second * 3 // 10:
+                    log(f"conn {c.index}: end of speech: {utterance()}")
+                    c.event("transcript", {"text": utterance()})
+                    since, values, quiet = 0, [], 0
+        elif type_ == "audio-stop":
+            if values:
+                log(f"conn {c.index}: audio-stop: {utterance()}")
+                c.event("transcript", {"text": utterance()})
+            else:
+                log(f"conn {c.index}: audio-stop with no speech since the last transcript: no answer")
+            since, values, quiet = 0, [], 0
+        elif type_ == "ping":
+            c.event("pong", {"text": data.get("text")} if data.get("text") else None)
+        else:
+            log(f"conn {c.index}: ignored event {type_!r}")
+
+
 def first_bytes(c: Conn, timeout: float = 2.0) -> None:
     """Waits for the client's first line (or bytes), so the answer is to a request."""
     c.sock.settimeout(timeout)
@@ -430,6 +485,8 @@ def run_scenario(c: Conn) -> None:
                     c.event("ping", {"text": "p" * (3 << 20)})
                 time.sleep(HOLD_S)
                 return
+    elif s == "Endpointing":
+        serve_endpointing(c)
     elif s == "NoInfo":
         c.hold(HOLD_S * 10)
     elif s == "HTTP":

@@ -14,6 +14,10 @@ public enum StreamEvent: Sendable {
     /// The connection carrying the stream is going away (GOAWAY): the stream may finish, but new
     /// work belongs on a new connection.
     case goingAway
+    /// The server ended an utterance by itself (its own voice activity detection; a Wyoming
+    /// `transcript` before `audio-stop`) and takes the audio that follows: the stream may carry
+    /// it, but the next utterance belongs on a new stream.
+    case endpointed
     /// The stream ended: nil when the server closed it with OK, else why it failed.
     case closed(SpeechClientError?)
 }
@@ -35,8 +39,15 @@ public protocol RecognitionStream: AnyObject, Sendable {
     /// has none and the stream says it itself (Wyoming, Riva): only a result the server sends
     /// later shows it took the credentials (`ClientWorker.serverAnswered`).
     var serverAcknowledgesStart: Bool { get }
+    /// The server ends utterances by itself (its own voice activity detection: a Wyoming
+    /// server whose info says `requires_external_vad: false`, or that sent a transcript before
+    /// `audio-stop`). A file is then read at real time: such a server answers an utterance when
+    /// it hears its end, and one that takes one utterance per connection ignores what was sent
+    /// after it, which a file sent far ahead would all be.
+    var endsUtterancesItself: Bool { get }
 }
 
 extension RecognitionStream {
     var serverAcknowledgesStart: Bool { true }
+    var endsUtterancesItself: Bool { false }
 }

@@ -21,6 +21,9 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
     // Loop-thread state.
     var onEvent: (WyomingEvent) -> Void = { _ in }
     var onFailure: (SpeechClientError) -> Void = { _ in }
+    /// The peer closed or reset the connection: true when the owner takes that as the end it
+    /// expected (it has closed the connection), false to fail it as usual.
+    var onPeerGone: () -> Bool = { false }
     private var reader: WyomingEventReader
     /// Reused by every read.
     private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
@@ -157,6 +160,7 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
 
     /// The transport ended (the peer closed) or failed: the connection fails, saying which.
     private func lost(_ result: IOResult) {
+        if onPeerGone() { return }
         if case .failed(let error) = result {
             fail(error)
         } else {
@@ -179,6 +183,7 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
         isClosed = true
         onEvent = { _ in }
         onFailure = { _ in }
+        onPeerGone = { false }
         if registered { loop.unregister(fd: io.fd) }
         registered = false
         io.close()

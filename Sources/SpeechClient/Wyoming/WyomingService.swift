@@ -13,6 +13,22 @@ import Synchronization
 ///     client: audio-chunk ...               server: transcript-start / -chunk / -stop (if it streams)
 ///     client: audio-stop                    server: transcript    (one final segment, then finished)
 ///
+/// A server with its own voice activity detection (a Silero VAD in front of Parakeet, ...) sends
+/// a `transcript` at each end of speech it hears, while the audio still comes, and at
+/// `audio-stop` one for the speech since, or nothing when there was none. Each transcript is a
+/// final segment of its own. One that comes before `audio-stop` went out asks the stream to
+/// move to a new one at the next pause (`.endpointed`): what the server heard after its end of
+/// speech is finished by this stream's `audio-stop`, and the next utterance starts a fresh one.
+///
+/// Which transcript is the last is told by a `describe` after `audio-stop`: servers handle a
+/// connection's events one at a time, in order (wyoming's AsyncEventHandler), so the `info`
+/// answering it comes after every transcript of the audio. It is sent with `audio-stop` once the
+/// server was seen to end utterances by itself (it may then send nothing at all), else after the
+/// first transcript that follows `audio-stop` (a file is sent far ahead of the server, so the
+/// early transcripts of a whole file may all come after it). The stream finishes at that `info`,
+/// or when the server closes the connection after a transcript (wyoming-faster-whisper does:
+/// `describe` is not sent before, so that it is not unread data when the server closes).
+///
 /// What the protocol lacks is not invented: words carry no times (-1), there are no intents or
 /// entities, and a transcription is one segment (a long context gets several through the
 /// client's stream rotation at pauses).
@@ -25,6 +41,9 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
     private let model: String?
     private let log: @Sendable (LogLevel, String) -> Void
     private let sequence = Atomic<Int>(0)
+    /// The server sent a transcript before `audio-stop` (its own endpointing): every later stream
+    /// follows its `audio-stop` with `describe` (see above).
+    private let endpoints = ServerEndpointing()
 
     /// `resultTimeoutMilliseconds`: how long after `audio-stop` the transcript may take (0: no
     /// limit of the stream's own; the client times it, see `Client.service`).
@@ -47,6 +66,10 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
                                                                    cancellation: cancellation)
         let peer = server.description
         let language = try Self.language(config.languageCode, info: info, peer: peer)
+        if Self.endsUtterancesItself(info), !endpoints.isSeen {
+            endpoints.noteSeen()
+            log(.info, "\(peer) ends utterances by itself (its info says requires_external_vad: false): a file is read at real time, and each utterance moves to a new connection")
+        }
         if let model { try Self.checkModel(model, info: info, peer: peer) }
         if language != config.languageCode {
             log(.debug, "\(peer) lists language '\(language)' for '\(config.languageCode)': asking for '\(language)'")
@@ -54,7 +77,7 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
         let id = "wyoming-\(sequence.add(1, ordering: .relaxed).newValue)-\(SystemRandom.uuid().prefix(8))"
         let stream = try WyomingStream(io: PlainStream(socket: socket, peer: peer), reader: reader, peer: peer,
                                    contextId: id, language: language, model: model, sampleRate: Int(config.sampleRateHertz),
-                                   resultTimeoutMilliseconds: resultTimeoutMilliseconds, handler: handler)
+                                   resultTimeoutMilliseconds: resultTimeoutMilliseconds, endpoints: endpoints, handler: handler)
         try stream.start(applicationDriven: applicationDrivenIO)
         return stream
     }
@@ -96,6 +119,15 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
         guard !names.isEmpty, !names.contains(name) else { return }
         let shown = names.prefix(12).joined(separator: ", ") + (names.count > 12 ? ", ..." : "")
         throw SpeechClientError(.invalidArgument, "\(peer) has no model '\(name)': its info lists \(shown)")
+    }
+
+    /// An asr program of the info says it needs no voice activity detection from the client.
+    static func endsUtterancesItself(_ info: WyomingEvent) -> Bool {
+        guard case .array(let programs)? = info.data["asr"] else { return false }
+        return programs.contains { program in
+            if case .bool(false)? = program["requires_external_vad"] { return true }
+            return false
+        }
     }
 
     private static func isNonEmptyArray(_ value: JSONValue) -> Bool {
@@ -197,6 +229,14 @@ struct WyomingHandshake {
     }
 }
 
+/// Whether a Wyoming server ends utterances by itself (it sent a `transcript` before
+/// `audio-stop`): learnt on one stream, used by the next ones of the same service.
+final class ServerEndpointing: Sendable {
+    private let seen = Atomic<Bool>(false)
+    var isSeen: Bool { seen.load(ordering: .relaxed) }
+    func noteSeen() { seen.store(true, ordering: .relaxed) }
+}
+
 /// One transcription on one connection, driven by the event loop once started. `send`,
 /// `finish` and `cancel` come from the client's worker and are posted to the loop; everything
 /// else runs on the loop. The handler hears `.response`s then exactly one `.closed`, unless
@@ -206,6 +246,7 @@ struct WyomingHandshake {
 final class WyomingStream: RecognitionStream, @unchecked Sendable {
     /// Its `started` is its own (the protocol acknowledges no start).
     var serverAcknowledgesStart: Bool { false }
+    var endsUtterancesItself: Bool { endpoints.isSeen }
     private let connection: WyomingConnection
     private let peer: String
     private let contextId: String
@@ -214,6 +255,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private let sampleRate: Int
     private let resultTimeoutMilliseconds: Int
     private let handler: @Sendable (StreamEvent) -> Void
+    private let endpoints: ServerEndpointing
     private let cancelled = Atomic<Bool>(false)
     private var loop: EventLoop { connection.loop }
 
@@ -222,9 +264,23 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private var startSent = false
     private var partial = ""
     private var resultTimer: UInt64?
+    /// The segment the next transcript is (one per end of speech the server sends).
+    private var segment: Int32 = 0
+    /// `audio-stop` is out; `describe` after it (its `info` is the end); transcripts since;
+    /// that `info` came (with no transcript since the stop, from a server not seen to endpoint:
+    /// a transcript that comes after it still ends the stream).
+    private var stopWritten = false
+    private var describeSent = false
+    private var transcriptsSinceStop = 0
+    private var infoSinceStop = false
+    /// Samples handed over when the first transcript before `audio-stop` came (the worker's
+    /// count, `handedOver`): a server that then closes at `audio-stop` ignored what came after.
+    private var endpointAt: Int?
+    private let handedOver = Atomic<Int>(0)
 
     init(io: any ByteStream, reader: WyomingEventReader, peer: String, contextId: String, language: String,
-         model: String?, sampleRate: Int, resultTimeoutMilliseconds: Int, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) {
+         model: String?, sampleRate: Int, resultTimeoutMilliseconds: Int, endpoints: ServerEndpointing = ServerEndpointing(),
+         handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) {
         connection = try WyomingConnection(io: io, reader: reader, peer: peer, closedMeans: "before its transcript")
         self.peer = peer
         self.contextId = contextId
@@ -233,10 +289,27 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         self.sampleRate = sampleRate
         self.resultTimeoutMilliseconds = resultTimeoutMilliseconds
         self.handler = handler
+        self.endpoints = endpoints
         connection.onEvent = { [self] event in handle(event) }
         connection.onFailure = { [self] error in
             cancelResultTimer()
             deliver(.closed(error))
+        }
+        // Closed (or reset: a `describe` it did not read) after a transcript answering the
+        // stop: the server's end of the transcription (wyoming-faster-whisper closes then).
+        // After a transcript before it, too: wyoming-faster-whisper with `--vad-endpointing`
+        // answers once per connection, at its end of speech, and closes at `audio-stop` (a loss
+        // replayed would repeat the utterance it transcribed). What it was sent after its end of
+        // speech it never transcribed: more than a pause's worth is said, not dropped quietly.
+        connection.onPeerGone = { [self] in
+            guard transcriptsSinceStop > 0 || (stopWritten && endpointAt != nil) else { return false }
+            if transcriptsSinceStop == 0, let at = endpointAt, handedOver.load(ordering: .relaxed) - at >= sampleRate * 5 / 2 {
+                let seconds = Double((handedOver.load(ordering: .relaxed) - at) * 10 / max(sampleRate, 1)) / 10
+                finishStream(error: ("untranscribed-audio", "\(peer) ended the utterance by itself and closed the connection at audio-stop without transcribing the \(seconds) s of audio sent after its end of speech: it takes one utterance per connection (as wyoming-faster-whisper with --vad-endpointing does); hands-free activation suits it"))
+            } else {
+                finishStream()
+            }
+            return true
         }
     }
 
@@ -262,9 +335,15 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         case .audio(let samples):
             let at = samplesSent
             samplesSent += samples.count
+            handedOver.store(samplesSent, ordering: .relaxed)
             connection.send([WyomingAudio.chunk(samples, rate: sampleRate, atSample: at)])
         case .stop:
-            connection.send([WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(WyomingAudio.milliseconds(samplesSent, rate: sampleRate)))])]) { [self] in
+            var events = [WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(WyomingAudio.milliseconds(samplesSent, rate: sampleRate)))])]
+            let askInfo = endpoints.isSeen
+            if askInfo { events.append(WyomingEvent(type: "describe")) }
+            connection.send(events) { [self] in
+                stopWritten = true
+                if askInfo { describeSent = true }
                 armResultTimer()
             }
         }
@@ -306,17 +385,38 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
             partial += text
             let words = SLUWord.words(partial)
             if !words.isEmpty {
-                deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0,
+                deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment,
                                               payload: .tentativeTranscript(text: words.map(\.text).joined(separator: " "), words: words))))
             }
         case "transcript":
             let words = SLUWord.words(event.data["text"]?.stringValue ?? "")
             if !words.isEmpty {
-                deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finalTranscript(words, confidence: -1))))
+                deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment, payload: .finalTranscript(words, confidence: -1))))
             }
-            deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
-            close()
-            deliver(.closed(nil))
+            segment += 1
+            partial = ""
+            guard stopWritten else {
+                // The server ended an utterance by itself, and takes the audio that follows.
+                if endpointAt == nil { endpointAt = handedOver.load(ordering: .relaxed) }
+                endpoints.noteSeen()
+                deliver(.endpointed)
+                return
+            }
+            transcriptsSinceStop += 1
+            if transcriptsSinceStop > 1 { endpoints.noteSeen() }
+            if infoSinceStop { return finishStream() }
+            // More may come (ends of speech the server reached after the audio went out): the
+            // `info` answering a `describe` says when not. The result timeout restarts.
+            if !describeSent {
+                describeSent = true
+                connection.send([WyomingEvent(type: "describe")])
+            }
+            cancelResultTimer()
+            armResultTimer()
+        case "info" where stopWritten && describeSent:
+            // Everything the server had to say of the audio came before this.
+            infoSinceStop = true
+            if transcriptsSinceStop > 0 || endpoints.isSeen { finishStream() }
         case "error":
             connection.fail(Self.serverError(event, peer: peer))
         case "ping":
@@ -324,6 +424,12 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         default:
             break  // transcript-stop, and events of newer versions: nothing to do
         }
+    }
+
+    private func finishStream(error: (code: String, message: String)? = nil) {
+        deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: error?.code, errorMessage: error?.message))))
+        close()
+        deliver(.closed(nil))
     }
 
     static func serverError(_ event: WyomingEvent, peer: String) -> SpeechClientError {
@@ -336,6 +442,8 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         guard resultTimer == nil, resultTimeoutMilliseconds > 0 else { return }
         resultTimer = loop.addTimer(milliseconds: resultTimeoutMilliseconds) { [self] in
             resultTimer = nil
+            // Transcripts came after the stop and then nothing (not even the `info`): what came is the answer.
+            if transcriptsSinceStop > 0 { return finishStream() }
             connection.fail(SpeechClientError(.timeout, "\(peer) sent no transcript within \(resultTimeoutMilliseconds / 1000) s of the end of the audio"))
         }
     }

@@ -278,6 +278,43 @@ import Testing
         #expect((lines.firstIndex { $0.hasPrefix("error") } ?? -1) > (lines.lastIndex { $0.hasPrefix("segment final") } ?? Int.max))
     }
 
+    /// A server with its own endpointing sends a transcript at each end of speech while the
+    /// audio goes on, and nothing at audio-stop when no speech came since. Eight utterances of
+    /// 1 s (utterance k: the constant value 1000 + k), 1 s apart, pushed at about 10x real time:
+    /// each comes back once, in order, each as a final segment of its own, and the context ends
+    /// at once, not after the result timeout. Before, the first transcript ended the context:
+    /// one utterance of eight.
+    @Test func aServerThatEndsUtterancesByItselfLosesNoneAndRepeatsNone() throws {
+        let server = try peer("Endpointing")
+        defer { server.stop() }
+        let log = EventLog()
+        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
+        defer { try? client.close() }
+        let t0 = Clock.monotonicNanos()
+        try client.start()
+        for k in 1...8 {
+            let speech = [Int16](repeating: Int16(1000 + k), count: 1600), silence = [Int16](repeating: 0, count: 1600)
+            for chunk in Array(repeating: speech, count: 10) + Array(repeating: silence, count: 10) {
+                chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
+                usleep(10_000)
+            }
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 20_000))
+        let seconds = Double(Clock.monotonicNanos() - t0) / 1e9
+        let lines = log.lines
+        let finals = lines.filter { $0.hasPrefix("segment final") }
+        let heard = finals.flatMap { $0.split(separator: " ").filter { $0.hasPrefix("v") }.map(String.init) }
+        #expect(heard == (1...8).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
+        // A segment per utterance; the audio each carried, once (the silence after the last
+        // utterance on a stream is no transcript's).
+        #expect(finals.count == 8, "\(lines)")
+        let bytes = finals.compactMap { Int($0.split(separator: " ")[2]) }.reduce(0, +)
+        #expect(bytes <= 16 * 32_000 && bytes >= 8 * 32_000, "\(bytes) bytes in \(lines)")
+        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+        #expect(seconds < 10, "\(seconds) s: the end waited for a transcript that was never coming")
+    }
+
     /// Servers that are not Wyoming ASR, or hostile ones: `prepareOnInit` makes the failure the
     /// client's creation error, within the connect timeout, named, with memory untouched by
     /// what the server claims.

@@ -25,6 +25,7 @@ extension ClientWorker {
             return
         }
         audioSamples = 0
+        pacedSince = nil
         beginContext()
         client.log(.debug, "start sent")
         pumping = audio.isOpen

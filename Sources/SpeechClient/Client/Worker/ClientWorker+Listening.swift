@@ -194,10 +194,11 @@ extension ClientWorker {
         }
     }
 
-    /// A file heard by a wake-word service: how far (ns) the audio read so far is ahead of the
-    /// time since listening began; 0 when it is not.
+    /// A file heard by a wake-word service, or sent to a server that ends utterances by itself
+    /// (`RecognitionStream.endsUtterancesItself`): how far (ns) the audio read so far is ahead
+    /// of the time since listening (or the context) began; 0 when it is not.
     func aheadOfRealTime() -> UInt64 {
-        guard wake != nil, endpointer != nil else { return 0 }
+        guard (wake != nil && endpointer != nil) || supervisor.lanes.liveStream?.endsUtterancesItself == true else { return 0 }
         let now = Clock.monotonicNanos()
         guard let since = pacedSince else { pacedSince = now; return 0 }
         let due = UInt64(audioSamples) * SpeechAudio.nanosecondsPerSample

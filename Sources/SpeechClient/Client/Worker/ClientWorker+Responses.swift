@@ -14,6 +14,8 @@ extension ClientWorker {
                     client?.log(.warning, "stream closed: \(error.message)")
                     report(.unavailable, reason: error)
                 }
+            case .endpointed:
+                break  // no transcription before a context
             case .goingAway:
                 // A new context goes to a new connection.
                 p.stream.finish()
@@ -77,8 +79,15 @@ extension ClientWorker {
         case .goingAway:
             // The server or a proxy worker is draining: a lane still taking audio moves to a new
             // connection at its next pause, within the drain timeout.
-            if supervisor.connectionGoingAway(lane: gen, moveBy: Clock.monotonicNanos() + UInt64(options.drainTimeoutMilliseconds) * 1_000_000) {
+            if supervisor.moveLiveLane(gen, by: Clock.monotonicNanos() + UInt64(options.drainTimeoutMilliseconds) * 1_000_000, why: Lane.goingAway) {
                 client?.log(.info, "the connection is closing (GOAWAY): context \(contextId) moves to a new connection at its next pause")
+            }
+        case .endpointed:
+            // The server heard an end of speech and sent its words: what follows (the audio sent
+            // meanwhile, up to the next pause) is finished by this stream's stop, and the next
+            // utterance goes to a new stream.
+            if supervisor.moveLiveLane(gen, by: Clock.monotonicNanos() &+ Self.moveAfterEndpointNanos, why: Lane.serverEndpointed) {
+                client?.log(.debug, "the server ended an utterance: context \(contextId) moves to a new stream at its next pause")
             }
         case .response(let response):
             handleResponse(response, lane: gen)

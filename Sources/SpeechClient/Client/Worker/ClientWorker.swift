@@ -137,6 +137,10 @@ final class ClientWorker: @unchecked Sendable {
     /// A lane the server served this long before it was lost counts as progress: a proxy's idle
     /// timeout cutting streams during a long pause must not use up the reconnect attempts.
     static let servedLongEnoughNanos: UInt64 = 5_000_000_000
+    /// After the server ended an utterance by itself, the live stream moves at the next pause,
+    /// however far: not forced (a forced cut falls inside a word when the server's answer comes
+    /// at the start of the next sentence), the stream's budget still bounds it.
+    static let moveAfterEndpointNanos = UInt64.max / 2
 
     // MARK: - Turns
 
@@ -255,7 +259,7 @@ final class ClientWorker: @unchecked Sendable {
                 stall(waitingFor: supervisor.lanes.replayingStreams)
             }
         } else if let by = supervisor.lanes.nextMoveDeadline, now >= by {
-            supervisor.rotate(reason: "the connection is closing (GOAWAY)", host: self)
+            supervisor.rotate(reason: supervisor.lanes.liveMoveWhy, host: self)
         } else if let idleDeadline, now >= idleDeadline {
             client.log(.debug, "closing the idle SLU stream")
             prepared?.stream.finish()

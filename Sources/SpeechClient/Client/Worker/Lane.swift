@@ -41,8 +41,12 @@ struct Lane {
     /// The end (ms from the stream's start) of the latest final word that restarted the finish
     /// clock, or that arrived before the stop: only a second of audio beyond it restarts it.
     var finalsReachMilliseconds = 0
-    /// The connection is going away (GOAWAY): move to a new lane at the next pause, by this time.
+    /// Move to a new lane at the next pause, by this time, because `moveWhy`: the connection is
+    /// going away (GOAWAY), or the server ended an utterance by itself (`StreamEvent.endpointed`).
     var moveBy: UInt64?
+    var moveWhy = Lane.goingAway
+    static let goingAway = "the connection is closing (GOAWAY)"
+    static let serverEndpointed = "the server ended an utterance (its own endpointing)"
     /// User segment ids it updated that are not final yet (dropped if it is lost: its replacement
     /// recognises that audio again).
     var openSegments: Set<Int32> = []

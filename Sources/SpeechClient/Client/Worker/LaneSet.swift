@@ -182,6 +182,8 @@ struct LaneSet {
         guard let live, let i = index(of: live), entries[i].lane.cursor == nil else { return nil }
         return entries[i].lane.moveBy
     }
+    /// Why the live lane is to move by `nextMoveDeadline`.
+    var liveMoveWhy: String { live.flatMap { read($0) { $0.moveWhy } } ?? Lane.goingAway }
     /// The earliest time a lane's start must be acknowledged by.
     var nextStartDeadline: UInt64? {
         var next: UInt64?

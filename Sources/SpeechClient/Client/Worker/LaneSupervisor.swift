@@ -272,11 +272,12 @@ final class LaneSupervisor {
 
     /// The connection of a lane is going away: the live lane moves to a new stream at its next
     /// pause, by `moveBy`. Returns whether that was set now (not before, and the lane is live).
-    func connectionGoingAway(lane gen: Int, moveBy: UInt64) -> Bool {
+    func moveLiveLane(_ gen: Int, by moveBy: UInt64, why: String) -> Bool {
         guard gen == lanes.live else { return false }
         return lanes.update(gen) { lane -> Bool in
             guard lane.moveBy == nil else { return false }
             lane.moveBy = moveBy
+            lane.moveWhy = why
             return true
         } ?? false
     }
@@ -316,7 +317,7 @@ final class LaneSupervisor {
               let (bytes, start, moveBy) = lanes.read(gen, { $0.cursor == nil ? ($0.bytes, $0.start, $0.moveBy) : nil }) ?? nil,
               !host.liveAudioEnded else { return nil }
         return rotation.cut(in: chunk, streamBytes: bytes, sentSamples: contextSamples - start,
-                            moveBy: moveBy, now: Clock.monotonicNanos())
+                            moveBy: moveBy, now: Clock.monotonicNanos(), moveWhy: moveBy == nil ? Lane.goingAway : lanes.liveMoveWhy)
     }
 
     /// The live lane ends here (stop, then end of stream: it drains) and a new lane on a new
@@ -522,7 +523,7 @@ final class LaneSupervisor {
                     if lane.stream.backlogBytes > Self.backlogLimit { break }
                     if live, at > lane.start,
                        let cut = rotation.cut(in: chunk, streamBytes: lane.bytes, sentSamples: at - lane.start,
-                                              moveBy: lane.moveBy, now: now) {
+                                              moveBy: lane.moveBy, now: now, moveWhy: lane.moveWhy) {
                         // The audio before the pause still goes on this stream.
                         if cut.offset > 0 {
                             lane.stream.send(.audio(Array(chunk[..<cut.offset])))

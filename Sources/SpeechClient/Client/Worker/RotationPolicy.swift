@@ -63,8 +63,10 @@ struct RotationPolicy {
 
     /// Where the stream should move within `chunk`, the next audio for it, or nil to send all of
     /// it there. `streamBytes` it has carried, `sentSamples` of audio since its start, `moveBy`
-    /// the drain deadline of a connection going away.
-    mutating func cut(in chunk: [Int16], streamBytes: Int, sentSamples: Int, moveBy: UInt64?, now: UInt64) -> Cut? {
+    /// the deadline of a move asked for (`moveWhy`: a connection going away, the server's end of
+    /// an utterance).
+    mutating func cut(in chunk: [Int16], streamBytes: Int, sentSamples: Int, moveBy: UInt64?, now: UInt64,
+                      moveWhy: String = Lane.goingAway) -> Cut? {
         let chunkBytes = Lane.audioBytes(samples: chunk.count)
         let limit = SpeechAudio.samples(milliseconds: contextLimitMilliseconds)
         let due = isDue(streamBytes: streamBytes + chunkBytes, sentSamples: sentSamples, moveBy: moveBy)
@@ -112,14 +114,14 @@ struct RotationPolicy {
                 // below chooses within it.
                 let at = max(frame + count - min(quietRun / 2, SpeechAudio.samples(milliseconds: 50)), 0)
                 if at <= fits {
-                    return Cut(offset: min(at, max(chunk.count - 1, 0)), why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, forced: false, streamBytes: streamBytes))
+                    return Cut(offset: min(at, max(chunk.count - 1, 0)), why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, moveWhy: moveWhy, forced: false, streamBytes: streamBytes))
                 }
             }
             frame += count
         }
         guard forced else { return nil }
         return Cut(offset: min(quietest.offset, max(chunk.count - 1, 0)),
-                   why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, forced: true, streamBytes: streamBytes))
+                   why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, moveWhy: moveWhy, forced: true, streamBytes: streamBytes))
     }
 
     /// The pause a due stream waits for: shorter as the budget (or the time past the context
@@ -131,8 +133,8 @@ struct RotationPolicy {
         return Self.pauseSamples
     }
 
-    private func reason(sentSamples: Int, limit: Int, moveBy: UInt64?, forced: Bool, streamBytes: Int) -> String {
-        if moveBy != nil { return "the connection is closing (GOAWAY)" }
+    private func reason(sentSamples: Int, limit: Int, moveBy: UInt64?, moveWhy: String, forced: Bool, streamBytes: Int) -> String {
+        if moveBy != nil { return moveWhy }
         if sentSamples >= limit { return "the server context reached \(contextLimitMilliseconds / 1000) s" }
         if forced { return "the stream carried all of its \(budgetBytes / 1024) KiB budget (no pause before it)" }
         return "at a pause after \(streamBytes / 1024) KiB of its \(budgetBytes / 1024) KiB budget"
