@@ -75,6 +75,13 @@ Scenarios (--scenario):
                   open. Events are handled one at a time, in order (as wyoming's
                   AsyncEventHandler does), so describe after audio-stop is answered with info
                   after everything audio-stop caused.
+  EndpointOnce    as wyoming-faster-whisper with --vad-endpointing (info: requires_external_vad
+                  false): speech as in Endpointing,
+                  but one utterance per connection: at its end of speech (after --endpoint-delay
+                  seconds, default 0: the transcription's time, events unread meanwhile) the
+                  transcript {"text": "<N> bytes v<A> ..."}, then every later audio chunk is
+                  ignored; audio-stop closes the connection (with that transcript first when
+                  there was none yet).
 
 Streaming transcripts in the newest wyoming on PyPI (1.10.2; added in 1.7.0), wyoming/asr.py
 and its README, "Speech to Text" / "Streaming":
@@ -104,7 +111,7 @@ VERSION = "1.10.2"
 SCENARIOS = ("Normal", "Streaming", "StreamingStopFirst", "NoInfo", "HTTP", "HugePayload",
              "HugeData", "HugeLine", "TruncatedJSON", "TruncatedData", "UnknownEvents",
              "NotUTF8", "CloseMidStream", "Error", "FailAfterStop", "StreamingFailAfterStop", "NoTranscript", "ChunkFlood", "Pings", "PingsUnread",
-             "Endpointing")
+             "Endpointing", "EndpointOnce")
 MAX_LINE = 1 << 20          # what we accept from a client
 MAX_DATA = 1 << 20
 MAX_PAYLOAD = 1 << 24
@@ -136,7 +143,7 @@ def encode(type_: str, data=None, payload: bytes = b"", **extra) -> bytes:
     return json.dumps(header).encode("utf-8") + b"\n" + body + payload
 
 
-def info_data(streaming: bool) -> dict:
+def info_data(streaming: bool, external_vad: bool = True) -> dict:
     attribution = {"name": "libspeechclient tests", "url": "https://example.invalid/"}
     return {
         "asr": [{
@@ -154,7 +161,7 @@ def info_data(streaming: bool) -> dict:
                 "languages": ["en"],
             }],
             "supports_transcript_streaming": streaming,
-            "requires_external_vad": True,
+            "requires_external_vad": external_vad,
         }],
         "tts": [], "handle": [], "intent": [], "wake": [], "mic": [], "snd": [],
     }
@@ -436,6 +443,42 @@ def serve_endpointing(c: Conn) -> None:
             log(f"conn {c.index}: ignored event {type_!r}")
 
 
+def serve_endpoint_once(c: Conn) -> None:
+    """The EndpointOnce scenario (see the docstring)."""
+    since, values, quiet, done = 0, [], 0, False
+
+    def utterance() -> str:
+        return " ".join([f"{since} bytes"] + [f"v{v}" for v in values])
+
+    while True:
+        type_, data, payload = c.read_event()
+        if type_ == "describe":
+            c.event("info", info_data(False, external_vad=False))
+        elif type_ == "audio-start":
+            since, values, quiet, done = 0, [], 0, False
+        elif type_ == "audio-chunk" and not done:
+            since += len(payload)
+            n = len(payload) // 2
+            loudest = max((abs(v) for v in struct.unpack(f"<{n}h", payload[:2 * n])), default=0)
+            if loudest > 500:
+                if loudest not in values:
+                    values.append(loudest)
+                quiet = 0
+            elif values:
+                quiet += len(payload)
+                if quiet >= 32000 * 3 // 10:
+                    time.sleep(ARGS.endpoint_delay)
+                    log(f"conn {c.index}: end of speech: {utterance()}; the rest is ignored")
+                    c.event("transcript", {"text": utterance()})
+                    done = True
+        elif type_ == "audio-stop":
+            if not done:
+                c.event("transcript", {"text": utterance()})
+            log(f"conn {c.index}: audio-stop: closing")
+            c.close()
+            return
+
+
 def first_bytes(c: Conn, timeout: float = 2.0) -> None:
     """Waits for the client's first line (or bytes), so the answer is to a request."""
     c.sock.settimeout(timeout)
@@ -487,6 +530,8 @@ def run_scenario(c: Conn) -> None:
                 return
     elif s == "Endpointing":
         serve_endpointing(c)
+    elif s == "EndpointOnce":
+        serve_endpoint_once(c)
     elif s == "NoInfo":
         c.hold(HOLD_S * 10)
     elif s == "HTTP":
@@ -568,6 +613,8 @@ def main() -> None:
     p.add_argument("--unix", help="listen on this unix socket path instead of TCP")
     p.add_argument("--close-after-transcript", action="store_true",
                    help="close each connection after its transcript (as wyoming-faster-whisper does)")
+    p.add_argument("--endpoint-delay", type=float, default=0.0,
+                   help="EndpointOnce: seconds from the end of speech to its transcript")
     p.add_argument("--error-count", type=int, default=None,
                    help="Error: only the first N audio-stops are answered with an error")
     p.add_argument("--error-delay", type=float, default=0.0,

@@ -15,9 +15,11 @@ public enum StreamEvent: Sendable {
     /// work belongs on a new connection.
     case goingAway
     /// The server ended an utterance by itself (its own voice activity detection; a Wyoming
-    /// `transcript` before `audio-stop`) and takes the audio that follows: the stream may carry
-    /// it, but the next utterance belongs on a new stream.
-    case endpointed
+    /// `transcript` before `audio-stop`): the next utterance belongs on a new stream. With
+    /// `ignoresTheRest`, the server may take nothing more on this one (one utterance per
+    /// connection, or not known yet): the new stream starts at once, from the pause where the
+    /// server ended the utterance. Else (it transcribes all it is sent) at the next pause.
+    case endpointed(ignoresTheRest: Bool)
     /// The stream ended: nil when the server closed it with OK, else why it failed.
     case closed(SpeechClientError?)
 }

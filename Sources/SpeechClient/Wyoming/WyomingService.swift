@@ -67,7 +67,7 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
         let peer = server.description
         let language = try Self.language(config.languageCode, info: info, peer: peer)
         if Self.endsUtterancesItself(info), !endpoints.isSeen {
-            endpoints.noteSeen()
+            endpoints.noteDeclared()
             log(.info, "\(peer) ends utterances by itself (its info says requires_external_vad: false): a file is read at real time, and each utterance moves to a new connection")
         }
         if let model { try Self.checkModel(model, info: info, peer: peer) }
@@ -233,8 +233,28 @@ struct WyomingHandshake {
 /// `audio-stop`): learnt on one stream, used by the next ones of the same service.
 final class ServerEndpointing: Sendable {
     private let seen = Atomic<Bool>(false)
+    private let continuous = Atomic<Bool>(false)
     var isSeen: Bool { seen.load(ordering: .relaxed) }
     func noteSeen() { seen.store(true, ordering: .relaxed) }
+    /// It sent two transcripts on one connection: it transcribes all it is sent, after its
+    /// ends of speech too (not one utterance per connection, as wyoming-faster-whisper does).
+    var isContinuous: Bool { continuous.load(ordering: .relaxed) }
+    func noteContinuous() { continuous.store(true, ordering: .relaxed) }
+    /// It closed a connection at `audio-stop` with nothing more after a transcript before it:
+    /// one utterance per connection, so a transcript after `audio-stop` too covers only the
+    /// audio up to its end of speech.
+    private let onePerConnection = Atomic<Bool>(false)
+    var isOnePerConnection: Bool { onePerConnection.load(ordering: .relaxed) && !isContinuous }
+    func noteOnePerConnection() { onePerConnection.store(true, ordering: .relaxed) }
+    /// Its info says `requires_external_vad: false` (wyoming-faster-whisper with
+    /// `--vad-endpointing` says so, and takes one utterance per connection).
+    private let declared = Atomic<Bool>(false)
+    func noteDeclared() { declared.store(true, ordering: .relaxed); noteSeen() }
+    /// A transcript before `audio-stop` may mean that the server ignores what follows: it was
+    /// seen to (one utterance per connection), or it says it endpoints and was not seen to
+    /// transcribe more. A server that says nothing is taken to transcribe all it is sent until
+    /// it shows otherwise (replaying from its pause would repeat what it transcribes after it).
+    var mayIgnoreTheRest: Bool { !isContinuous && (onePerConnection.load(ordering: .relaxed) || declared.load(ordering: .relaxed)) }
 }
 
 /// One transcription on one connection, driven by the event loop once started. `send`,
@@ -273,9 +293,10 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private var describeSent = false
     private var transcriptsSinceStop = 0
     private var infoSinceStop = false
-    /// Samples handed over when the first transcript before `audio-stop` came (the worker's
-    /// count, `handedOver`): a server that then closes at `audio-stop` ignored what came after.
+    /// A transcript came before `audio-stop` (the samples handed over by then), or after it
+    /// from a server known to take one utterance per connection; how many came before it.
     private var endpointAt: Int?
+    private var transcriptsBeforeStop = 0
     private let handedOver = Atomic<Int>(0)
 
     init(io: any ByteStream, reader: WyomingEventReader, peer: String, contextId: String, language: String,
@@ -299,16 +320,12 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         // stop: the server's end of the transcription (wyoming-faster-whisper closes then).
         // After a transcript before it, too: wyoming-faster-whisper with `--vad-endpointing`
         // answers once per connection, at its end of speech, and closes at `audio-stop` (a loss
-        // replayed would repeat the utterance it transcribed). What it was sent after its end of
-        // speech it never transcribed: more than a pause's worth is said, not dropped quietly.
+        // replayed would repeat the utterance it transcribed; what it ignored after its end of
+        // speech the next stream replays, `.endpointed`).
         connection.onPeerGone = { [self] in
             guard transcriptsSinceStop > 0 || (stopWritten && endpointAt != nil) else { return false }
-            if transcriptsSinceStop == 0, let at = endpointAt, handedOver.load(ordering: .relaxed) - at >= sampleRate * 5 / 2 {
-                let seconds = Double((handedOver.load(ordering: .relaxed) - at) * 10 / max(sampleRate, 1)) / 10
-                finishStream(error: ("untranscribed-audio", "\(peer) ended the utterance by itself and closed the connection at audio-stop without transcribing the \(seconds) s of audio sent after its end of speech: it takes one utterance per connection (as wyoming-faster-whisper with --vad-endpointing does); hands-free activation suits it"))
-            } else {
-                finishStream()
-            }
+            if transcriptsSinceStop == 0 { endpoints.noteOnePerConnection() }
+            finishStream()
             return true
         }
     }
@@ -398,12 +415,21 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
             guard stopWritten else {
                 // The server ended an utterance by itself, and takes the audio that follows.
                 if endpointAt == nil { endpointAt = handedOver.load(ordering: .relaxed) }
+                transcriptsBeforeStop += 1
+                if transcriptsBeforeStop > 1 { endpoints.noteContinuous() }
                 endpoints.noteSeen()
-                deliver(.endpointed)
+                deliver(.endpointed(ignoresTheRest: endpoints.mayIgnoreTheRest))
                 return
+            }
+            // From a server known to take one utterance per connection, it ended where its
+            // speech did: what came after is for a new stream, as before `audio-stop`.
+            if transcriptsSinceStop == 0 && endpointAt == nil && endpoints.isOnePerConnection {
+                endpointAt = handedOver.load(ordering: .relaxed)
+                deliver(.endpointed(ignoresTheRest: true))
             }
             transcriptsSinceStop += 1
             if transcriptsSinceStop > 1 { endpoints.noteSeen() }
+            if transcriptsSinceStop + transcriptsBeforeStop > 1 { endpoints.noteContinuous() }
             if infoSinceStop { return finishStream() }
             // More may come (ends of speech the server reached after the audio went out): the
             // `info` answering a `describe` says when not. The result timeout restarts.

@@ -306,13 +306,42 @@ import Testing
         let finals = lines.filter { $0.hasPrefix("segment final") }
         let heard = finals.flatMap { $0.split(separator: " ").filter { $0.hasPrefix("v") }.map(String.init) }
         #expect(heard == (1...8).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
-        // A segment per utterance; the audio each carried, once (the silence after the last
-        // utterance on a stream is no transcript's).
+        // A segment per utterance. The audio: each utterance's once; of the pauses, those a new
+        // stream starts with again (the first stream's move replays from its pause: whether this
+        // server ignores what follows its end of speech is not known yet), at most 0.5 s each.
         #expect(finals.count == 8, "\(lines)")
         let bytes = finals.compactMap { Int($0.split(separator: " ")[2]) }.reduce(0, +)
-        #expect(bytes <= 16 * 32_000 && bytes >= 8 * 32_000, "\(bytes) bytes in \(lines)")
+        #expect(bytes <= 20 * 32_000 && bytes >= 8 * 32_000, "\(bytes) bytes in \(lines)")
         #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
         #expect(seconds < 10, "\(seconds) s: the end waited for a transcript that was never coming")
+    }
+
+    /// A server that takes one utterance per connection (as wyoming-faster-whisper with
+    /// --vad-endpointing): its transcript comes 0.4 s after its end of speech, by when the
+    /// client has pushed about 4 s more (10x real time), which it ignores, and audio-stop closes
+    /// the connection. The next stream starts from the pause where the server ended the
+    /// utterance, replayed: six utterances of 1 s, 0.6 s apart, each once and in order. Moved
+    /// at the next pause instead, the utterances sent meanwhile were lost.
+    @Test func aServerTakingOneUtterancePerConnectionLosesNoneSentAfterIt() throws {
+        let server = try peer("EndpointOnce", ["--endpoint-delay", "0.4"])
+        defer { server.stop() }
+        let log = EventLog()
+        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        for k in 1...6 {
+            let speech = [Int16](repeating: Int16(1000 + k), count: 1600), silence = [Int16](repeating: 0, count: 1600)
+            for chunk in Array(repeating: speech, count: 10) + Array(repeating: silence, count: 6) {
+                chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
+                usleep(10_000)
+            }
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
+        let lines = log.lines
+        let heard = lines.filter { $0.hasPrefix("segment final") }.flatMap { $0.split(separator: " ").filter { $0.hasPrefix("v") }.map(String.init) }
+        #expect(heard == (1...6).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
+        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
     }
 
     /// Servers that are not Wyoming ASR, or hostile ones: `prepareOnInit` makes the failure the

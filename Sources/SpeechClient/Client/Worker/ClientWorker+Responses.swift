@@ -82,11 +82,14 @@ extension ClientWorker {
             if supervisor.moveLiveLane(gen, by: Clock.monotonicNanos() + UInt64(options.drainTimeoutMilliseconds) * 1_000_000, why: Lane.goingAway) {
                 client?.log(.info, "the connection is closing (GOAWAY): context \(contextId) moves to a new connection at its next pause")
             }
-        case .endpointed:
-            // The server heard an end of speech and sent its words: what follows (the audio sent
-            // meanwhile, up to the next pause) is finished by this stream's stop, and the next
-            // utterance goes to a new stream.
-            if supervisor.moveLiveLane(gen, by: Clock.monotonicNanos() &+ Self.moveAfterEndpointNanos, why: Lane.serverEndpointed) {
+        case .endpointed(let ignoresTheRest):
+            // The server heard an end of speech and sent its words; the next utterance goes to
+            // a new stream. A server that transcribes all it is sent finishes what follows (up to
+            // the next pause) at this stream's stop. One that may ignore it (one utterance per
+            // connection): a new stream at once, replaying from the pause it ended in.
+            if ignoresTheRest {
+                supervisor.resumeAfterServerEndpoint(lane: gen, host: self)
+            } else if supervisor.moveLiveLane(gen, by: Clock.monotonicNanos() &+ Self.moveAfterEndpointNanos, why: Lane.serverEndpointed) {
                 client?.log(.debug, "the server ended an utterance: context \(contextId) moves to a new stream at its next pause")
             }
         case .response(let response):

@@ -320,11 +320,49 @@ final class LaneSupervisor {
                             moveBy: moveBy, now: Clock.monotonicNanos(), moveWhy: moveBy == nil ? Lane.goingAway : lanes.liveMoveWhy)
     }
 
+    /// The server ended an utterance on the live lane and may take nothing more on it: the lane
+    /// ends now, and a new one starts from the pause where the server ended the utterance
+    /// (`RotationPolicy.resumePoint`), replayed: what was said after it is not lost. No such
+    /// pause (or its audio no longer held): from here.
+    /// A lane whose audio had ended already (its stop went out before the server's answer, as a
+    /// file's does), or that is still replaying, keeps [start, pause); a new lane takes the rest.
+    func resumeAfterServerEndpoint(lane gen: Int, host: some LaneHost) {
+        guard let (start, end, caughtUp) = lanes.read(gen, { ($0.start, $0.end, $0.cursor == nil) }) else { return }
+        let live = gen == lanes.live && !host.liveAudioEnded
+        let upTo = live ? contextSamples : (end ?? contextSamples)
+        let held = start >= replay.oldestSample
+        let from = (held ? RotationPolicy.resumePoint(in: replay.chunks(from: start, upTo: upTo), from: start) : nil) ?? upTo
+        let again = from < upTo ? "; \(SpeechAudio.secondsText(samples: upTo - from)) s from its pause are sent again" : ""
+        if live && caughtUp {
+            rotate(reason: Lane.serverEndpointed + again, host: host, from: from)
+            return
+        }
+        guard from < upTo else { return }
+        // Its audio ends at the pause: a replay not past it yet goes on to it, then stops.
+        lanes.update(gen) { lane in
+            lane.end = from
+            if let cursor = lane.cursor, cursor < from { return }
+            lane.cursor = nil
+            lane.stop()
+        }
+        if live {
+            lanes.endLive()
+            rotation.reset()
+        }
+        host.log(.info, "context \(host.contextId) goes on on a new stream from \(SpeechAudio.secondsText(samples: from)) s: \(Lane.serverEndpointed)\(again)")
+        do throws(SpeechClientError) {
+            _ = try openOrWait(from: from, end: live ? nil : upTo, host: host)
+        } catch {
+            laneLost(from: from, end: live ? nil : upTo, cause: error, servedLongEnough: false, host: host)
+        }
+    }
+
     /// The live lane ends here (stop, then end of stream: it drains) and a new lane on a new
-    /// stream takes the audio from here. The application sees one context.
-    func rotate(reason: String, host: some LaneHost) {
+    /// stream takes the audio from here (or from `from`, before it: replayed). The application
+    /// sees one context.
+    func rotate(reason: String, host: some LaneHost, from: Int? = nil) {
         guard let gen = lanes.live, lanes.read(gen, { $0.cursor == nil }) == true, !host.liveAudioEnded else { return }
-        let end = contextSamples
+        let end = min(from ?? contextSamples, contextSamples)
         lanes.update(gen) { lane in
             lane.end = end
             lane.moveBy = nil
@@ -334,14 +372,15 @@ final class LaneSupervisor {
         rotation.reset()
         let id = host.contextId
         host.log(.info, "context \(id.isEmpty ? "(not started yet)" : id) continues on a new stream at \(SpeechAudio.secondsText(samples: contextSamples)) s: \(reason)")
+        let resume = min(from ?? contextSamples, contextSamples)
         do throws(SpeechClientError) {
-            try openOrWait(from: contextSamples, end: nil, host: host)
+            try openOrWait(from: resume, end: nil, host: host)
         } catch {
             // A suspend interrupted the connect: the live audio from here is replayed once it is
             // handled (its stop gives the repair an end), while the lane before drains. Before,
             // that audio was never sent and nothing said so.
             let cause = host.connectCancelled ? SpeechClientError(.network, "the client was suspended while the context moved to a new stream") : error
-            laneLost(from: contextSamples, end: nil, cause: cause, servedLongEnough: false, host: host)
+            laneLost(from: resume, end: nil, cause: cause, servedLongEnough: false, host: host)
         }
     }
 

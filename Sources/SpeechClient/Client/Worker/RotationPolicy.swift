@@ -124,6 +124,39 @@ struct RotationPolicy {
                    why: reason(sentSamples: sentSamples, limit: limit, moveBy: moveBy, moveWhy: moveWhy, forced: true, streamBytes: streamBytes))
     }
 
+    /// Where a new stream resumes after a server ended an utterance by itself and may ignore
+    /// what it was sent since (`chunks`: the stream's audio, its first sample `first` of the
+    /// context): the server's end of speech is the first pause after speech on the stream,
+    /// however far the audio went on since (a file is sent ahead), so the new stream starts in
+    /// the first pause of 300 ms or more after the first speech (a server's end of speech waits
+    /// for at least that much), 100 ms into it (past the soft end of the word before). Quiet as
+    /// for a move, against the stream's own loudest and quietest frames. Nil when there is none.
+    static func resumePoint(in chunks: [[Int16]], from first: Int) -> Int? {
+        var levels: [Int64] = []
+        var carry: [Int16] = []
+        for chunk in chunks {
+            carry += chunk
+            var at = 0
+            while carry.count - at >= frameSamples {
+                levels.append(energy(carry[at..<at + frameSamples]) / Int64(frameSamples))
+                at += frameSamples
+            }
+            carry.removeFirst(at)
+        }
+        guard let loud = levels.max(), let floor = levels.min() else { return nil }
+        let quiet = { (m: Int64) in m <= quietMeanSquare || m * 300 <= loud || (m <= 2 * floor && floor * 8 <= loud) }
+        let needed = SpeechAudio.samples(milliseconds: 300) / frameSamples
+        guard var i = levels.firstIndex(where: { !quiet($0) }) else { return nil }
+        while i < levels.count {
+            guard quiet(levels[i]) else { i += 1; continue }
+            var end = i
+            while end < levels.count && quiet(levels[end]) { end += 1 }
+            if end - i >= needed { return first + i * frameSamples + SpeechAudio.samples(milliseconds: 100) }
+            i = end
+        }
+        return nil
+    }
+
     /// The pause a due stream waits for: shorter as the budget (or the time past the context
     /// limit) runs out. The gaps between words are 40 ms and more in the recordings measured.
     private func pauseNeeded(streamBytes: Int, sentSamples: Int, limit: Int) -> Int {
