@@ -142,7 +142,7 @@ import Testing
     @Test func aFailedStreamDropsNeitherItsWordsNorThoseOfLaterStreams() throws {
         let refused = SpeechClientError(.api, "the server reported an error")
         let (finals, service) = try run(chunks: 40, budget: 65_536,
-                                        behaviour: .init(wordsFromAudio: true, failStopOnStream: (1, refused, 300)))
+                                        behaviour: .init(wordsFromAudio: true, failStopOnStream: (1, refused, 1000)))
         let words = finals.words.withLock { $0 }
         #expect(words.map(\.0) == (1...40).map { "a\($0)" })
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)

@@ -98,6 +98,26 @@ import Testing
         if let d = lines.firstIndex(of: "listen deactivate") { #expect(lines[d + 1] == "stop ctx-1") }
     }
 
+    /// A stream failing (an error not retried) before the phrase was heard: the words it had
+    /// said stay withheld. Since failures deliver a failed stream's words, they reached the
+    /// application here (w1 w2 final, without an activation).
+    @Test func wakewordKeepsWordsWithheldWhenTheStreamFails() throws {
+        let log = EventLog()
+        let refused = SpeechClientError(.api, "refused")
+        let service = FakeRecognitionService(.init(failAfterChunks: (2, refused), failFirstStreamOnly: true))
+        let client = try Client(options: try Self.options(.wakeword, wakeword: "W3"), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        Self.push(client, Self.twoUtterances())
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let lines = log.lines
+        #expect(lines.contains("error api"), "\(lines)")
+        // The failed context (ctx-1) delivered nothing, and no activation.
+        let failed = lines.prefix { $0 != "start ctx-2" }
+        #expect(failed.contains("stop ctx-1") && !failed.contains { $0.hasPrefix("segment") || $0 == "listen activate" }, "\(lines)")
+    }
+
     @Test func aContextThatCannotOpenIsAnErrorAndListeningGoesOn() throws {
         // The server closes the stream after the first context and accepts no new one: the
         // second utterance gets an error naming it, and the client is still listening.

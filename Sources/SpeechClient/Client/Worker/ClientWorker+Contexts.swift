@@ -194,6 +194,9 @@ extension ClientWorker {
         guard !contextId.isEmpty else { return [] }
         let closed = assembler.closeUnfinished(context: contextId)
         guard !closed.isEmpty else { return [] }
+        // Segments withheld until the wake word was heard stay withheld (a failed lane's are
+        // kept now, no longer dropped: they reached here too).
+        if options.activation == .wakeword && !woken { return [] }
         warnClosedUnfinished(closed, "context \(contextId): \(why)")
         return closed.map { .segment($0) }
     }

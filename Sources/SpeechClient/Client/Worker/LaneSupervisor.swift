@@ -402,10 +402,11 @@ final class LaneSupervisor {
     /// reconnection does. Later lanes' words are delivered (`applyHeldBeforeFailing`).
     func notTranscribedError(_ error: SpeechClientError, from: Int, end: Int?) -> SpeechClientError {
         let to = min(end ?? contextSamples, contextSamples)
-        guard to > from else { return error }
+        // The application not taking its results is no audio lost to the server.
+        guard to > from, error.code != .noMemory else { return error }
         let span = end == nil ? "from \(SpeechAudio.secondsText(samples: from)) s into the context on"
             : "from \(SpeechAudio.secondsText(samples: from)) s to \(SpeechAudio.secondsText(samples: to)) s into the context"
-        return SpeechClientError(error.code, "\(error.message); the audio \(span) was not transcribed", grpcStatus: error.grpcStatus)
+        return SpeechClientError(error.code, "\(error.message); the audio \(span) was not transcribed (words of it already heard are delivered, unconfirmed)", grpcStatus: error.grpcStatus)
     }
 
     /// A lost lane will be replaced after `delayMilliseconds` (`reconnection` scheduled it).
