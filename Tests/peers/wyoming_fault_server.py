@@ -400,83 +400,73 @@ def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknow
             log(f"conn {c.index}: ignored event {type_!r}")
 
 
-def serve_endpointing(c: Conn) -> None:
-    """The Endpointing scenario (see the docstring)."""
-    since = 0            # audio bytes since the last transcript
-    values = []          # the speech chunks' largest samples, distinct, in order
-    quiet = 0            # bytes without speech since the last speech
-    bytes_per_second = 32000
+class Utterances:
+    """The Endpointing scenarios' detector: a chunk whose largest sample exceeds 500 is speech;
+    after speech, 0.3 s without it ends the utterance. Its text: the audio bytes since the last
+    one, then the distinct largest samples of its speech chunks in order."""
 
-    def utterance() -> str:
-        return " ".join([f"{since} bytes"] + [f"v{v}" for v in values])
+    def __init__(self):
+        self.reset()
 
+    def reset(self) -> None:
+        self.since, self.values, self.quiet = 0, [], 0
+
+    def text(self) -> str:
+        return " ".join([f"{self.since} bytes"] + [f"v{v}" for v in self.values])
+
+    def take(self, payload: bytes) -> bool:
+        """Counts a chunk; whether it ended an utterance."""
+        self.since += len(payload)
+        n = len(payload) // 2
+        loudest = max((abs(v) for v in struct.unpack(f"<{n}h", payload[:2 * n])), default=0)
+        if loudest > 500:
+            if loudest not in self.values:
+                self.values.append(loudest)
+            self.quiet = 0
+        elif self.values:
+            self.quiet += len(payload)
+            return self.quiet >= 32000 * 3 // 10
+        return False
+
+
+def serve_endpointing(c: Conn, once: bool = False) -> None:
+    """The Endpointing scenario, or with `once` EndpointOnce (see the docstring)."""
+    u = Utterances()
+    done = False        # once: the utterance was answered; the rest is ignored
     while True:
         type_, data, payload = c.read_event()
         if type_ == "describe":
-            c.event("info", info_data(False))
+            c.event("info", info_data(False, external_vad=not once))
         elif type_ == "audio-start":
-            since, values, quiet = 0, [], 0
+            u.reset()
+            done = False
+        elif type_ == "audio-chunk" and not done:
+            if u.take(payload):
+                if once:
+                    time.sleep(ARGS.endpoint_delay)
+                    done = True
+                log(f"conn {c.index}: end of speech: {u.text()}{'; the rest is ignored' if once else ''}")
+                c.event("transcript", {"text": u.text()})
+                u.reset()
         elif type_ == "audio-chunk":
-            since += len(payload)
-            n = len(payload) // 2
-            loudest = max((abs(v) for v in struct.unpack(f"<{n}h", payload[:2 * n])), default=0)
-            if loudest > 500:
-                if loudest not in values:
-                    values.append(loudest)
-                quiet = 0
-            elif values:
-                quiet += len(payload)
-                if quiet >= bytes_per_second * 3 // 10:
-                    log(f"conn {c.index}: end of speech: {utterance()}")
-                    c.event("transcript", {"text": utterance()})
-                    since, values, quiet = 0, [], 0
+            pass        # once, after the answer: ignored, as wyoming-faster-whisper does
         elif type_ == "audio-stop":
-            if values:
-                log(f"conn {c.index}: audio-stop: {utterance()}")
-                c.event("transcript", {"text": utterance()})
+            if once:
+                if not done:
+                    c.event("transcript", {"text": u.text()})
+                log(f"conn {c.index}: audio-stop: closing")
+                c.close()
+                return
+            if u.values:
+                log(f"conn {c.index}: audio-stop: {u.text()}")
+                c.event("transcript", {"text": u.text()})
             else:
                 log(f"conn {c.index}: audio-stop with no speech since the last transcript: no answer")
-            since, values, quiet = 0, [], 0
+            u.reset()
         elif type_ == "ping":
             c.event("pong", {"text": data.get("text")} if data.get("text") else None)
         else:
             log(f"conn {c.index}: ignored event {type_!r}")
-
-
-def serve_endpoint_once(c: Conn) -> None:
-    """The EndpointOnce scenario (see the docstring)."""
-    since, values, quiet, done = 0, [], 0, False
-
-    def utterance() -> str:
-        return " ".join([f"{since} bytes"] + [f"v{v}" for v in values])
-
-    while True:
-        type_, data, payload = c.read_event()
-        if type_ == "describe":
-            c.event("info", info_data(False, external_vad=False))
-        elif type_ == "audio-start":
-            since, values, quiet, done = 0, [], 0, False
-        elif type_ == "audio-chunk" and not done:
-            since += len(payload)
-            n = len(payload) // 2
-            loudest = max((abs(v) for v in struct.unpack(f"<{n}h", payload[:2 * n])), default=0)
-            if loudest > 500:
-                if loudest not in values:
-                    values.append(loudest)
-                quiet = 0
-            elif values:
-                quiet += len(payload)
-                if quiet >= 32000 * 3 // 10:
-                    time.sleep(ARGS.endpoint_delay)
-                    log(f"conn {c.index}: end of speech: {utterance()}; the rest is ignored")
-                    c.event("transcript", {"text": utterance()})
-                    done = True
-        elif type_ == "audio-stop":
-            if not done:
-                c.event("transcript", {"text": utterance()})
-            log(f"conn {c.index}: audio-stop: closing")
-            c.close()
-            return
 
 
 def first_bytes(c: Conn, timeout: float = 2.0) -> None:
@@ -531,7 +521,7 @@ def run_scenario(c: Conn) -> None:
     elif s == "Endpointing":
         serve_endpointing(c)
     elif s == "EndpointOnce":
-        serve_endpoint_once(c)
+        serve_endpointing(c, once=True)
     elif s == "NoInfo":
         c.hold(HOLD_S * 10)
     elif s == "HTTP":

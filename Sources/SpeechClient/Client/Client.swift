@@ -792,7 +792,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     private func wakeWorker(at deadline: UInt64) {
         guard let loop = networkLoop else { return }
         let now = Clock.monotonicNanos()
-        let ms = deadline > now ? Int((deadline - now + 999_999) / 1_000_000) : 0
+        // Capped (a day): a deadline that stands for "no deadline" (a move at the next pause,
+        // `ClientWorker.moveAfterEndpointNanos`) is centuries away, past a 32-bit Int of ms.
+        let ms = deadline > now ? Int(min((deadline - now + 999_999) / 1_000_000, 86_400_000)) : 0
         loop.post { [weak self] in
             loop.addTimer(milliseconds: ms) { [weak self] in self?.pokeWorker(timerAt: deadline) }
         }

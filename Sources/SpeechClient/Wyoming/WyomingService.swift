@@ -286,18 +286,14 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private var resultTimer: UInt64?
     /// The segment the next transcript is (one per end of speech the server sends).
     private var segment: Int32 = 0
-    /// `audio-stop` is out; `describe` after it (its `info` is the end); transcripts since;
-    /// that `info` came (with no transcript since the stop, from a server not seen to endpoint:
-    /// a transcript that comes after it still ends the stream).
+    /// `audio-stop` is out; `describe` after it (its `info` is the end); transcripts since and
+    /// before it; a transcript ended an utterance (before `audio-stop`, or after it from a server
+    /// that may ignore what follows its end of speech).
     private var stopWritten = false
     private var describeSent = false
     private var transcriptsSinceStop = 0
-    private var infoSinceStop = false
-    /// A transcript came before `audio-stop` (the samples handed over by then), or after it
-    /// from a server known to take one utterance per connection; how many came before it.
-    private var endpointAt: Int?
     private var transcriptsBeforeStop = 0
-    private let handedOver = Atomic<Int>(0)
+    private var endpointed = false
 
     init(io: any ByteStream, reader: WyomingEventReader, peer: String, contextId: String, language: String,
          model: String?, sampleRate: Int, resultTimeoutMilliseconds: Int, endpoints: ServerEndpointing = ServerEndpointing(),
@@ -323,7 +319,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         // replayed would repeat the utterance it transcribed; what it ignored after its end of
         // speech the next stream replays, `.endpointed`).
         connection.onPeerGone = { [self] in
-            guard transcriptsSinceStop > 0 || (stopWritten && endpointAt != nil) else { return false }
+            guard transcriptsSinceStop > 0 || (stopWritten && endpointed) else { return false }
             if transcriptsSinceStop == 0 { endpoints.noteOnePerConnection() }
             finishStream()
             return true
@@ -352,15 +348,13 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         case .audio(let samples):
             let at = samplesSent
             samplesSent += samples.count
-            handedOver.store(samplesSent, ordering: .relaxed)
             connection.send([WyomingAudio.chunk(samples, rate: sampleRate, atSample: at)])
         case .stop:
-            var events = [WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(WyomingAudio.milliseconds(samplesSent, rate: sampleRate)))])]
-            let askInfo = endpoints.isSeen
-            if askInfo { events.append(WyomingEvent(type: "describe")) }
-            connection.send(events) { [self] in
+            // Whether the server endpoints is read on the loop, once the stop is out: a
+            // transcript handled between this call and that would otherwise go without `describe`.
+            connection.send([WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(WyomingAudio.milliseconds(samplesSent, rate: sampleRate)))])]) { [self] in
                 stopWritten = true
-                if askInfo { describeSent = true }
+                if endpoints.isSeen { sendDescribe() }
                 armResultTimer()
             }
         }
@@ -414,35 +408,30 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
             partial = ""
             guard stopWritten else {
                 // The server ended an utterance by itself, and takes the audio that follows.
-                if endpointAt == nil { endpointAt = handedOver.load(ordering: .relaxed) }
+                endpointed = true
                 transcriptsBeforeStop += 1
                 if transcriptsBeforeStop > 1 { endpoints.noteContinuous() }
                 endpoints.noteSeen()
                 deliver(.endpointed(ignoresTheRest: endpoints.mayIgnoreTheRest))
                 return
             }
-            // From a server known to take one utterance per connection, it ended where its
-            // speech did: what came after is for a new stream, as before `audio-stop`.
-            if transcriptsSinceStop == 0 && endpointAt == nil && endpoints.isOnePerConnection {
-                endpointAt = handedOver.load(ordering: .relaxed)
+            // From a server that may ignore what follows its end of speech (as before
+            // `audio-stop`), the first ended where its speech did: the rest is for a new stream.
+            if transcriptsSinceStop == 0 && !endpointed && endpoints.mayIgnoreTheRest {
+                endpointed = true
                 deliver(.endpointed(ignoresTheRest: true))
             }
             transcriptsSinceStop += 1
             if transcriptsSinceStop > 1 { endpoints.noteSeen() }
             if transcriptsSinceStop + transcriptsBeforeStop > 1 { endpoints.noteContinuous() }
-            if infoSinceStop { return finishStream() }
             // More may come (ends of speech the server reached after the audio went out): the
             // `info` answering a `describe` says when not. The result timeout restarts.
-            if !describeSent {
-                describeSent = true
-                connection.send([WyomingEvent(type: "describe")])
-            }
+            sendDescribe()
             cancelResultTimer()
             armResultTimer()
-        case "info" where stopWritten && describeSent:
+        case "info" where describeSent:
             // Everything the server had to say of the audio came before this.
-            infoSinceStop = true
-            if transcriptsSinceStop > 0 || endpoints.isSeen { finishStream() }
+            finishStream()
         case "error":
             connection.fail(Self.serverError(event, peer: peer))
         case "ping":
@@ -452,8 +441,15 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         }
     }
 
-    private func finishStream(error: (code: String, message: String)? = nil) {
-        deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: error?.code, errorMessage: error?.message))))
+    /// Once, after `audio-stop` (loop thread).
+    private func sendDescribe() {
+        guard !describeSent else { return }
+        describeSent = true
+        connection.send([WyomingEvent(type: "describe")])
+    }
+
+    private func finishStream() {
+        deliver(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
         close()
         deliver(.closed(nil))
     }

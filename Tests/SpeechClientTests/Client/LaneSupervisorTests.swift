@@ -494,6 +494,20 @@ import Testing
         #expect(host.streams[1].log == ["start", "audio 2", "stop", "finish"])
     }
 
+    /// An error not retried names the audio it cost; the application too slow to take its
+    /// results costs no audio, and a loss with no audio yet names none.
+    @Test func anErrorNotRetriedNamesTheAudioNotTranscribed() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<20 { s.sendAudio(chunk(k), host: host) }  // 2 s
+        let refused = SpeechClientError(.api, "refused")
+        #expect(s.notTranscribedError(refused, from: 16_000, end: nil).message
+                == "refused; the audio from 1.0 s into the context on was not transcribed (words of it already heard are delivered, unconfirmed)")
+        #expect(s.notTranscribedError(refused, from: 0, end: 8_000).message.contains("from 0.0 s to 0.5 s into the context was not transcribed"))
+        #expect(s.notTranscribedError(SpeechClientError(.noMemory, "slow"), from: 0, end: nil).message == "slow")
+        #expect(s.notTranscribedError(refused, from: 32_000, end: nil).message == "refused")
+    }
+
     @Test func aMoveThatEndsTheContextDoesNotCarryItsChunkIntoTheNext() throws {
         let s = supervisor { $0.reconnectAttempts = 0 }, host = Host()
         host.onFail = {  // a start was queued behind the context: the next one begins at once

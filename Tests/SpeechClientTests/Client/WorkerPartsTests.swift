@@ -147,6 +147,21 @@ import Glibc
         for _ in 0..<10 { #expect(tone.cut(in: loud, streamBytes: 60_000, sentSamples: 0, moveBy: nil, now: 0) == nil) }
     }
 
+    /// Where a new stream resumes after a server ended an utterance and ignores the rest: in the
+    /// first pause of 300 ms or more after the first speech, 100 ms into it; a shorter gap inside
+    /// the speech and the silence before it are no end of speech. No such pause: nil.
+    @Test func aResumeFallsInTheFirstLongPauseAfterTheSpeech() {
+        let silence = [Int16](repeating: 0, count: 1_600)
+        // 200 ms of silence, 300 ms of speech, a 200 ms gap, 200 ms of speech, 500 ms of pause,
+        // 200 ms of speech; in 100 ms chunks, the first at sample 16,000 of the context.
+        let chunks = [silence, silence, loud, loud, loud, silence, silence, loud, loud,
+                      silence, silence, silence, silence, silence, loud, loud]
+        #expect(RotationPolicy.resumePoint(in: chunks, from: 16_000) == 16_000 + 9 * 1_600 + 1_600)
+        #expect(RotationPolicy.resumePoint(in: [silence, silence, silence], from: 0) == nil)
+        #expect(RotationPolicy.resumePoint(in: [loud, silence, silence, loud], from: 0) == nil)
+        #expect(RotationPolicy.resumePoint(in: [], from: 0) == nil)
+    }
+
     /// The pause asked for shrinks as the budget runs out: 200 ms from half of it, 100 ms from
     /// three quarters, 40 ms (a gap between two words) from nine tenths; the cut falls in the
     /// middle of the gap, inside the chunk.
