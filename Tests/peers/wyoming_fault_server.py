@@ -82,6 +82,10 @@ Scenarios (--scenario):
                   transcript {"text": "<N> bytes v<A> ..."}, then every later audio chunk is
                   ignored; audio-stop closes the connection (with that transcript first when
                   there was none yet).
+                  Both: --endpoint-delay S waits S s before each end of speech's transcript;
+                  --requires-external-vad true|false overrides what info says;
+                  --reset-after-transcripts N resets the first connection to send N
+                  transcripts before audio-stop, right after the Nth (a server lost).
 
 Streaming transcripts in the newest wyoming on PyPI (1.10.2; added in 1.7.0), wyoming/asr.py
 and its README, "Speech to Text" / "Streaming":
@@ -122,6 +126,7 @@ LOG_LOCK = threading.Lock()
 EVENTS_LOG = None
 AUDIO_CONNECTIONS = [0]     # connections that have sent audio so far (CloseMidStream)
 AUDIO_STOPS = [0]           # audio-stops received so far (Error with --error-count)
+RESET_DONE = [False]        # --reset-after-transcripts: the one connection reset so far
 COUNTER_LOCK = threading.Lock()
 
 
@@ -433,21 +438,31 @@ def serve_endpointing(c: Conn, once: bool = False) -> None:
     """The Endpointing scenario, or with `once` EndpointOnce (see the docstring)."""
     u = Utterances()
     done = False        # once: the utterance was answered; the rest is ignored
+    says = {"true": True, "false": False}.get(ARGS.requires_external_vad, not once)
+    answered = 0        # transcripts before audio-stop on this connection
     while True:
         type_, data, payload = c.read_event()
         if type_ == "describe":
-            c.event("info", info_data(False, external_vad=not once))
+            c.event("info", info_data(False, external_vad=says))
         elif type_ == "audio-start":
             u.reset()
             done = False
         elif type_ == "audio-chunk" and not done:
             if u.take(payload):
-                if once:
-                    time.sleep(ARGS.endpoint_delay)
-                    done = True
+                time.sleep(ARGS.endpoint_delay)
+                done = once
                 log(f"conn {c.index}: end of speech: {u.text()}{'; the rest is ignored' if once else ''}")
                 c.event("transcript", {"text": u.text()})
                 u.reset()
+                answered += 1
+                if ARGS.reset_after_transcripts and answered == ARGS.reset_after_transcripts:
+                    with COUNTER_LOCK:
+                        first = not RESET_DONE[0]
+                        RESET_DONE[0] = True
+                    if first:
+                        log(f"conn {c.index}: reset after {answered} transcript(s) (--reset-after-transcripts)")
+                        c.close(reset=True)
+                        return
         elif type_ == "audio-chunk":
             pass        # once, after the answer: ignored, as wyoming-faster-whisper does
         elif type_ == "audio-stop":
@@ -604,7 +619,11 @@ def main() -> None:
     p.add_argument("--close-after-transcript", action="store_true",
                    help="close each connection after its transcript (as wyoming-faster-whisper does)")
     p.add_argument("--endpoint-delay", type=float, default=0.0,
-                   help="EndpointOnce: seconds from the end of speech to its transcript")
+                   help="Endpointing, EndpointOnce: seconds from the end of speech to its transcript")
+    p.add_argument("--requires-external-vad", choices=("true", "false"),
+                   help="Endpointing, EndpointOnce: what info says (default: true for Endpointing, false for EndpointOnce)")
+    p.add_argument("--reset-after-transcripts", type=int, default=0,
+                   help="Endpointing, EndpointOnce: the first connection to send this many transcripts before audio-stop is reset right after the last")
     p.add_argument("--error-count", type=int, default=None,
                    help="Error: only the first N audio-stops are answered with an error")
     p.add_argument("--error-delay", type=float, default=0.0,

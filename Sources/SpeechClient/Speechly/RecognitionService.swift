@@ -20,6 +20,10 @@ public enum StreamEvent: Sendable {
     /// connection, or not known yet): the new stream starts at once, from the pause where the
     /// server ended the utterance. Else (it transcribes all it is sent) at the next pause.
     case endpointed(ignoresTheRest: Bool)
+    /// The server took nothing after the end of speech it sent on this stream, learnt only now
+    /// (a Wyoming server that said nothing of it closed the connection at `audio-stop`): what
+    /// the stream carried after that pause goes to a new stream.
+    case ignoredAfterEndpoint
     /// The stream ended: nil when the server closed it with OK, else why it failed.
     case closed(SpeechClientError?)
 }

@@ -294,6 +294,8 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private var transcriptsSinceStop = 0
     private var transcriptsBeforeStop = 0
     private var endpointed = false
+    /// The worker was told that the server may have ignored what followed its end of speech.
+    private var toldIgnoresTheRest = false
 
     init(io: any ByteStream, reader: WyomingEventReader, peer: String, contextId: String, language: String,
          model: String?, sampleRate: Int, resultTimeoutMilliseconds: Int, endpoints: ServerEndpointing = ServerEndpointing(),
@@ -318,9 +320,14 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         // answers once per connection, at its end of speech, and closes at `audio-stop` (a loss
         // replayed would repeat the utterance it transcribed; what it ignored after its end of
         // speech the next stream replays, `.endpointed`).
+        // Taken to transcribe all it was sent, it ignored what followed its end of speech: that
+        // audio is sent again on a new stream (`.ignoredAfterEndpoint`).
         connection.onPeerGone = { [self] in
             guard transcriptsSinceStop > 0 || (stopWritten && endpointed) else { return false }
-            if transcriptsSinceStop == 0 { endpoints.noteOnePerConnection() }
+            if transcriptsSinceStop == 0 {
+                endpoints.noteOnePerConnection()
+                if !toldIgnoresTheRest && !endpoints.isContinuous { deliver(.ignoredAfterEndpoint) }
+            }
             finishStream()
             return true
         }
@@ -412,6 +419,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
                 transcriptsBeforeStop += 1
                 if transcriptsBeforeStop > 1 { endpoints.noteContinuous() }
                 endpoints.noteSeen()
+                toldIgnoresTheRest = toldIgnoresTheRest || endpoints.mayIgnoreTheRest
                 deliver(.endpointed(ignoresTheRest: endpoints.mayIgnoreTheRest))
                 return
             }
@@ -419,6 +427,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
             // `audio-stop`), the first ended where its speech did: the rest is for a new stream.
             if transcriptsSinceStop == 0 && !endpointed && endpoints.mayIgnoreTheRest {
                 endpointed = true
+                toldIgnoresTheRest = true
                 deliver(.endpointed(ignoresTheRest: true))
             }
             transcriptsSinceStop += 1

@@ -508,6 +508,43 @@ import Testing
         #expect(s.notTranscribedError(refused, from: 32_000, end: nil).message == "refused")
     }
 
+    /// A server's end of speech (Wyoming: words without times) raises the lane's floor to the
+    /// pause it fell in, but only once the finals that arrived before it are applied (held
+    /// behind an earlier lane, they are still the lane's to deliver): a loss then replays from
+    /// the pause, not from the start (which repeated the utterance).
+    @Test func anEndOfSpeechRaisesTheFloorOnceTheFinalsBeforeItAreApplied() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        // 500 ms of speech, 400 ms of pause, 300 ms of speech.
+        for k in 0..<12 { s.sendAudio(voiced(k, quiet: (5..<9).contains(k)), host: host) }
+        let words = [SLUWord(text: "one", index: 0, startMilliseconds: -1, endMilliseconds: -1)]
+        s.responseArrived(SLUResponse(audioContext: "a", segmentId: 0, payload: .finalTranscript(words, confidence: -1)), lane: 1)
+        let point = s.serverEndpointed(lane: 1, host: host)
+        #expect(point == 5 * Self.chunkSamples + Self.chunkSamples)  // 100 ms into the pause
+        #expect(s.lanes[1]?.floor == 0)  // its final is not applied yet
+        #expect(s.finalApplied(lane: 1))
+        #expect(s.lanes[1]?.floor == 6 * Self.chunkSamples)
+        lost(s, lane: 1, host: host)
+        s.attemptReconnect(host: host)
+        #expect(host.streams[1].log == ["start"] + (6..<12).map { "audio \($0)" }, "\(host.streams[1].log)")
+    }
+
+    /// A lane brought back to the pause of the server's end of speech after it was sent audio
+    /// past it: a new lane sends that audio again, and the old one's later results are dropped.
+    @Test func aLaneEndedAtTheServersPauseDropsItsLaterResults() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<12 { s.sendAudio(voiced(k, quiet: (5..<9).contains(k)), host: host) }
+        let later = SLUResponse(audioContext: "a", segmentId: 1, payload: .finalTranscript([], confidence: -1))
+        #expect(!s.dropsResult(later, lane: 1))
+        s.resumeAfterServerEndpoint(lane: 1, from: s.serverEndpointed(lane: 1, host: host), host: host)
+        #expect(s.dropsResult(later, lane: 1))
+        #expect(!s.dropsResult(SLUResponse(audioContext: "a", segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil)), lane: 1))
+        #expect(s.lanes[1]?.end == 6 * Self.chunkSamples && s.lanes.live == 2)
+        s.pumpReplay(host: host)
+        #expect(host.streams[1].log == ["start"] + (6..<12).map { "audio \($0)" }, "\(host.streams[1].log)")
+    }
+
     @Test func aMoveThatEndsTheContextDoesNotCarryItsChunkIntoTheNext() throws {
         let s = supervisor { $0.reconnectAttempts = 0 }, host = Host()
         host.onFail = {  // a start was queued behind the context: the next one begins at once

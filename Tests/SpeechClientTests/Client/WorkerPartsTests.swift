@@ -160,6 +160,12 @@ import Glibc
         #expect(RotationPolicy.resumePoint(in: [silence, silence, silence], from: 0) == nil)
         #expect(RotationPolicy.resumePoint(in: [loud, silence, silence, loud], from: 0) == nil)
         #expect(RotationPolicy.resumePoint(in: [], from: 0) == nil)
+        // A click (one loud 20 ms frame) before the speech is not its start: the pause after
+        // the click is no end of speech.
+        var click = silence
+        for i in 0..<320 { click[i] = 20_000 }
+        #expect(RotationPolicy.resumePoint(in: [click, silence, silence, silence, silence, loud, loud, silence, silence, silence, silence], from: 0)
+                == 7 * 1_600 + 1_600)
     }
 
     /// The pause asked for shrinks as the budget runs out: 200 ms from half of it, 100 ms from

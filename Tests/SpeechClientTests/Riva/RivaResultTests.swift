@@ -28,6 +28,7 @@ import Testing
             case .closed(let error): line = error.map { "closed \($0.code)" } ?? "closed"
             case .goingAway: line = "goingAway"
             case .endpointed: line = "endpointed"
+            case .ignoredAfterEndpoint: line = "ignoredAfterEndpoint"
             }
             lines.withLock { $0.append(line) }
         }

@@ -350,6 +350,65 @@ import Testing
         #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
     }
 
+    /// A server taking one utterance per connection that does not say so (its info says
+    /// `requires_external_vad: true`): its first stream's transcript moved the context at the
+    /// next pause, and what the client sent between the server's end of speech and that pause
+    /// went nowhere. Learnt when the connection closes at audio-stop with nothing more, that
+    /// audio is sent again on a new stream, from the pause where the server ended the utterance.
+    @Test func aServerTakingOneUtterancePerConnectionWithoutSayingSoLosesNone() throws {
+        let server = try peer("EndpointOnce", ["--endpoint-delay", "0.4", "--requires-external-vad", "true"])
+        defer { server.stop() }
+        let log = EventLog()
+        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        Self.pushUtterances(client, 6, silenceChunks: 6)
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
+        let lines = log.lines
+        #expect(Self.heard(lines) == (1...6).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
+        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+    }
+
+    /// A server with its own endpointing, its connection lost right after its first
+    /// transcript: the new stream replays the audio from the pause that ended that utterance,
+    /// not from the stream's start (Wyoming words have no times, so the lane's floor never
+    /// rose, and the utterance already delivered came twice).
+    @Test func aStreamLostAfterATranscriptReplaysOnlyWhatFollowsIt() throws {
+        let server = try peer("Endpointing", ["--reset-after-transcripts", "1"])
+        defer { server.stop() }
+        let log = EventLog()
+        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        Self.pushUtterances(client, 4, silenceChunks: 10)
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
+        let lines = log.lines
+        #expect(server.log.contains("reset after 1 transcript"), "\(server.log)")
+        #expect(Self.heard(lines) == (1...4).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
+        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+    }
+
+    /// A server that says it endpoints (`requires_external_vad: false`) but transcribes all it
+    /// is sent: at its first transcript (0.4 s after its end of speech, the client pushing at
+    /// 10x) the context moves to a new stream replaying from the pause, and the old stream's
+    /// later transcripts are of that same audio: dropped, not delivered twice.
+    @Test func aServerSayingItEndpointsThatTranscribesAllRepeatsNone() throws {
+        let server = try peer("Endpointing", ["--endpoint-delay", "0.4", "--requires-external-vad", "false"])
+        defer { server.stop() }
+        let log = EventLog()
+        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        Self.pushUtterances(client, 6, silenceChunks: 6)
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
+        let lines = log.lines
+        #expect(Self.heard(lines) == (1...6).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
+        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+    }
+
     /// Utterance k (1-based): 1 s of the constant value 1000 + k, then `silenceChunks` of 100 ms
     /// of silence; pushed at about 10x real time, or at once.
     static func pushUtterances(_ client: Client, _ count: Int, silenceChunks: Int, paced: Bool = true) {

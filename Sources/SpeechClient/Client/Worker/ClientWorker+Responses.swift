@@ -14,7 +14,7 @@ extension ClientWorker {
                     client?.log(.warning, "stream closed: \(error.message)")
                     report(.unavailable, reason: error)
                 }
-            case .endpointed:
+            case .endpointed, .ignoredAfterEndpoint:
                 break  // no transcription before a context
             case .goingAway:
                 // A new context goes to a new connection.
@@ -26,6 +26,7 @@ extension ClientWorker {
             return
         }
         guard let stream = supervisor.stream(of: gen) else { return }
+        if case .response(let response) = event, supervisor.dropsResult(response, lane: gen) { return }
         if case .response(let response) = event {
             switch response.payload {
             case .started, .rttRequest: break
@@ -87,11 +88,20 @@ extension ClientWorker {
             // a new stream. A server that transcribes all it is sent finishes what follows (up to
             // the next pause) at this stream's stop. One that may ignore it (one utterance per
             // connection): a new stream at once, replaying from the pause it ended in.
+            // Where, as far as the audio tells: the lane's floor rises there (its words have no
+            // times), so a loss replays only what follows.
+            let point = supervisor.serverEndpointed(lane: gen, host: self)
+            releaseReplay()
             if ignoresTheRest {
-                supervisor.resumeAfterServerEndpoint(lane: gen, host: self)
+                supervisor.resumeAfterServerEndpoint(lane: gen, from: point, host: self)
             } else if supervisor.moveLiveLane(gen, by: Clock.monotonicNanos() &+ Self.moveAfterEndpointNanos, why: Lane.serverEndpointed) {
                 client?.log(.debug, "the server ended an utterance: context \(contextId) moves to a new stream at its next pause")
             }
+        case .ignoredAfterEndpoint:
+            // Taken to transcribe all it was sent, the server ignored what followed its end of
+            // speech: that audio goes to a new stream, from the pause where it ended.
+            client?.log(.info, "context \(contextId): the server took one utterance on a stream and ignored the rest (it closed the connection at its end)")
+            supervisor.resumeAfterServerEndpoint(lane: gen, from: supervisor.lastEndpoint(of: gen), host: self)
         case .response(let response):
             handleResponse(response, lane: gen)
         }
@@ -306,6 +316,8 @@ extension ClientWorker {
         } catch {
             return error
         }
+        // Counted against the lane's ends of speech (`LaneSupervisor.serverEndpointed`).
+        if case .finalTranscript = response.payload, supervisor.finalApplied(lane: gen) { releaseReplay() }
         guard let segment = applied else { return nil }
         // Only a final's words are read here: a snapshot's word array is made when first read,
         // and reading it for every tentative update of a long segment cost its size each time

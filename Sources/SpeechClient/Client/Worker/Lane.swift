@@ -47,6 +47,19 @@ struct Lane {
     var moveWhy = Lane.goingAway
     static let goingAway = "the connection is closing (GOAWAY)"
     static let serverEndpointed = "the server ended an utterance (its own endpointing)"
+    /// Where the server ended utterances on it by itself (`StreamEvent.endpointed`; the pause
+    /// `RotationPolicy.resumePoint` finds), each with the final results that had arrived on it by
+    /// then: once those are applied, its floor rises there. Wyoming words have no times, so no
+    /// final raises it, and a lane lost after a transcript replayed (and repeated) its utterance.
+    var endpoints: [(finalsBefore: Int, at: Int)] = []
+    var lastEndpoint: Int?
+    /// Final results that arrived on it (held or not), and those applied.
+    var finalsArrived = 0
+    var finalsApplied = 0
+    /// Its end was brought back to the pause where the server ended an utterance, after it had
+    /// been sent audio past it (which a new lane sends again): what it sends later is of that
+    /// audio, and dropped (a server that says it endpoints but transcribes all it is sent).
+    var dropsLaterResults = false
     /// User segment ids it updated that are not final yet (dropped if it is lost: its replacement
     /// recognises that audio again).
     var openSegments: Set<Int32> = []

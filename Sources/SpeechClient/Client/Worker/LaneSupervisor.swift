@@ -259,6 +259,7 @@ final class LaneSupervisor {
         switch response.payload {
         case .transcript(let word): end = word.endMilliseconds
         case .finalTranscript(let words, _):
+            lanes.update(gen) { $0.finalsArrived += 1 }
             guard let last = words.lazy.map(\.endMilliseconds).max() else { return }
             end = last
         default: return
@@ -280,6 +281,60 @@ final class LaneSupervisor {
             lane.moveWhy = why
             return true
         } ?? false
+    }
+
+    /// The server ended an utterance on the lane by itself (`StreamEvent.endpointed`): where, as
+    /// far as the audio tells (`RotationPolicy.resumePoint`, in what the lane was sent after the
+    /// last such point). The lane's floor rises there once the finals that arrived before are
+    /// applied (`finalApplied`): a lane lost after it replays only what follows. Nil: no pause
+    /// found, or its audio no longer held.
+    func serverEndpointed(lane gen: Int, host: some LaneHost) -> Int? {
+        let live = gen == lanes.live && !host.liveAudioEnded
+        guard let (after, sent) = lanes.read(gen, { lane in
+            (max(lane.floor, lane.lastEndpoint ?? lane.start), lane.cursor ?? (live ? contextSamples : (lane.end ?? contextSamples)))
+        }), after >= replay.oldestSample, after < sent,
+              let point = RotationPolicy.resumePoint(in: replay.chunks(from: after, upTo: sent), from: after)
+        else { return nil }
+        lanes.update(gen) { lane in
+            lane.lastEndpoint = point
+            lane.endpoints.append((lane.finalsArrived, point))
+            _ = raiseFloorToEndpoints(&lane)
+        }
+        return point
+    }
+
+    /// Where the server last ended an utterance on the lane (`serverEndpointed`), if found.
+    func lastEndpoint(of gen: Int) -> Int? { lanes.read(gen) { $0.lastEndpoint } ?? nil }
+
+    /// A final result of the lane was applied (the worker's, in arrival order). Returns whether
+    /// its floor rose (audio may be released).
+    func finalApplied(lane gen: Int) -> Bool {
+        lanes.update(gen) { lane -> Bool in
+            lane.finalsApplied += 1
+            return raiseFloorToEndpoints(&lane)
+        } ?? false
+    }
+
+    /// The floor rises to each end of speech whose finals are all applied.
+    private func raiseFloorToEndpoints(_ lane: inout Lane) -> Bool {
+        var rose = false
+        while let first = lane.endpoints.first, first.finalsBefore <= lane.finalsApplied {
+            lane.endpoints.removeFirst()
+            let floor = min(first.at, lane.end ?? first.at)
+            if floor > lane.floor {
+                lane.floor = floor
+                rose = true
+            }
+        }
+        return rose
+    }
+
+    /// A result of the lane that is dropped on arrival (`Lane.dropsLaterResults`).
+    func dropsResult(_ response: SLUResponse, lane gen: Int) -> Bool {
+        switch response.payload {
+        case .started, .finished, .rttRequest: return false
+        default: return lanes.read(gen) { $0.dropsLaterResults } == true
+        }
     }
 
     /// A segment update came on the lane. Not final: the lane has it open (dropped if the lane
@@ -320,24 +375,32 @@ final class LaneSupervisor {
                             moveBy: moveBy, now: Clock.monotonicNanos(), moveWhy: moveBy == nil ? Lane.goingAway : lanes.liveMoveWhy)
     }
 
-    /// The server ended an utterance on the live lane and may take nothing more on it: the lane
-    /// ends now, and a new one starts from the pause where the server ended the utterance
-    /// (`RotationPolicy.resumePoint`), replayed: what was said after it is not lost. No such
-    /// pause (or its audio no longer held): from here.
+    /// The server ended an utterance on the lane and may take nothing more on it: the lane
+    /// ends, and a new one starts from `point`, the pause where the server ended the utterance
+    /// (`serverEndpointed`), replayed: what was said after it is not lost. Results the old lane
+    /// sends later are of that audio, and dropped. No such pause (or its audio no longer held):
+    /// a live lane moves from here, and nothing is sent again (said in the log).
     /// A lane whose audio had ended already (its stop went out before the server's answer, as a
-    /// file's does), or that is still replaying, keeps [start, pause); a new lane takes the rest.
-    func resumeAfterServerEndpoint(lane gen: Int, host: some LaneHost) {
-        guard let (start, end, caughtUp) = lanes.read(gen, { ($0.start, $0.end, $0.cursor == nil) }) else { return }
+    /// file's does, or it was learnt only at its close), or that is still replaying, keeps
+    /// [start, pause); a new lane takes the rest.
+    func resumeAfterServerEndpoint(lane gen: Int, from point: Int?, host: some LaneHost) {
+        guard let (end, cursor) = lanes.read(gen, { ($0.end, $0.cursor) }) else { return }
         let live = gen == lanes.live && !host.liveAudioEnded
         let upTo = live ? contextSamples : (end ?? contextSamples)
-        let held = start >= replay.oldestSample
-        let from = (held ? RotationPolicy.resumePoint(in: replay.chunks(from: start, upTo: upTo), from: start) : nil) ?? upTo
-        let again = from < upTo ? "; \(SpeechAudio.secondsText(samples: upTo - from)) s from its pause are sent again" : ""
-        if live && caughtUp {
+        let from = min(point ?? upTo, upTo)
+        let again = from < upTo ? "; \(SpeechAudio.secondsText(samples: upTo - from)) s from its pause are sent again"
+            : "; no pause found after its speech (or its audio is no longer held): nothing is sent again"
+        // Sent audio past the pause: what it says of it later, the new lane says again.
+        let sent = cursor ?? upTo
+        if from < sent { lanes.update(gen) { $0.dropsLaterResults = true } }
+        if live && cursor == nil {
             rotate(reason: Lane.serverEndpointed + again, host: host, from: from)
             return
         }
-        guard from < upTo else { return }
+        guard from < upTo else {
+            host.log(.info, "context \(host.contextId): \(Lane.serverEndpointed)\(again)")
+            return
+        }
         // Its audio ends at the pause: a replay not past it yet goes on to it, then stops.
         lanes.update(gen) { lane in
             lane.end = from

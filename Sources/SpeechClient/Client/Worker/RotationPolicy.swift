@@ -128,8 +128,8 @@ struct RotationPolicy {
     /// what it was sent since (`chunks`: the stream's audio, its first sample `first` of the
     /// context): the server's end of speech is the first pause after speech on the stream,
     /// however far the audio went on since (a file is sent ahead), so the new stream starts in
-    /// the first pause of 300 ms or more after the first speech (a server's end of speech waits
-    /// for at least that much), 100 ms into it (past the soft end of the word before). Quiet as
+    /// the first pause of 300 ms or more after the first speech (100 ms of loud frames; a
+    /// server's end of speech waits for at least that much), 100 ms into it (past the soft end of the word before). Quiet as
     /// for a move, against the stream's own loudest and quietest frames. Nil when there is none.
     static func resumePoint(in chunks: [[Int16]], from first: Int) -> Int? {
         var levels: [Int64] = []
@@ -146,7 +146,13 @@ struct RotationPolicy {
         guard let loud = levels.max(), let floor = levels.min() else { return nil }
         let quiet = { (m: Int64) in m <= quietMeanSquare || m * 300 <= loud || (m <= 2 * floor && floor * 8 <= loud) }
         let needed = SpeechAudio.samples(milliseconds: 300) / frameSamples
-        guard var i = levels.firstIndex(where: { !quiet($0) }) else { return nil }
+        // Speech starts once 100 ms of frames were loud (a click is not speech).
+        let speech = SpeechAudio.samples(milliseconds: 100) / frameSamples
+        var loudFrames = 0
+        guard var i = levels.firstIndex(where: { level in
+            if !quiet(level) { loudFrames += 1 }
+            return loudFrames >= speech
+        }) else { return nil }
         while i < levels.count {
             guard quiet(levels[i]) else { i += 1; continue }
             var end = i
