@@ -198,7 +198,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             self.worker = worker
             worker.client = self
         }
-        logRelay.client = self
+        logRelay.attach(self)
         worker.announcePrepared()
         if let warning = identity.warning { log(.warning, warning) }
         if let dir = options.cacheDir ?? DeviceIdentity.defaultCacheDirectory(), let why = Files.unsafeDirectoryReason(dir) {
@@ -224,7 +224,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             return RivaService(channel: grpcChannel(options: options, server: server), peer: server.description,
                                model: options.model, metadata: options.headers,
                                timeoutMilliseconds: options.connectTimeoutMilliseconds) { level, message in
-                log.client?.log(level, message)
+                log.log(level, message)
             }
         case .wyoming:
             // No result timer of the stream's own (0): the worker's finish clock, which runs only
@@ -232,7 +232,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             // transcribes one stream at a time, and a later stream timed from its own audio-stop
             // was failed while the server was still on the stream before it.
             return WyomingService(server: server, connectTimeoutMilliseconds: options.connectTimeoutMilliseconds, resultTimeoutMilliseconds: 0,
-                                  applicationDrivenIO: options.io == .application, model: options.model) { level, message in log.client?.log(level, message) }
+                                  applicationDrivenIO: options.io == .application, model: options.model) { level, message in log.log(level, message) }
         }
     }
 
@@ -264,7 +264,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                                       server: identityServer.description, timeoutMilliseconds: options.loginTimeoutMilliseconds,
                                       headers: options.headers)
         return SpeechlyService(channel: channel, identity: identity, headers: options.headers) { level, message in
-            log.client?.log(level, message)
+            log.log(level, message)
         }
     }
 
@@ -1055,9 +1055,35 @@ final class WorkerTurn: PoolWork {
     func runOnPool() -> Bool { client.runWorkerTurn() }
 }
 
-/// Lets objects made before the client (the service) log through it once it exists.
-/// Sendable: `client` is set once, in `Client.init`, before a worker turn can open a stream (the
-/// services read it only while opening one).
-final class LogRelay: @unchecked Sendable {
-    weak var client: Client?
+/// Lets objects made before the client (the service) log through it. What they log before it
+/// exists (a stream prepared in `Client.init`, with prepare-on-init) is kept, a few lines, and
+/// logged once it does: the line saying that a server ends utterances by itself was lost.
+final class LogRelay: Sendable {
+    private struct State {
+        weak var client: Client?
+        var attached = false
+        var early: [(LogLevel, String)] = []
+    }
+    private let state = Locked(State())
+    static let maxEarlyLines = 32
+
+    func log(_ level: LogLevel, _ message: String) {
+        let client: Client? = state.withLock { s in
+            if s.attached { return s.client }
+            if s.early.count < Self.maxEarlyLines { s.early.append((level, message)) }
+            return nil
+        }
+        client?.log(level, message)
+    }
+
+    /// The client exists and can deliver: what was logged before goes out first.
+    func attach(_ client: Client) {
+        let early = state.withLock { s in
+            s.client = client
+            s.attached = true
+            defer { s.early = [] }
+            return s.early
+        }
+        for (level, message) in early { client.log(level, message) }
+    }
 }

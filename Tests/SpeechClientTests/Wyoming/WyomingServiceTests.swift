@@ -409,6 +409,24 @@ import Testing
         #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
     }
 
+    /// What a service logs while the client is being made (a stream prepared on init) reaches
+    /// the application once it can: the line saying the server ends utterances by itself was lost.
+    @Test func whatTheServiceLogsWhilePreparingOnInitIsDelivered() throws {
+        let server = try peer("EndpointOnce")
+        defer { server.stop() }
+        var o = try options("wyoming://127.0.0.1:\(server.port)")
+        o.prepareOnInit = true
+        o.logLevel = .info
+        let logs = Locked<[String]>([])
+        let client = try Client(options: o) { _, event in
+            if case .log(_, let message) = event { logs.withLock { $0.append(message) } }
+        }
+        defer { try? client.close() }
+        let deadline = Clock.monotonicNanos() + 5_000_000_000
+        while Clock.monotonicNanos() < deadline && !logs.withLock({ $0.contains { $0.contains("ends utterances by itself") } }) { usleep(10_000) }
+        #expect(logs.withLock { $0.contains { $0.contains("ends utterances by itself (its info says requires_external_vad: false)") } }, "\(logs.withLock { $0 })")
+    }
+
     /// Utterance k (1-based): 1 s of the constant value 1000 + k, then `silenceChunks` of 100 ms
     /// of silence; pushed at about 10x real time, or at once.
     static func pushUtterances(_ client: Client, _ count: Int, silenceChunks: Int, paced: Bool = true) {
