@@ -154,6 +154,21 @@ import Testing
         #expect(ends == ["start ctx-1", "error api", "stop ctx-1"])
     }
 
+    /// A later stream fails (an error not retried) while an earlier one is still open: the
+    /// results it had sent wait behind the earlier stream. They are the server's words for its
+    /// audio: delivered (unconfirmed) with the earlier stream's, then the error and the stop.
+    /// Before, the failed stream's waiting results went with it.
+    @Test func aFailedStreamWaitingBehindAnEarlierOneKeepsItsWords() throws {
+        let refused = SpeechClientError(.api, "the server reported an error")
+        let (finals, service) = try run(chunks: 40, budget: 65_536,
+                                        behaviour: .init(wordsFromAudio: true, ignoreStopOnStream: 1, failStopOnStream: (2, refused, 300)))
+        let words = finals.words.withLock { $0 }
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
+        #expect(words.map(\.0) == (1...40).map { "a\($0)" }, "\(words.map(\.0))")
+        let ends = finals.log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("error") }
+        #expect(ends == ["start ctx-1", "error api", "stop ctx-1"])
+    }
+
     @Test func aSegmentTheServerNeverEndedIsDeliveredFinalWithUnconfirmedWords() throws {
         let (finals, _) = try run(chunks: 3, budget: 900_000, behaviour: .init(wordsFromAudio: true, neverEndSegments: true))
         let words = finals.words.withLock { $0 }

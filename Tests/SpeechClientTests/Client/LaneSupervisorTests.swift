@@ -511,7 +511,9 @@ import Testing
     /// A server's end of speech (Wyoming: words without times) raises the lane's floor to the
     /// pause it fell in, but only once the finals that arrived before it are applied (held
     /// behind an earlier lane, they are still the lane's to deliver): a loss then replays from
-    /// the pause, not from the start (which repeated the utterance).
+    /// the pause, not from the start (which repeated the utterance). From a server that
+    /// transcribes all it is sent, to the start of the pause (40 ms into the first of 100 ms):
+    /// a guess too late would lose words on a loss.
     @Test func anEndOfSpeechRaisesTheFloorOnceTheFinalsBeforeItAreApplied() throws {
         let s = supervisor(), host = Host()
         try s.openLane(from: 0, end: nil, host: host)
@@ -519,14 +521,15 @@ import Testing
         for k in 0..<12 { s.sendAudio(voiced(k, quiet: (5..<9).contains(k)), host: host) }
         let words = [SLUWord(text: "one", index: 0, startMilliseconds: -1, endMilliseconds: -1)]
         s.responseArrived(SLUResponse(audioContext: "a", segmentId: 0, payload: .finalTranscript(words, confidence: -1)), lane: 1)
-        let point = s.serverEndpointed(lane: 1, host: host)
+        let point = s.serverEndpointed(lane: 1, ignoresTheRest: false, host: host)
         #expect(point == 5 * Self.chunkSamples + Self.chunkSamples)  // 100 ms into the pause
         #expect(s.lanes[1]?.floor == 0)  // its final is not applied yet
         #expect(s.finalApplied(lane: 1))
-        #expect(s.lanes[1]?.floor == 6 * Self.chunkSamples)
+        #expect(s.lanes[1]?.floor == 5 * Self.chunkSamples + 640)
         lost(s, lane: 1, host: host)
         s.attemptReconnect(host: host)
-        #expect(host.streams[1].log == ["start"] + (6..<12).map { "audio \($0)" }, "\(host.streams[1].log)")
+        #expect(host.streams[1].log == ["start", "audio 0"] + (6..<12).map { "audio \($0)" }, "\(host.streams[1].log)")
+        #expect(host.streams[1].audioCounts.first == Self.chunkSamples - 640)
     }
 
     /// A lane brought back to the pause of the server's end of speech after it was sent audio
@@ -537,10 +540,12 @@ import Testing
         for k in 0..<12 { s.sendAudio(voiced(k, quiet: (5..<9).contains(k)), host: host) }
         let later = SLUResponse(audioContext: "a", segmentId: 1, payload: .finalTranscript([], confidence: -1))
         #expect(!s.dropsResult(later, lane: 1))
-        s.resumeAfterServerEndpoint(lane: 1, from: s.serverEndpointed(lane: 1, host: host), host: host)
+        s.resumeAfterServerEndpoint(lane: 1, from: s.serverEndpointed(lane: 1, ignoresTheRest: true, host: host), host: host)
         #expect(s.dropsResult(later, lane: 1))
         #expect(!s.dropsResult(SLUResponse(audioContext: "a", segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil)), lane: 1))
         #expect(s.lanes[1]?.end == 6 * Self.chunkSamples && s.lanes.live == 2)
+        // Its floor is its end: all its audio is in its transcript (lost, nothing to replay).
+        #expect(s.lanes[1]?.floor == 6 * Self.chunkSamples && s.isAllFinal(1))
         s.pumpReplay(host: host)
         #expect(host.streams[1].log == ["start"] + (6..<12).map { "audio \($0)" }, "\(host.streams[1].log)")
     }

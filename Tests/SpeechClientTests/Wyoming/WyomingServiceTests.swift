@@ -390,6 +390,28 @@ import Testing
         #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
     }
 
+    /// A server taking one utterance per connection, its connection reset right after its
+    /// transcript: the stream carried nothing more than that utterance (it ended at the pause),
+    /// so its loss is no loss. With no reconnection allowed, the context goes on; before, it
+    /// failed, a stream opened to replay nothing.
+    @Test func aStreamLostAfterItsOnlyUtteranceCostsNoReconnection() throws {
+        let server = try peer("EndpointOnce", ["--reset-after-transcripts", "1"])
+        defer { server.stop() }
+        let log = EventLog()
+        var o = try options("wyoming://127.0.0.1:\(server.port)")
+        o.reconnectAttempts = 0
+        let client = try Client(options: o, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        Self.pushUtterances(client, 4, silenceChunks: 6)
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
+        let lines = log.lines
+        #expect(server.log.contains("reset after 1 transcript"), "\(server.log)")
+        #expect(Self.heard(lines) == (1...4).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
+        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+    }
+
     /// A server that says it endpoints (`requires_external_vad: false`) but transcribes all it
     /// is sent: at its first transcript (0.4 s after its end of speech, the client pushing at
     /// 10x) the context moves to a new stream replaying from the pause, and the old stream's

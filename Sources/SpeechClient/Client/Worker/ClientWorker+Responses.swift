@@ -26,12 +26,12 @@ extension ClientWorker {
             return
         }
         guard let stream = supervisor.stream(of: gen) else { return }
-        if case .response(let response) = event, supervisor.dropsResult(response, lane: gen) { return }
         if case .response(let response) = event {
             switch response.payload {
             case .started, .rttRequest: break
             default: serverAnswered(response, lane: gen)
             }
+            if supervisor.dropsResult(response, lane: gen) { return }
         }
         if supervisor.isHeld(gen) {
             switch event {
@@ -58,25 +58,43 @@ extension ClientWorker {
             // Ended with an error: reset (a stream the server closed ignores it). An error the
             // client decided (a bound passed, a timeout) leaves it open otherwise.
             if error != nil { lane.stream.cancel() }
-            let wasCurrent = supervisor.lanes.remove(gen)
+            let wasCurrent = supervisor.lanes.live == gen
             let cause = error ?? SpeechClientError(.network, "the server ended the stream before it finished the context", grpcStatus: GRPCStatus.unavailable)
             // A rejected token (expired, or a server restarted with a new secret), before the
             // context started or during it: the relay has dropped the cached token. Once, log in
             // afresh and replay the lane's audio, as after a connection loss.
             if !authRetried, cause.code == .auth {
                 authRetried = true
+                _ = supervisor.lanes.remove(gen)
                 dropSegments(of: lane)
                 client?.log(.info, "the server rejected the token\(contextId.isEmpty ? "" : " during context \(contextId)"); logging in again")
                 let delay = supervisor.reconnection.retryAfterLogin((lane.floor, wasCurrent ? nil : lane.end), now: Clock.monotonicNanos())
                 supervisor.reportReconnecting(attempt: 1, delayMilliseconds: delay, cause: cause, host: self)
                 return
             }
+            if !wasCurrent && supervisor.isAllFinal(gen) {
+                // Its audio is all in final segments (the server's end of speech ended it there):
+                // nothing to replay, and nothing lost. As a finish.
+                client?.log(.debug, "a stream of context \(contextId) ended without finishing (\(cause.message)), its audio all transcribed")
+                _ = supervisor.lanes.remove(gen)
+                closeSegmentsLeftOpen(by: lane, serverContext: lane.serverContext ?? contextId)
+                supervisor.openWaitingPieces(host: self)
+                releaseReplay()
+                endContextIfDone()
+                return
+            }
             let served = lane.wasServed(until: Clock.monotonicNanos(), servedFor: Self.servedLongEnoughNanos, lostTo: cause)
             let context = supervisor.epoch
+            // Still a lane while its loss is decided: one that fails the context delivers the
+            // results the lane holds (waiting behind an earlier lane) with the others', in audio
+            // order (`applyHeldBeforeFailing`). Removed first, they went with it.
             supervisor.laneLost(from: lane.floor, end: wasCurrent ? nil : lane.end, cause: cause, servedLongEnough: served, host: self)
             // Replaced: the new lane recognises that audio again. A loss that failed the context
             // left them to be delivered final, unconfirmed (`failContext`): nothing replaces them.
-            if supervisor.epoch == context { dropSegments(of: lane) }
+            if supervisor.epoch == context {
+                _ = supervisor.lanes.remove(gen)
+                dropSegments(of: lane)
+            }
         case .goingAway:
             // The server or a proxy worker is draining: a lane still taking audio moves to a new
             // connection at its next pause, within the drain timeout.
@@ -90,7 +108,7 @@ extension ClientWorker {
             // connection): a new stream at once, replaying from the pause it ended in.
             // Where, as far as the audio tells: the lane's floor rises there (its words have no
             // times), so a loss replays only what follows.
-            let point = supervisor.serverEndpointed(lane: gen, host: self)
+            let point = supervisor.serverEndpointed(lane: gen, ignoresTheRest: ignoresTheRest, host: self)
             releaseReplay()
             if ignoresTheRest {
                 supervisor.resumeAfterServerEndpoint(lane: gen, from: point, host: self)
@@ -101,7 +119,7 @@ extension ClientWorker {
             // Taken to transcribe all it was sent, the server ignored what followed its end of
             // speech: that audio goes to a new stream, from the pause where it ended.
             client?.log(.info, "context \(contextId): the server took one utterance on a stream and ignored the rest (it closed the connection at its end)")
-            supervisor.resumeAfterServerEndpoint(lane: gen, from: supervisor.lastEndpoint(of: gen), host: self)
+            supervisor.resumeAfterServerEndpoint(lane: gen, from: supervisor.lastEndpoint(of: gen, host: self), host: self)
         case .response(let response):
             handleResponse(response, lane: gen)
         }

@@ -302,9 +302,9 @@ final class ClientWorker: @unchecked Sendable {
     /// A segment update taken on the receiving thread (see `isDirectUpdate`); the caller holds
     /// `audioLock`. A response the assembler refuses ends the stream through the worker.
     func takeDirect(_ event: StreamEvent, generation gen: Int) {
-        guard supervisor.lanes.contains(gen), case .response(let response) = event,
-              !supervisor.dropsResult(response, lane: gen) else { return }
+        guard supervisor.lanes.contains(gen), case .response(let response) = event else { return }
         serverAnswered(response, lane: gen)
+        if supervisor.dropsResult(response, lane: gen) { return }
         let error = supervisor.isHeld(gen) ? hold(response, lane: gen) : applySegmentUpdate(response, lane: gen)
         if let error {
             supervisor.stream(of: gen)?.cancel()

@@ -11,7 +11,9 @@ struct Lane {
     /// The user-context samples it carries: [start, end). `end` is nil while it takes live audio.
     let start: Int
     var end: Int?
-    /// Its audio before this sample is in final segments: a replacement replays from here.
+    /// Its audio before this sample is in final segments: a replacement replays from here. From
+    /// a server whose words have no times (Wyoming), a guess: where its ends of speech fell
+    /// (`LaneSupervisor.serverEndpointed`).
     var floor: Int
     /// The next sample to send from the replay buffer; nil once caught up (live audio then goes
     /// straight out, and a lane with an end has sent its stop).

@@ -252,14 +252,16 @@ final class LaneSupervisor {
     /// A held lane's `finished` arrived (applied later, in order): its finish timeout no longer applies.
     func laneFinishedHeld(_ gen: Int) { lanes.update(gen) { $0.awaitingFinishSince = nil } }
 
-    /// A response arrived on the lane, applied now or held: a final's words restart the clock
+    /// A response arrived on the lane, applied now or held (or dropped, `dropsResult`): a final
+    /// is counted (`Lane.finalsArrived`), and its words restart the clock
     /// of its `finished` once they reach a second further into its audio (`Lane.finalArrived`).
     func responseArrived(_ response: SLUResponse, lane gen: Int) {
         let end: Int32
         switch response.payload {
         case .transcript(let word): end = word.endMilliseconds
         case .finalTranscript(let words, _):
-            lanes.update(gen) { $0.finalsArrived += 1 }
+            // Counted against its ends of speech (`serverEndpointed`); not those it drops.
+            lanes.update(gen) { if !$0.dropsLaterResults { $0.finalsArrived += 1 } }
             guard let last = words.lazy.map(\.endMilliseconds).max() else { return }
             end = last
         default: return
@@ -284,29 +286,43 @@ final class LaneSupervisor {
     }
 
     /// The server ended an utterance on the lane by itself (`StreamEvent.endpointed`): where, as
-    /// far as the audio tells (`RotationPolicy.resumePoint`, in what the lane was sent after the
-    /// last such point). The lane's floor rises there once the finals that arrived before are
-    /// applied (`finalApplied`): a lane lost after it replays only what follows. Nil: no pause
-    /// found, or its audio no longer held.
-    func serverEndpointed(lane gen: Int, host: some LaneHost) -> Int? {
+    /// far as the audio tells, in what the lane was sent after the last such point. Returns
+    /// where a new stream would resume (`RotationPolicy.resumePoint`; nil: no pause found, or
+    /// its audio no longer held).
+    /// The lane's floor rises once the finals that arrived before are applied (`finalApplied`),
+    /// so a lane lost after it replays only what follows: to that point when the server may
+    /// ignore the rest (the lane ends there), else to the first pause of 100 ms after speech,
+    /// before it or at it: a guess past the server's real end of speech would lose, on a loss,
+    /// the words between (one before it repeats them).
+    @discardableResult
+    func serverEndpointed(lane gen: Int, ignoresTheRest: Bool, host: some LaneHost) -> Int? {
         let live = gen == lanes.live && !host.liveAudioEnded
         guard let (after, sent) = lanes.read(gen, { lane in
             (max(lane.floor, lane.lastEndpoint ?? lane.start), lane.cursor ?? (live ? contextSamples : (lane.end ?? contextSamples)))
-        }), after >= replay.oldestSample, after < sent,
-              let point = RotationPolicy.resumePoint(in: replay.chunks(from: after, upTo: sent), from: after)
-        else { return nil }
+        }), after >= replay.oldestSample, after < sent else { return nil }
+        let audio = replay.chunks(from: after, upTo: sent)
+        let point = RotationPolicy.resumePoint(in: audio, from: after)
+        let floor = ignoresTheRest ? point : RotationPolicy.resumePoint(in: audio, from: after, pauseMilliseconds: 100, intoMilliseconds: 40)
         lanes.update(gen) { lane in
-            lane.lastEndpoint = point
-            lane.endpoints.append((lane.finalsArrived, point))
+            if let point { lane.lastEndpoint = point }
+            if let floor { lane.endpoints.append((lane.finalsArrived, floor)) }
             _ = raiseFloorToEndpoints(&lane)
         }
         return point
     }
 
-    /// Where the server last ended an utterance on the lane (`serverEndpointed`), if found.
-    func lastEndpoint(of gen: Int) -> Int? { lanes.read(gen) { $0.lastEndpoint } ?? nil }
+    /// Where a new stream would resume after the server's last end of speech on the lane, found
+    /// now if it was not then (its pause not all sent yet).
+    func lastEndpoint(of gen: Int, host: some LaneHost) -> Int? {
+        lanes.read(gen) { $0.lastEndpoint } ?? serverEndpointed(lane: gen, ignoresTheRest: true, host: host)
+    }
 
-    /// A final result of the lane was applied (the worker's, in arrival order). Returns whether
+    /// Whether the lane's audio is all in final segments (a server's end of speech ended it
+    /// there): lost, it has nothing to replay.
+    func isAllFinal(_ gen: Int) -> Bool { lanes.read(gen) { lane in lane.end.map { lane.floor >= $0 } ?? false } ?? false }
+
+    /// A final result of the lane was applied (in arrival order, by the worker or the receiving
+    /// thread, under `audioLock`). Returns whether
     /// its floor rose (audio may be released).
     func finalApplied(lane gen: Int) -> Bool {
         lanes.update(gen) { lane -> Bool in
@@ -379,7 +395,7 @@ final class LaneSupervisor {
     /// ends, and a new one starts from `point`, the pause where the server ended the utterance
     /// (`serverEndpointed`), replayed: what was said after it is not lost. Results the old lane
     /// sends later are of that audio, and dropped. No such pause (or its audio no longer held):
-    /// a live lane moves from here, and nothing is sent again (said in the log).
+    /// the new lane starts where the lane's audio went so far (said in the log).
     /// A lane whose audio had ended already (its stop went out before the server's answer, as a
     /// file's does, or it was learnt only at its close), or that is still replaying, keeps
     /// [start, pause); a new lane takes the rest.
@@ -387,11 +403,12 @@ final class LaneSupervisor {
         guard let (end, cursor) = lanes.read(gen, { ($0.end, $0.cursor) }) else { return }
         let live = gen == lanes.live && !host.liveAudioEnded
         let upTo = live ? contextSamples : (end ?? contextSamples)
-        let from = min(point ?? upTo, upTo)
-        let again = from < upTo ? "; \(SpeechAudio.secondsText(samples: upTo - from)) s from its pause are sent again"
-            : "; no pause found after its speech (or its audio is no longer held): nothing is sent again"
-        // Sent audio past the pause: what it says of it later, the new lane says again.
+        // Sent so far: a lane still replaying has not sent the rest.
         let sent = cursor ?? upTo
+        let from = min(point ?? sent, upTo)
+        let again = point == nil ? "; no pause found after its speech (or its audio is no longer held): nothing is sent again"
+            : from < sent ? "; \(SpeechAudio.secondsText(samples: sent - from)) s from its pause are sent again" : ""
+        // Sent audio past the pause: what it says of it later, the new lane says again.
         if from < sent { lanes.update(gen) { $0.dropsLaterResults = true } }
         if live && cursor == nil {
             rotate(reason: Lane.serverEndpointed + again, host: host, from: from)

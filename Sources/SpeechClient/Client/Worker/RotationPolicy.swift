@@ -128,10 +128,12 @@ struct RotationPolicy {
     /// what it was sent since (`chunks`: the stream's audio, its first sample `first` of the
     /// context): the server's end of speech is the first pause after speech on the stream,
     /// however far the audio went on since (a file is sent ahead), so the new stream starts in
-    /// the first pause of 300 ms or more after the first speech (100 ms of loud frames; a
-    /// server's end of speech waits for at least that much), 100 ms into it (past the soft end of the word before). Quiet as
-    /// for a move, against the stream's own loudest and quietest frames. Nil when there is none.
-    static func resumePoint(in chunks: [[Int16]], from first: Int) -> Int? {
+    /// the first pause of `pauseMilliseconds` (300 ms: a server's end of speech waits for at
+    /// least that much) or more after the first speech, 100 ms into it (past the soft end of the
+    /// word before). Speech: 60 ms of loud frames (a click is none; a server's voice detection
+    /// takes 100 ms and more). Quiet as for a move, against the stream's own loudest and
+    /// quietest frames. Nil when there is none.
+    static func resumePoint(in chunks: [[Int16]], from first: Int, pauseMilliseconds: Int = 300, intoMilliseconds: Int = 100) -> Int? {
         var levels: [Int64] = []
         var carry: [Int16] = []
         for chunk in chunks {
@@ -145,9 +147,8 @@ struct RotationPolicy {
         }
         guard let loud = levels.max(), let floor = levels.min() else { return nil }
         let quiet = { (m: Int64) in m <= quietMeanSquare || m * 300 <= loud || (m <= 2 * floor && floor * 8 <= loud) }
-        let needed = SpeechAudio.samples(milliseconds: 300) / frameSamples
-        // Speech starts once 100 ms of frames were loud (a click is not speech).
-        let speech = SpeechAudio.samples(milliseconds: 100) / frameSamples
+        let needed = SpeechAudio.samples(milliseconds: pauseMilliseconds) / frameSamples
+        let speech = SpeechAudio.samples(milliseconds: 60) / frameSamples
         var loudFrames = 0
         guard var i = levels.firstIndex(where: { level in
             if !quiet(level) { loudFrames += 1 }
@@ -157,7 +158,7 @@ struct RotationPolicy {
             guard quiet(levels[i]) else { i += 1; continue }
             var end = i
             while end < levels.count && quiet(levels[end]) { end += 1 }
-            if end - i >= needed { return first + i * frameSamples + SpeechAudio.samples(milliseconds: 100) }
+            if end - i >= needed { return first + i * frameSamples + SpeechAudio.samples(milliseconds: intoMilliseconds) }
             i = end
         }
         return nil
