@@ -512,7 +512,7 @@ import Testing
     /// pause it fell in, but only once the finals that arrived before it are applied (held
     /// behind an earlier lane, they are still the lane's to deliver): a loss then replays from
     /// the pause, not from the start (which repeated the utterance). From a server that
-    /// transcribes all it is sent, to the start of the pause (40 ms into the first of 100 ms):
+    /// transcribes all it is sent, nearer the start of the pause (60 ms into the first of 200 ms):
     /// a guess too late would lose words on a loss.
     @Test func anEndOfSpeechRaisesTheFloorOnceTheFinalsBeforeItAreApplied() throws {
         let s = supervisor(), host = Host()
@@ -525,11 +525,11 @@ import Testing
         #expect(point == 5 * Self.chunkSamples + Self.chunkSamples)  // 100 ms into the pause
         #expect(s.lanes[1]?.floor == 0)  // its final is not applied yet
         #expect(s.finalApplied(lane: 1))
-        #expect(s.lanes[1]?.floor == 5 * Self.chunkSamples + 640)
+        #expect(s.lanes[1]?.floor == 5 * Self.chunkSamples + 960)
         lost(s, lane: 1, host: host)
         s.attemptReconnect(host: host)
         #expect(host.streams[1].log == ["start", "audio 0"] + (6..<12).map { "audio \($0)" }, "\(host.streams[1].log)")
-        #expect(host.streams[1].audioCounts.first == Self.chunkSamples - 640)
+        #expect(host.streams[1].audioCounts.first == Self.chunkSamples - 960)
     }
 
     /// A lane brought back to the pause of the server's end of speech after it was sent audio
@@ -546,6 +546,11 @@ import Testing
         #expect(s.lanes[1]?.end == 6 * Self.chunkSamples && s.lanes.live == 2)
         // Its floor is its end: all its audio is in its transcript (lost, nothing to replay).
         #expect(s.lanes[1]?.floor == 6 * Self.chunkSamples && s.isAllFinal(1))
+        // Not while it holds results (a failure delivers them), nor a lane that carried nothing.
+        s.lanes[1]?.held.push(later)
+        #expect(!s.isAllFinal(1))
+        try s.openLane(from: 6 * Self.chunkSamples, end: 6 * Self.chunkSamples, host: host)
+        #expect(!s.isAllFinal(3))
         s.pumpReplay(host: host)
         #expect(host.streams[1].log == ["start"] + (6..<12).map { "audio \($0)" }, "\(host.streams[1].log)")
     }

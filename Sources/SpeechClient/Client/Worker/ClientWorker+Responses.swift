@@ -72,11 +72,14 @@ extension ClientWorker {
                 supervisor.reportReconnecting(attempt: 1, delayMilliseconds: delay, cause: cause, host: self)
                 return
             }
-            if !wasCurrent && supervisor.isAllFinal(gen) {
-                // Its audio is all in final segments (the server's end of speech ended it there):
-                // nothing to replay, and nothing lost. As a finish.
+            if !wasCurrent && ReconnectionPlan.isRetryable(cause) && supervisor.isAllFinal(gen) {
+                // Its audio is all in final segments (the server's end of speech ended it there)
+                // and it holds nothing: nothing to replay, and nothing lost. As a finish. (An
+                // error the client or server chose, or one raised by its held results, fails
+                // the context as before, delivering them.)
                 client?.log(.debug, "a stream of context \(contextId) ended without finishing (\(cause.message)), its audio all transcribed")
                 _ = supervisor.lanes.remove(gen)
+                if let id = lane.serverContext { numbering.forget(serverContext: id) }
                 closeSegmentsLeftOpen(by: lane, serverContext: lane.serverContext ?? contextId)
                 supervisor.openWaitingPieces(host: self)
                 releaseReplay()

@@ -291,9 +291,10 @@ final class LaneSupervisor {
     /// its audio no longer held).
     /// The lane's floor rises once the finals that arrived before are applied (`finalApplied`),
     /// so a lane lost after it replays only what follows: to that point when the server may
-    /// ignore the rest (the lane ends there), else to the first pause of 100 ms after speech,
-    /// before it or at it: a guess past the server's real end of speech would lose, on a loss,
-    /// the words between (one before it repeats them).
+    /// ignore the rest (the lane ends there), else to the first pause of 200 ms after speech, 60
+    /// ms into it, before that point or at it: a guess past the server's real end of speech
+    /// would lose, on a loss, the words between (one before it repeats them; shorter pauses are
+    /// common inside an utterance, and no server ends one on less).
     @discardableResult
     func serverEndpointed(lane gen: Int, ignoresTheRest: Bool, host: some LaneHost) -> Int? {
         let live = gen == lanes.live && !host.liveAudioEnded
@@ -302,7 +303,7 @@ final class LaneSupervisor {
         }), after >= replay.oldestSample, after < sent else { return nil }
         let audio = replay.chunks(from: after, upTo: sent)
         let point = RotationPolicy.resumePoint(in: audio, from: after)
-        let floor = ignoresTheRest ? point : RotationPolicy.resumePoint(in: audio, from: after, pauseMilliseconds: 100, intoMilliseconds: 40)
+        let floor = ignoresTheRest ? point : RotationPolicy.resumePoint(in: audio, from: after, pauseMilliseconds: 200, intoMilliseconds: 60)
         lanes.update(gen) { lane in
             if let point { lane.lastEndpoint = point }
             if let floor { lane.endpoints.append((lane.finalsArrived, floor)) }
@@ -317,9 +318,15 @@ final class LaneSupervisor {
         lanes.read(gen) { $0.lastEndpoint } ?? serverEndpointed(lane: gen, ignoresTheRest: true, host: host)
     }
 
-    /// Whether the lane's audio is all in final segments (a server's end of speech ended it
-    /// there): lost, it has nothing to replay.
-    func isAllFinal(_ gen: Int) -> Bool { lanes.read(gen) { lane in lane.end.map { lane.floor >= $0 } ?? false } ?? false }
+    /// Whether the lane carried audio that is all in final segments (a server's end of speech
+    /// ended it there), and holds no results: lost, it has nothing to replay or deliver. Not an
+    /// empty lane (a replay whose audio the buffer no longer held: its loss is still to be said).
+    func isAllFinal(_ gen: Int) -> Bool {
+        lanes.read(gen) { lane in
+            guard let end = lane.end, lane.start < end, lane.floor >= end else { return false }
+            return lane.held.isEmpty && !lane.endedWhileHeld
+        } ?? false
+    }
 
     /// A final result of the lane was applied (in arrival order, by the worker or the receiving
     /// thread, under `audioLock`). Returns whether
