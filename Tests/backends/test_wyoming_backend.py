@@ -223,6 +223,30 @@ def test_a_server_that_ends_utterances_by_itself_loses_none_of_live_audio(vad_as
     _every_utterance_once(finals(events), sentences, "live audio through a server that endpoints")
 
 
+def test_a_server_that_ends_utterances_by_itself_lost_after_a_transcript_repeats_none(speech, tmp_path):
+    """The same server, its connection reset right after its first transcript, while the
+    stream still takes the audio (a server lost): the stream is replayed on a new connection
+    from the pause that ended the utterance it had transcribed, not from its start (Wyoming
+    words have no times: the whole stream was replayed, and that utterance came twice)."""
+    server = wt.WyomingVadASR(extra_args=["--drop-after-transcripts", "1"])
+    try:
+        sentences = SENTENCES[:6]
+        wav = wt.concat_wavs([speech(s) for s in sentences], tmp_path / "six.wav", gap_s=1.2)
+        stderr, events = _live(server.url, wav, 0.05)
+        peer_log = server.log_text()
+    finally:
+        server.stop()
+    assert "dropping the connection after transcript 1" in peer_log, peer_log[-3000:]
+    assert "reconnect" in stderr.lower(), stderr[-3000:] + peer_log[-3000:]
+    assert not [e for e in events if e["type"] == "error"], events
+    got = finals(events)
+    ref = wt.normalize_words(" ".join(sentences))
+    hyp = wt.normalize_words(" ".join(e["transcript"] for e in got))
+    print(f"\nfigure: a server lost after its first transcript: {len(hyp)} words for {len(ref)}")
+    assert len(hyp) <= len(ref) + 3, [e["transcript"] for e in got]
+    _every_utterance_once(got, sentences, "live audio through a server that endpoints, lost after a transcript")
+
+
 def test_a_file_to_wyoming_faster_whisper_with_its_own_endpointing_is_read_at_real_time(asr_endpointing, speech, tmp_path):
     """A file to the same server: its info says it ends utterances by itself, so the library
     reads the file at real time (sent ahead, everything after the first sentence went out

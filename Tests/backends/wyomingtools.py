@@ -694,16 +694,17 @@ class WyomingVadASR(_Peer):
     program = "python"
     venv = ASR_VENV
 
-    def __init__(self, *, cpu_threads: int = 2, start_timeout: float = 60.0):
+    def __init__(self, *, cpu_threads: int = 2, start_timeout: float = 60.0, extra_args: Optional[List[str]] = None):
         self.model_dir = asr_model_dir()
         self.cpu_threads = cpu_threads
+        self.extra_args = list(extra_args or [])
         super().__init__(start_timeout=start_timeout)
 
     def script_args(self) -> List[str]:
         return [str(ROOT / "Tests" / "peers" / "wyoming_vad_asr.py")]
 
     def server_args(self) -> List[str]:
-        return ["--model", str(self.model_dir), "--cpu-threads", str(self.cpu_threads)]
+        return ["--model", str(self.model_dir), "--cpu-threads", str(self.cpu_threads)] + self.extra_args
 
 
 class WyomingWake(_Peer):

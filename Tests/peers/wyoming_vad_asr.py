@@ -56,11 +56,18 @@ class Recognizer:
         return " ".join(s.text.strip() for s in segments).strip()
 
 
+# --drop-after-transcripts N: transcripts sent at an end of speech (before audio-stop) so far,
+# on all connections, and whether the one connection to be dropped was.
+SENT = {"transcripts": 0, "dropped": False}
+
+
 class Handler(AsyncEventHandler):
-    def __init__(self, recognizer: Recognizer, info: Info, *args, **kwargs):
+    def __init__(self, recognizer: Recognizer, info: Info, drop_after: int, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.recognizer = recognizer
         self.info = info
+        self.drop_after = drop_after
+        self.dropped = False
         self.reset()
 
     def reset(self):
@@ -82,6 +89,12 @@ class Handler(AsyncEventHandler):
         log.info("%s: %.2f s -> %r", why, len(pcm) / 2 / RATE, text)
         if text:
             await self.write_event(Transcript(text=text).event())
+            SENT["transcripts"] += why == "end of speech"
+            if SENT["transcripts"] == self.drop_after and not SENT["dropped"]:
+                # A server lost right after a transcript: the connection is reset.
+                SENT["dropped"] = self.dropped = True
+                log.info("dropping the connection after transcript %d (--drop-after-transcripts)", self.drop_after)
+                self.writer.transport.abort()
 
     async def take(self, pcm: bytes):
         data = self.pending + pcm
@@ -104,6 +117,8 @@ class Handler(AsyncEventHandler):
                 await self.utterance_done("longest utterance")
 
     async def handle_event(self, event: Event) -> bool:
+        if self.dropped:
+            return False
         if Describe.is_type(event.type):
             await self.write_event(self.info.event())
         elif AudioStart.is_type(event.type):
@@ -114,6 +129,7 @@ class Handler(AsyncEventHandler):
                 log.error("audio must be 16 kHz mono s16, got %s", (chunk.rate, chunk.width, chunk.channels))
                 return False
             await self.take(chunk.audio)
+            return not self.dropped
         elif AudioStop.is_type(event.type):
             self.utterance += self.pending
             self.pending = b""
@@ -127,6 +143,8 @@ async def main():
     p.add_argument("--uri", required=True)
     p.add_argument("--model", required=True, help="a CTranslate2 Whisper model directory")
     p.add_argument("--cpu-threads", type=int, default=2)
+    p.add_argument("--drop-after-transcripts", type=int, default=0,
+                   help="reset the connection right after the Nth transcript at an end of speech (once): a server lost")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     attribution = Attribution(name="libspeechclient tests", url="https://example.invalid")
@@ -137,7 +155,7 @@ async def main():
     recognizer = Recognizer(args.model, args.cpu_threads)
     server = AsyncServer.from_uri(args.uri)
     log.info("ready on %s", args.uri)
-    await server.run(partial(Handler, recognizer, info))
+    await server.run(partial(Handler, recognizer, info, args.drop_after_transcripts))
 
 
 if __name__ == "__main__":
