@@ -7,7 +7,9 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEMO = ROOT / "build" / "speechclient-demo"
+# The demo a run is about, as in Tests/proxies: SPEECHCLIENT_DEMO when set (a comparison with
+# another build runs its demo, not this tree's), else this tree's.
+DEMO = pathlib.Path(os.environ.get("SPEECHCLIENT_DEMO", str(ROOT / "build" / "speechclient-demo")))
 
 
 def synthesize(text: str, path: pathlib.Path, rate: int = 16000, channels: int = 1) -> pathlib.Path:
