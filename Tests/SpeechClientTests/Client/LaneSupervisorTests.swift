@@ -555,6 +555,35 @@ import Testing
         #expect(host.streams[1].log == ["start"] + (6..<12).map { "audio \($0)" }, "\(host.streams[1].log)")
     }
 
+    /// A live lane still replaying when the server ends an utterance, with no pause in its
+    /// audio: it ends where it has sent up to, and a new lane takes the rest (it went on
+    /// feeding a server that may ignore it). Its later results are not dropped: nothing it was
+    /// sent is sent again.
+    @Test func aReplayingLaneWithNoPauseFoundMovesFromWhatItSent() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<10 { s.sendAudio(voiced(k), host: host) }
+        lost(s, lane: 1, host: host)
+        s.attemptReconnect(host: host)
+        s.lanes[2]?.cursor = 5 * Self.chunkSamples  // it has replayed chunks 0-4
+        s.resumeAfterServerEndpoint(lane: 2, from: s.serverEndpointed(lane: 2, ignoresTheRest: true, host: host), host: host)
+        #expect(s.lanes[2]?.end == 5 * Self.chunkSamples && s.lanes[2]?.stopSent == true)
+        #expect(s.lanes.live == 3 && s.lanes[3]?.start == 5 * Self.chunkSamples)
+        #expect(!s.dropsResult(SLUResponse(audioContext: "a", segmentId: 1, payload: .finalTranscript([], confidence: -1)), lane: 2))
+        #expect(host.logs.contains { $0.contains("no pause found after its speech") }, "\(host.logs)")
+    }
+
+    /// At the close of a server that took one utterance (`.ignoredAfterEndpoint`), the pause is
+    /// looked for again when it was not all sent at its transcript.
+    @Test func theServersPauseIsFoundAtItsCloseWhenNotSentAtItsTranscript() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<6 { s.sendAudio(voiced(k, quiet: k == 5), host: host) }  // 100 ms of the pause
+        #expect(s.serverEndpointed(lane: 1, ignoresTheRest: false, host: host) == nil)
+        for k in 6..<12 { s.sendAudio(voiced(k, quiet: k < 9), host: host) }
+        #expect(s.lastEndpoint(of: 1, host: host) == 5 * Self.chunkSamples + Self.chunkSamples)
+    }
+
     @Test func aMoveThatEndsTheContextDoesNotCarryItsChunkIntoTheNext() throws {
         let s = supervisor { $0.reconnectAttempts = 0 }, host = Host()
         host.onFail = {  // a start was queued behind the context: the next one begins at once

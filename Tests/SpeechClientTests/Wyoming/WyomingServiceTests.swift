@@ -285,27 +285,16 @@ import Testing
     /// at once, not after the result timeout. Before, the first transcript ended the context:
     /// one utterance of eight.
     @Test func aServerThatEndsUtterancesByItselfLosesNoneAndRepeatsNone() throws {
-        let server = try peer("Endpointing")
-        defer { server.stop() }
-        let log = EventLog()
-        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
-        defer { try? client.close() }
-        let t0 = Clock.monotonicNanos()
-        try client.start()
-        Self.pushUtterances(client, 8, silenceChunks: 10)
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 20_000))
-        let seconds = Double(Clock.monotonicNanos() - t0) / 1e9
-        let lines = log.lines
+        let run = try runUtterances("Endpointing", count: 8, silenceChunks: 10, waitMilliseconds: 20_000)
+        expectEachUtteranceOnce(run, count: 8)
+        let (lines, seconds) = (run.lines, run.seconds)
         let finals = lines.filter { $0.hasPrefix("segment final") }
-        #expect(Self.heard(lines) == (1...8).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
         // A segment per utterance; the audio each carried, once (this server says nothing of its
         // endpointing, so no move replays; the silence after the last utterance on a stream is
         // no transcript's).
         #expect(finals.count == 8, "\(lines)")
         let bytes = finals.compactMap { Int($0.split(separator: " ")[2]) }.reduce(0, +)
         #expect(bytes <= 16 * 32_000 && bytes >= 8 * 32_000, "\(bytes) bytes in \(lines)")
-        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
         #expect(seconds < 10, "\(seconds) s: the end waited for a transcript that was never coming")
     }
 
@@ -316,18 +305,8 @@ import Testing
     /// utterance, replayed: six utterances of 1 s, 0.6 s apart, each once and in order. Moved
     /// at the next pause instead, the utterances sent meanwhile were lost.
     @Test func aServerTakingOneUtterancePerConnectionLosesNoneSentAfterIt() throws {
-        let server = try peer("EndpointOnce", ["--endpoint-delay", "0.4"])
-        defer { server.stop() }
-        let log = EventLog()
-        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
-        defer { try? client.close() }
-        try client.start()
-        Self.pushUtterances(client, 6, silenceChunks: 6)
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
-        let lines = log.lines
-        #expect(Self.heard(lines) == (1...6).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
-        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+        let run = try runUtterances("EndpointOnce", ["--endpoint-delay", "0.4"], count: 6, silenceChunks: 6)
+        expectEachUtteranceOnce(run, count: 6)
     }
 
     /// The same server, its transcript 1 s after its end of speech, and four utterances pushed at
@@ -336,18 +315,8 @@ import Testing
     /// audio goes to a new stream from the pause, and so on. Before, a transcript after
     /// audio-stop counted as the answer to all of it: one utterance of four, and no error.
     @Test func aServerTakingOneUtterancePerConnectionLosesNoneOfAudioSentAhead() throws {
-        let server = try peer("EndpointOnce", ["--endpoint-delay", "1"])
-        defer { server.stop() }
-        let log = EventLog()
-        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
-        defer { try? client.close() }
-        try client.start()
-        Self.pushUtterances(client, 4, silenceChunks: 6, paced: false)
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
-        let lines = log.lines
-        #expect(Self.heard(lines) == (1...4).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
-        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+        let run = try runUtterances("EndpointOnce", ["--endpoint-delay", "1"], count: 4, silenceChunks: 6, paced: false)
+        expectEachUtteranceOnce(run, count: 4)
     }
 
     /// A server taking one utterance per connection that does not say so (its info says
@@ -356,18 +325,8 @@ import Testing
     /// went nowhere. Learnt when the connection closes at audio-stop with nothing more, that
     /// audio is sent again on a new stream, from the pause where the server ended the utterance.
     @Test func aServerTakingOneUtterancePerConnectionWithoutSayingSoLosesNone() throws {
-        let server = try peer("EndpointOnce", ["--endpoint-delay", "0.4", "--requires-external-vad", "true"])
-        defer { server.stop() }
-        let log = EventLog()
-        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
-        defer { try? client.close() }
-        try client.start()
-        Self.pushUtterances(client, 6, silenceChunks: 6)
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
-        let lines = log.lines
-        #expect(Self.heard(lines) == (1...6).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
-        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+        let run = try runUtterances("EndpointOnce", ["--endpoint-delay", "0.4", "--requires-external-vad", "true"], count: 6, silenceChunks: 6)
+        expectEachUtteranceOnce(run, count: 6)
     }
 
     /// A server with its own endpointing, its connection lost right after its first
@@ -375,19 +334,9 @@ import Testing
     /// not from the stream's start (Wyoming words have no times, so the lane's floor never
     /// rose, and the utterance already delivered came twice).
     @Test func aStreamLostAfterATranscriptReplaysOnlyWhatFollowsIt() throws {
-        let server = try peer("Endpointing", ["--reset-after-transcripts", "1"])
-        defer { server.stop() }
-        let log = EventLog()
-        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
-        defer { try? client.close() }
-        try client.start()
-        Self.pushUtterances(client, 4, silenceChunks: 10)
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
-        let lines = log.lines
-        #expect(server.log.contains("reset after 1 transcript"), "\(server.log)")
-        #expect(Self.heard(lines) == (1...4).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
-        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+        let run = try runUtterances("Endpointing", ["--reset-after-transcripts", "1"], count: 4, silenceChunks: 10)
+        #expect(run.serverLog.contains("reset after 1 transcript"), "\(run.serverLog)")
+        expectEachUtteranceOnce(run, count: 4)
     }
 
     /// A server taking one utterance per connection, its connection reset right after its
@@ -395,21 +344,9 @@ import Testing
     /// so its loss is no loss. With no reconnection allowed, the context goes on; before, it
     /// failed, a stream opened to replay nothing.
     @Test func aStreamLostAfterItsOnlyUtteranceCostsNoReconnection() throws {
-        let server = try peer("EndpointOnce", ["--reset-after-transcripts", "1"])
-        defer { server.stop() }
-        let log = EventLog()
-        var o = try options("wyoming://127.0.0.1:\(server.port)")
-        o.reconnectAttempts = 0
-        let client = try Client(options: o, handler: log.handler)
-        defer { try? client.close() }
-        try client.start()
-        Self.pushUtterances(client, 4, silenceChunks: 6)
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
-        let lines = log.lines
-        #expect(server.log.contains("reset after 1 transcript"), "\(server.log)")
-        #expect(Self.heard(lines) == (1...4).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
-        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+        let run = try runUtterances("EndpointOnce", ["--reset-after-transcripts", "1"], count: 4, silenceChunks: 6) { $0.reconnectAttempts = 0 }
+        #expect(run.serverLog.contains("reset after 1 transcript"), "\(run.serverLog)")
+        expectEachUtteranceOnce(run, count: 4)
     }
 
     /// A server that says it endpoints (`requires_external_vad: false`) but transcribes all it
@@ -417,18 +354,8 @@ import Testing
     /// 10x) the context moves to a new stream replaying from the pause, and the old stream's
     /// later transcripts are of that same audio: dropped, not delivered twice.
     @Test func aServerSayingItEndpointsThatTranscribesAllRepeatsNone() throws {
-        let server = try peer("Endpointing", ["--endpoint-delay", "0.4", "--requires-external-vad", "false"])
-        defer { server.stop() }
-        let log = EventLog()
-        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
-        defer { try? client.close() }
-        try client.start()
-        Self.pushUtterances(client, 6, silenceChunks: 6)
-        try client.pushEnd()
-        #expect(try client.waitIdle(timeoutMilliseconds: 30_000))
-        let lines = log.lines
-        #expect(Self.heard(lines) == (1...6).map { "v\(1000 + $0)" }, "\(lines)\n\(server.log)")
-        #expect(lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(lines)")
+        let run = try runUtterances("Endpointing", ["--endpoint-delay", "0.4", "--requires-external-vad", "false"], count: 6, silenceChunks: 6)
+        expectEachUtteranceOnce(run, count: 6)
     }
 
     /// What a service logs while the client is being made (a stream prepared on init) reaches
@@ -439,14 +366,54 @@ import Testing
         var o = try options("wyoming://127.0.0.1:\(server.port)")
         o.prepareOnInit = true
         o.logLevel = .info
-        let logs = Locked<[String]>([])
+        let line = "ends utterances by itself (its info says requires_external_vad: false)"
+        let lock = ConditionLock()
+        nonisolated(unsafe) var logs: [String] = []  // under `lock`
         let client = try Client(options: o) { _, event in
-            if case .log(_, let message) = event { logs.withLock { $0.append(message) } }
+            guard case .log(_, let message) = event else { return }
+            lock.withLock {
+                logs.append(message)
+                lock.broadcast()
+            }
         }
         defer { try? client.close() }
+        // Woken by each line, until the one looked for or 5 s.
         let deadline = Clock.monotonicNanos() + 5_000_000_000
-        while Clock.monotonicNanos() < deadline && !logs.withLock({ $0.contains { $0.contains("ends utterances by itself") } }) { usleep(10_000) }
-        #expect(logs.withLock { $0.contains { $0.contains("ends utterances by itself (its info says requires_external_vad: false)") } }, "\(logs.withLock { $0 })")
+        let found = lock.withLock { () -> Bool in
+            while !logs.contains(where: { $0.contains(line) }) {
+                if !lock.wait(untilMonotonicNanos: deadline) { return logs.contains { $0.contains(line) } }
+            }
+            return true
+        }
+        #expect(found, "\(lock.withLock { logs })")
+    }
+
+    /// A context of `count` utterances (`pushUtterances`) against the scripted server in
+    /// `scenario`, ended and waited for (up to `waitMilliseconds`): the event lines, the
+    /// server's log, and the seconds from the start to idle.
+    func runUtterances(_ scenario: String, _ more: [String] = [], count: Int, silenceChunks: Int, paced: Bool = true,
+                       waitMilliseconds: Int = 30_000,
+                       configure: (inout ClientOptions) -> Void = { _ in }) throws -> (lines: [String], serverLog: String, seconds: Double) {
+        let server = try peer(scenario, more)
+        defer { server.stop() }
+        let log = EventLog()
+        var o = try options("wyoming://127.0.0.1:\(server.port)")
+        configure(&o)
+        let client = try Client(options: o, handler: log.handler)
+        defer { try? client.close() }
+        let t0 = Clock.monotonicNanos()
+        try client.start()
+        Self.pushUtterances(client, count, silenceChunks: silenceChunks, paced: paced)
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: waitMilliseconds))
+        return (log.lines, server.log, Double(Clock.monotonicNanos() - t0) / 1e9)
+    }
+
+    /// Each of the `count` utterances heard once, in order, and the context's start and stop
+    /// with nothing else (no error) between.
+    func expectEachUtteranceOnce(_ run: (lines: [String], serverLog: String, seconds: Double), count: Int) {
+        #expect(Self.heard(run.lines) == (1...count).map { "v\(1000 + $0)" }, "\(run.lines)\n\(run.serverLog)")
+        #expect(run.lines.filter { !$0.hasPrefix("segment") }.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(run.lines)")
     }
 
     /// Utterance k (1-based): 1 s of the constant value 1000 + k, then `silenceChunks` of 100 ms

@@ -302,8 +302,8 @@ final class LaneSupervisor {
             (max(lane.floor, lane.lastEndpoint ?? lane.start), lane.cursor ?? (live ? contextSamples : (lane.end ?? contextSamples)))
         }), after >= replay.oldestSample, after < sent else { return nil }
         let audio = replay.chunks(from: after, upTo: sent)
-        let point = RotationPolicy.resumePoint(in: audio, from: after)
-        let floor = ignoresTheRest ? point : RotationPolicy.resumePoint(in: audio, from: after, pauseMilliseconds: 200, intoMilliseconds: 60)
+        let found = RotationPolicy.pausesAfterSpeech(in: audio, from: after, [(300, 100), (200, 60)])
+        let point = found[0], floor = ignoresTheRest ? point : found[1]
         lanes.update(gen) { lane in
             if let point { lane.lastEndpoint = point }
             if let floor { lane.endpoints.append((lane.finalsArrived, floor)) }
@@ -315,7 +315,9 @@ final class LaneSupervisor {
     /// Where a new stream would resume after the server's last end of speech on the lane, found
     /// now if it was not then (its pause not all sent yet).
     func lastEndpoint(of gen: Int, host: some LaneHost) -> Int? {
-        lanes.read(gen) { $0.lastEndpoint } ?? serverEndpointed(lane: gen, ignoresTheRest: true, host: host)
+        // Flattened first: the lane's nil (no pause found then) is what asks for the search.
+        if let point = lanes.read(gen, { $0.lastEndpoint }) ?? nil { return point }
+        return serverEndpointed(lane: gen, ignoresTheRest: true, host: host)
     }
 
     /// Whether the lane carried audio that is all in final segments (a server's end of speech

@@ -128,12 +128,19 @@ struct RotationPolicy {
     /// what it was sent since (`chunks`: the stream's audio, its first sample `first` of the
     /// context): the server's end of speech is the first pause after speech on the stream,
     /// however far the audio went on since (a file is sent ahead), so the new stream starts in
-    /// the first pause of `pauseMilliseconds` (300 ms: a server's end of speech waits for at
-    /// least that much) or more after the first speech, 100 ms into it (past the soft end of the
+    /// the first pause of 300 ms (a server's end of speech waits for at least that much) or
+    /// more after the first speech, 100 ms into it (past the soft end of the
     /// word before). Speech: 60 ms of loud frames (a click is none; a server's voice detection
     /// takes 100 ms and more). Quiet as for a move, against the stream's own loudest and
     /// quietest frames. Nil when there is none.
-    static func resumePoint(in chunks: [[Int16]], from first: Int, pauseMilliseconds: Int = 300, intoMilliseconds: Int = 100) -> Int? {
+    static func resumePoint(in chunks: [[Int16]], from first: Int) -> Int? {
+        pausesAfterSpeech(in: chunks, from: first, [(300, 100)])[0]
+    }
+
+    /// `resumePoint` for each (pause, into) asked, in ms, the audio measured once: the first
+    /// pause of each length after the first speech, that far into it (nil: none).
+    static func pausesAfterSpeech(in chunks: [[Int16]], from first: Int, _ asked: [(pauseMilliseconds: Int, intoMilliseconds: Int)]) -> [Int?] {
+        let none = [Int?](repeating: nil, count: asked.count)
         var levels: [Int64] = []
         var carry: [Int16] = []
         for chunk in chunks {
@@ -145,23 +152,26 @@ struct RotationPolicy {
             }
             carry.removeFirst(at)
         }
-        guard let loud = levels.max(), let floor = levels.min() else { return nil }
+        guard let loud = levels.max(), let floor = levels.min() else { return none }
         let quiet = { (m: Int64) in m <= quietMeanSquare || m * 300 <= loud || (m <= 2 * floor && floor * 8 <= loud) }
-        let needed = SpeechAudio.samples(milliseconds: pauseMilliseconds) / frameSamples
         let speech = SpeechAudio.samples(milliseconds: 60) / frameSamples
         var loudFrames = 0
-        guard var i = levels.firstIndex(where: { level in
+        guard let speechStart = levels.firstIndex(where: { level in
             if !quiet(level) { loudFrames += 1 }
             return loudFrames >= speech
-        }) else { return nil }
-        while i < levels.count {
-            guard quiet(levels[i]) else { i += 1; continue }
-            var end = i
-            while end < levels.count && quiet(levels[end]) { end += 1 }
-            if end - i >= needed { return first + i * frameSamples + SpeechAudio.samples(milliseconds: intoMilliseconds) }
-            i = end
+        }) else { return none }
+        return asked.map { pause, into in
+            let needed = SpeechAudio.samples(milliseconds: pause) / frameSamples
+            var i = speechStart
+            while i < levels.count {
+                guard quiet(levels[i]) else { i += 1; continue }
+                var end = i
+                while end < levels.count && quiet(levels[end]) { end += 1 }
+                if end - i >= needed { return first + i * frameSamples + SpeechAudio.samples(milliseconds: into) }
+                i = end
+            }
+            return nil
         }
-        return nil
     }
 
     /// The pause a due stream waits for: shorter as the budget (or the time past the context
