@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -154,6 +155,62 @@ def test_speech_through_alsa_capture(server, tmp_path, speech):
     assert p.returncode == 0
     assert finals and finals[0]["transcript"] == "turn off the kitchen lights", "".join(lines) + rest
     assert events[-1]["type"] == "stop"
+
+
+class WatchedFile:
+    """A named pipe standing for a file: it records whether anything opened it for reading,
+    and then gives the reader `content`. Nothing is polled: a thread waits in open()."""
+
+    def __init__(self, path, content):
+        self.path, self.content = path, content
+        self.opened = self.ended = False
+        os.mkfifo(path)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        with open(self.path, "wb") as w:  # returns when a reader opens the pipe
+            if self.ended:
+                return
+            self.opened = True
+            w.write(self.content)
+
+    def close(self):
+        self.ended = True
+        if self.thread.is_alive():  # nobody opened it: open it ourselves to end the thread
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            self.thread.join(10)
+            os.close(fd)
+
+
+@pytest.mark.parametrize("issuer_in_directory", [True, False])
+def test_tls_with_the_system_store_reads_its_ca_file_only_when_the_directory_lacks_the_issuer(
+        speech, tmp_path, tls_files, issuer_in_directory):
+    """The system store is a CA file (140 certificates on Debian, 47 ms of CPU to parse) and a
+    hashed directory of the same certificates. The library searches the directory first and
+    reads the file only when the directory has no issuer (as on Fedora, whose directory is not
+    hashed). SSL_CERT_FILE here is a named pipe that records whether it was opened; it holds
+    the test CA. SSL_CERT_DIR holds the test CA under its hash, or nothing."""
+    s = Server("--tls-cert", str(tls_files / "server.pem"), "--tls-key", str(tls_files / "server.key"))
+    ca_dir = tmp_path / "certs"
+    ca_dir.mkdir()
+    if issuer_in_directory:
+        (ca_dir / "test-ca.pem").write_bytes((tls_files / "ca.pem").read_bytes())
+        subprocess.run(["openssl", "rehash", str(ca_dir)], check=True, capture_output=True)
+    ca_file = WatchedFile(str(tmp_path / "ca-certificates.crt"), (tls_files / "ca.pem").read_bytes())
+    try:
+        port = s.address.rsplit(":", 1)[1]
+        wav = speech("play some rock music")
+        env = dict(os.environ, SSL_CERT_FILE=ca_file.path, SSL_CERT_DIR=str(ca_dir))
+        out = subprocess.run([str(DEMO), "--url", f"grpc+tls://localhost:{port}", "--app-id", "e2e", "--file", str(wav),
+                              "--cache-dir", str(tmp_path / "cache"), "--json"],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert final_segments(out.stdout)[1][-1]["transcript"] == "play some rock music"
+        assert ca_file.opened == (not issuer_in_directory)
+    finally:
+        ca_file.close()
+        s.stop()
 
 
 def test_token_from_another_server_is_replaced_by_a_fresh_login(speech, tmp_path):

@@ -30,6 +30,10 @@ int speechclient_shim_ssl_ctx_set_groups(struct ssl_ctx_st *ctx, const char *gro
 /* SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
    | SSL_MODE_RELEASE_BUFFERS), and SSL_OP_IGNORE_UNEXPECTED_EOF. */
 void speechclient_shim_ssl_ctx_set_nonblocking_modes(struct ssl_ctx_st *ctx);
+/* Trusts the system's CAs as SSL_CTX_set_default_verify_paths() does (and `extra_bundle`, a PEM
+   file, when not NULL), but reads the CA file only when the hashed certificate directory has no
+   issuer for a certificate being verified (tls_trust.c says why). Returns 1 on success. */
+int speechclient_shim_ssl_ctx_trust_system_store(struct ssl_ctx_st *ctx, const char *extra_bundle);
 /* SSL_set_tlsext_host_name(ssl, name) (SNI); returns 1 on success. */
 int speechclient_shim_ssl_set_sni(struct ssl_st *ssl, const char *name);
 /* SSL_connect / SSL_read / SSL_write / SSL_shutdown with SIGPIPE kept from the process: a write

@@ -55,15 +55,12 @@ final class TLSContext: @unchecked Sendable {
                                                context: "cannot load CA file '\(caFile)'")
                 }
             } else {
-                guard SSL_CTX_set_default_verify_paths(ctx) == 1 else {
-                    throw TLSContext.lastError(.tls, "SSL_CTX_set_default_verify_paths",
-                                               context: "cannot load the system CA store")
-                }
-                if let bundle = Self.distributionCABundle() {
-                    // OpenSSL copied into a wheel looks where its build machine keeps the CAs
-                    // (Debian's /usr/lib/ssl); elsewhere (Fedora, openSUSE) the store is here.
-                    _ = SSL_CTX_load_verify_locations(ctx, bundle, nil)
-                    _ = TLSContext.drainErrorQueue()
+                // The system store, its CA file read only if its hashed directory lacks an
+                // issuer: reading the file up front cost 47 ms per process (CShims/tls_trust.c).
+                // OpenSSL copied into a wheel looks where its build machine keeps the CAs
+                // (Debian's /usr/lib/ssl); elsewhere (Fedora, openSUSE) the bundle is found here.
+                guard speechclient_shim_ssl_ctx_trust_system_store(ctx, Self.distributionCABundle()) == 1 else {
+                    throw TLSContext.lastError(.tls, "X509_STORE_add_lookup", context: "cannot use the system CA store")
                 }
             }
         }
