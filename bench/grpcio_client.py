@@ -61,6 +61,8 @@ async def main(a) -> None:
     if a.ca_file:
         with open(a.ca_file, "rb") as f:
             creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+    elif a.system_roots:  # gRPC's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH when set)
+        creds = grpc.ssl_channel_credentials()
     channel = grpc.aio.secure_channel(a.target, creds) if creds else grpc.aio.insecure_channel(a.target)
     login = await identity_pb2_grpc.IdentityAPIStub(channel).Login(idp.LoginRequest(
         device_id="00000000-0000-4000-8000-000000000003", application=idp.ApplicationScope(app_id="bench")))
@@ -206,6 +208,7 @@ if __name__ == "__main__":
     p.add_argument("--warmup", type=float, default=2)
     p.add_argument("--window", type=float, default=5)
     p.add_argument("--ca-file")
+    p.add_argument("--system-roots", action="store_true", help="TLS verified by gRPC's default roots")
     p.add_argument("--wav")
     p.add_argument("--lat-out")
     p.add_argument("--launch-ns", type=int, default=0)

@@ -191,6 +191,9 @@ class Server(Process):
 
 # ---------------------------------------------------------------------------------------- clients
 
+SYSTEM_STORE = "system"  # tls_ca: verify with each client's default trusted CAs, not a CA file
+
+
 def client_cmd(name, port, mode, tls_ca=None, **kw):
     host = "127.0.0.1"
     if name == "ours":
@@ -201,7 +204,9 @@ def client_cmd(name, port, mode, tls_ca=None, **kw):
         cmd = [PY, os.path.join(HERE, "grpcio_client.py"), "--target", f"{host}:{port}", "--mode", mode]
     else:
         cmd = [os.path.join(OUT, "cxx", "grpcxx_client"), "--target", f"{host}:{port}", "--mode", mode]
-    if tls_ca:
+    if tls_ca == SYSTEM_STORE:
+        cmd += [] if name == "ours" else ["--system-roots"] + (["1"] if name == "grpcxx" else [])
+    elif tls_ca:
         cmd += ["--ca-file", tls_ca]
     for k, v in kw.items():
         cmd += ["--" + k.replace("_", "-"), str(v)]
@@ -228,9 +233,30 @@ def run_client(cmd, env=None, timeout=600):
     return json.loads(lines[-1])
 
 
-def cold_cmd(name, port, tls_ca):
-    launch = time.monotonic_ns()
-    return run_client(client_cmd(name, port, "cold", tls_ca, launch_ns=launch))
+def cold_cmd(name, port, tls_ca, env=None):
+    cmd = client_cmd(name, port, "cold", tls_ca, launch_ns=0)
+    cmd[cmd.index("--launch-ns") + 1] = str(time.monotonic_ns())
+    return run_client(cmd, env=env)
+
+
+def system_store_with(cert, d):
+    """The environment that makes `cert` one of the system's trusted CAs for every client: the
+    system bundle plus `cert` (SSL_CERT_FILE; gRPC's GRPC_DEFAULT_SSL_ROOTS_FILE_PATH), and the
+    system's hashed directory plus `cert` (SSL_CERT_DIR), as update-ca-certificates keeps them."""
+    system_file, system_dir = "/etc/ssl/certs/ca-certificates.crt", "/etc/ssl/certs"
+    bundle, certs = os.path.join(d, "ca-certificates.crt"), os.path.join(d, "certs")
+    os.makedirs(certs)
+    with open(bundle, "wb") as out:
+        for path in (system_file, cert):
+            with open(path, "rb") as f:
+                out.write(f.read())
+    for name in os.listdir(system_dir):
+        if name.endswith(".pem"):
+            os.symlink(os.path.join(system_dir, name), os.path.join(certs, name))
+    shutil.copy(cert, os.path.join(certs, "bench-server.pem"))
+    subprocess.run(["openssl", "rehash", certs], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    n = sum(1 for name in os.listdir(certs) if not name.endswith(".pem"))
+    return {"SSL_CERT_FILE": bundle, "SSL_CERT_DIR": certs, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": bundle}, n
 
 
 # ------------------------------------------------------------------------------------------ audio
@@ -378,6 +404,12 @@ def main():
         for c in clients:
             runs = [cold_cmd(c, server.port, cert) for _ in range(COLD_RUNS)]
             results["cold_tls"][c] = [r["started_ms"] for r in runs if r]
+        # The same, trusting the system's CAs (as most applications do) with the bench's CA among them.
+        env, results["system_store_cas"] = system_store_with(cert, tmp)
+        results["cold_tls_system_store"] = {}
+        for c in clients:
+            runs = [cold_cmd(c, server.port, SYSTEM_STORE, env) for _ in range(COLD_RUNS)]
+            results["cold_tls_system_store"][c] = [r["started_ms"] for r in runs if r]
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -513,6 +545,8 @@ def figures(res):
     f.append(("rss_n1", "KB", {c: pick(c, STREAMS[0], "rss_kb") for c in clients}, True))
     f.append(("cold_start_plaintext", "ms", {c: med(res["cold"].get(c, [])) for c in clients}, True))
     f.append(("cold_start_tls", "ms", {c: med(res["cold_tls"].get(c, [])) for c in clients}, True))
+    f.append(("cold_start_tls_system_store", "ms",
+              {c: med(res.get("cold_tls_system_store", {}).get(c, [])) for c in clients}, True))
     f.append(("file_throughput", "x_realtime", {c: med(res["file"].get(c, [])) for c in clients}, False))
     f.append(("file_cpu_per_file", "ms", {c: 1000 * med(res.get("file_cpu", {}).get(c, [])) for c in clients if res.get("file_cpu", {}).get(c)}, True))
     # Ours on one stream, beside the peers (which always send a file on one).
@@ -556,7 +590,10 @@ def report(res):
     srv = {k: med([r["server_cpu_pct"] for r in v]) for k, v in res["paced"].items()}
     note = (f"\nWindow {res['window_s']:g} s after {res['warmup_s']:g} s warm-up; load average {res['load_start']:.2f} "
             f"at the start, {res['load_end']:.2f} at the end; sink: {res['server']} "
-            f"(its CPU, % of a core, per run: " + ", ".join(f"{k} {v:.0f}" for k, v in srv.items()) + ").")
+            f"(its CPU, % of a core, per run: " + ", ".join(f"{k} {v:.0f}" for k, v in srv.items()) + ")."
+            + (f" cold_start_tls_system_store: no CA file given; the system's {res['system_store_cas']} CAs"
+               " plus the bench's are trusted (SSL_CERT_FILE/SSL_CERT_DIR, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)."
+               if res.get("system_store_cas") else ""))
     missing = res.get("missing") or {}
     if missing:
         # Said first and last, in every output: these figures are not the comparison.

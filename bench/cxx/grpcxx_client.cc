@@ -187,6 +187,7 @@ static std::string read_file(const char *path) {
 int main(int argc, char **argv) {
     std::string target = "127.0.0.1:50051", mode = "paced";
     const char *ca = nullptr, *wav = nullptr, *lat_out = nullptr;
+    int system_roots = 0;
     int n = 1;
     double warmup = 2, window = 5;
     int64_t launch = 0, grid_us = 0;
@@ -199,6 +200,7 @@ int main(int argc, char **argv) {
         else if (k == "--warmup") warmup = atof(v);
         else if (k == "--window") window = atof(v);
         else if (k == "--ca-file") ca = v;
+        else if (k == "--system-roots") system_roots = atoi(v);
         else if (k == "--wav") wav = v;
         else if (k == "--lat-out") lat_out = v;
         else if (k == "--launch-ns") launch = atoll(v);
@@ -210,6 +212,8 @@ int main(int argc, char **argv) {
         grpc::SslCredentialsOptions o;
         o.pem_root_certs = read_file(ca);
         creds = grpc::SslCredentials(o);
+    } else if (system_roots) {  // gRPC's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH when set)
+        creds = grpc::SslCredentials(grpc::SslCredentialsOptions());
     }
     auto channel = grpc::CreateChannel(target, creds);
     {   // Login, as the library does before its first stream.
