@@ -9,8 +9,16 @@
 ** So the directory is searched first, and the file is read, once per store, only when the
 ** directory has no issuer for a certificate (a system whose directory is not hashed, Fedora's;
 ** a CA an administrator appended to the file alone). The trusted set is the same as with
-** SSL_CTX_set_default_verify_paths(): the file and the directory, and the environment's
-** SSL_CERT_FILE / SSL_CERT_DIR / SSL_CERT_URI where set; only when the file is read changes.
+** SSL_CTX_set_default_verify_paths(): the file and the directory (SSL_CERT_FILE / SSL_CERT_DIR
+** where set); only when the file is read changes. One difference remains: a directory holding
+** an expired or re-keyed copy of a CA whose good copy is in the file alone answers with that
+** copy (OpenSSL takes a same-named issuer), and verification fails where reading both would not.
+**
+** OpenSSL looks in the trusted store first (X509_V_FLAG_TRUSTED_FIRST), so its first question
+** is usually for the leaf's issuer, an intermediate the server sent: no store holds those, and
+** a miss then is no reason to read the file. It is read only for a certificate whose issuer is
+** neither in the directory nor among the certificates the server sent (a root the server sent
+** counts as missing: the store must hold it).
 **
 ** The file lookup is added to the store when it is made, empty: a lookup added to a store in
 ** use would race with verifications iterating the store's lookups on other threads. Loading
@@ -19,9 +27,12 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cshims.h"
 
@@ -48,41 +59,69 @@ static void lazy_trust_register(void) {
     lazy_trust_index = CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_X509_STORE, 0, NULL, NULL, NULL, lazy_trust_free);
 }
 
-/* Reads the CA file (and the extra bundle) into the store, the first time only. */
+/* Loads a PEM file into the lookup. True when it loaded, or when there is no such file (then
+   nothing is to be had from it); false on a failure worth trying again (no memory, no more file
+   descriptors): the next miss retries it. */
+static int load(X509_LOOKUP *file, const char *path) {
+    if (X509_LOOKUP_load_file(file, path, X509_FILETYPE_PEM) > 0) return 1;
+    return access(path, F_OK) != 0 && errno == ENOENT;
+}
+
+/* Reads the CA file (and the extra bundle) into the store, until once succeeds. */
 static void read_the_file(X509_STORE *store) {
     struct lazy_trust *t = X509_STORE_get_ex_data(store, lazy_trust_index);
     if (!t || __atomic_load_n(&t->loaded, __ATOMIC_ACQUIRE)) return;
     pthread_mutex_lock(&t->lock);
     if (!t->loaded) {
-        /* A missing file is no error here (as in SSL_CTX_set_default_verify_paths): verification
-           then fails on its own terms. Its queued errors must not reach the handshake's. */
+        /* Where SSL_CTX_set_default_verify_paths() looks (the environment ignored in setuid
+           programs, as OpenSSL does). A missing file is no error: verification then fails on
+           its own terms. Queued errors must not reach the handshake's. */
+        const char *path = secure_getenv(X509_get_default_cert_file_env());
+        if (!path) path = X509_get_default_cert_file();
         ERR_set_mark();
-        X509_LOOKUP_load_file(t->file, NULL, X509_FILETYPE_DEFAULT);
-        if (t->extra_bundle) X509_LOOKUP_load_file(t->file, t->extra_bundle, X509_FILETYPE_PEM);
+        int ok = load(t->file, path);
+        if (t->extra_bundle) ok = load(t->file, t->extra_bundle) && ok;
         ERR_pop_to_mark();
-        __atomic_store_n(&t->loaded, 1, __ATOMIC_RELEASE);
+        if (ok) __atomic_store_n(&t->loaded, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&t->lock);
 }
 
+/* Whether the certificates the server sent hold one, not self-issued, that issued `x`: an
+   intermediate, which verification goes on with when the store has no issuer for `x`. */
+static int sent_an_intermediate_for(X509_STORE_CTX *ctx, X509 *x) {
+    STACK_OF(X509) *sent = X509_STORE_CTX_get0_untrusted(ctx);
+    for (int i = 0; i < sk_X509_num(sent); i++) {
+        X509 *candidate = sk_X509_value(sent, i);
+        if (candidate != x && X509_check_issued(candidate, candidate) != X509_V_OK
+            && X509_check_issued(candidate, x) == X509_V_OK)
+            return 1;
+    }
+    return 0;
+}
+
+/* The state of `store`'s lazy file, NULL when it is read already (so a miss is final). Read
+   before the lookup that may miss: a file that finished loading while that lookup ran must
+   still get its second lookup. */
+static struct lazy_trust *unread(X509_STORE_CTX *ctx) {
+    struct lazy_trust *t = X509_STORE_get_ex_data(X509_STORE_CTX_get0_store(ctx), lazy_trust_index);
+    return t && !__atomic_load_n(&t->loaded, __ATOMIC_ACQUIRE) ? t : NULL;
+}
+
 static int lazy_get_issuer(X509 **issuer, X509_STORE_CTX *ctx, X509 *x) {
+    struct lazy_trust *t = unread(ctx);
     int rc = X509_STORE_CTX_get1_issuer(issuer, ctx, x);
-    if (rc != 0) return rc; /* found, or an error */
-    X509_STORE *store = X509_STORE_CTX_get0_store(ctx);
-    struct lazy_trust *t = X509_STORE_get_ex_data(store, lazy_trust_index);
-    if (!t || __atomic_load_n(&t->loaded, __ATOMIC_ACQUIRE)) return rc;
-    read_the_file(store);
+    if (rc != 0 || !t || sent_an_intermediate_for(ctx, x)) return rc; /* found, an error, or no need */
+    read_the_file(X509_STORE_CTX_get0_store(ctx));
     return X509_STORE_CTX_get1_issuer(issuer, ctx, x);
 }
 
 static STACK_OF(X509) *lazy_lookup_certs(X509_STORE_CTX *ctx, const X509_NAME *name) {
+    struct lazy_trust *t = unread(ctx);
     STACK_OF(X509) *found = X509_STORE_CTX_get1_certs(ctx, (X509_NAME *)name);
-    if (found && sk_X509_num(found) > 0) return found;
-    X509_STORE *store = X509_STORE_CTX_get0_store(ctx);
-    struct lazy_trust *t = X509_STORE_get_ex_data(store, lazy_trust_index);
-    if (!t || __atomic_load_n(&t->loaded, __ATOMIC_ACQUIRE)) return found;
+    if ((found && sk_X509_num(found) > 0) || !t) return found;
     sk_X509_pop_free(found, X509_free);
-    read_the_file(store);
+    read_the_file(X509_STORE_CTX_get0_store(ctx));
     return X509_STORE_CTX_get1_certs(ctx, (X509_NAME *)name);
 }
 
@@ -110,7 +149,7 @@ int speechclient_shim_ssl_ctx_trust_system_store(struct ssl_ctx_st *ctx, const c
     if (!dir || !uri || !t->file) return 0;
     ERR_set_mark();
     X509_LOOKUP_add_dir(dir, NULL, X509_FILETYPE_DEFAULT);   /* SSL_CERT_DIR, else the default */
-    X509_LOOKUP_add_store(uri, NULL);                       /* SSL_CERT_URI, else the default */
+    X509_LOOKUP_add_store(uri, NULL);                       /* the same directory, as an OSSL_STORE */
     ERR_pop_to_mark();
     X509_STORE_set_get_issuer(store, lazy_get_issuer);
     X509_STORE_set_lookup_certs(store, lazy_lookup_certs);

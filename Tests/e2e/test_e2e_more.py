@@ -183,21 +183,51 @@ class WatchedFile:
             os.close(fd)
 
 
-@pytest.mark.parametrize("issuer_in_directory", [True, False])
-def test_tls_with_the_system_store_reads_its_ca_file_only_when_the_directory_lacks_the_issuer(
-        speech, tmp_path, tls_files, issuer_in_directory):
+@pytest.fixture(scope="module")
+def chain_files(tmp_path_factory):
+    """A root CA, an intermediate CA it signed, and a server certificate for localhost that the
+    intermediate signed; chain.pem is what a public server sends: the server's certificate,
+    the intermediate, and (as some do) the root."""
+    d = tmp_path_factory.mktemp("chain")
+    def ossl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+    (d / "ca.ext").write_text("basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n")
+    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "root.key", "-out", "root.pem",
+         "-days", "2", "-subj", "/CN=speechclient test root")
+    ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "mid.key", "-out", "mid.csr",
+         "-subj", "/CN=speechclient test intermediate")
+    ossl("x509", "-req", "-in", "mid.csr", "-CA", "root.pem", "-CAkey", "root.key", "-CAcreateserial",
+         "-out", "mid.pem", "-days", "2", "-extfile", "ca.ext")
+    ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+    ossl("x509", "-req", "-in", "server.csr", "-CA", "mid.pem", "-CAkey", "mid.key", "-CAcreateserial",
+         "-out", "leaf.pem", "-days", "2", "-extfile", "san.ext")
+    (d / "chain.pem").write_bytes(b"".join((d / f).read_bytes() for f in ("leaf.pem", "mid.pem", "root.pem")))
+    return d
+
+
+@pytest.mark.parametrize("chain", ["signed by the root", "through an intermediate"])
+@pytest.mark.parametrize("root_in_directory", [True, False])
+def test_tls_with_the_system_store_reads_its_ca_file_only_when_the_directory_lacks_the_root(
+        speech, tmp_path, tls_files, chain_files, chain, root_in_directory):
     """The system store is a CA file (140 certificates on Debian, 47 ms of CPU to parse) and a
     hashed directory of the same certificates. The library searches the directory first and
     reads the file only when the directory has no issuer (as on Fedora, whose directory is not
-    hashed). SSL_CERT_FILE here is a named pipe that records whether it was opened; it holds
-    the test CA. SSL_CERT_DIR holds the test CA under its hash, or nothing."""
-    s = Server("--tls-cert", str(tls_files / "server.pem"), "--tls-key", str(tls_files / "server.key"))
+    hashed). OpenSSL asks the store first for the leaf's issuer: through an intermediate the
+    server sent, that miss must not read the file either. SSL_CERT_FILE here is a named pipe
+    that records whether it was opened; it holds the root. SSL_CERT_DIR holds the root under its
+    hash, or nothing."""
+    if chain == "signed by the root":
+        cert, key, root = tls_files / "server.pem", tls_files / "server.key", tls_files / "ca.pem"
+    else:
+        cert, key, root = chain_files / "chain.pem", chain_files / "server.key", chain_files / "root.pem"
+    s = Server("--tls-cert", str(cert), "--tls-key", str(key))
     ca_dir = tmp_path / "certs"
     ca_dir.mkdir()
-    if issuer_in_directory:
-        (ca_dir / "test-ca.pem").write_bytes((tls_files / "ca.pem").read_bytes())
+    if root_in_directory:
+        (ca_dir / "test-root.pem").write_bytes(root.read_bytes())
         subprocess.run(["openssl", "rehash", str(ca_dir)], check=True, capture_output=True)
-    ca_file = WatchedFile(str(tmp_path / "ca-certificates.crt"), (tls_files / "ca.pem").read_bytes())
+    ca_file = WatchedFile(str(tmp_path / "ca-certificates.crt"), root.read_bytes())
     try:
         port = s.address.rsplit(":", 1)[1]
         wav = speech("play some rock music")
@@ -207,7 +237,7 @@ def test_tls_with_the_system_store_reads_its_ca_file_only_when_the_directory_lac
                              capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 0, out.stdout + out.stderr
         assert final_segments(out.stdout)[1][-1]["transcript"] == "play some rock music"
-        assert ca_file.opened == (not issuer_in_directory)
+        assert ca_file.opened == (not root_in_directory)
     finally:
         ca_file.close()
         s.stop()
