@@ -218,13 +218,21 @@ public struct RivaResult: Equatable {
                     }
                 }
                 // Words with their offsets when the server gives them (final results); else
-                // the transcript's words, times unknown (interim results carry none).
-                let texts: [(String, Int32, Int32, Float)] = timed.isEmpty
-                    ? SLUWord.words(result.transcript).map { ($0.text, -1, -1, -1) }
-                    : timed.flatMap { t in SLUWord.words(t.0).map { ($0.text, t.1, t.2, t.3) } }
-                result.words = texts.enumerated().map {
-                    SLUWord(text: $0.element.0, index: Int32(clamping: $0.offset), startMilliseconds: $0.element.1,
-                            endMilliseconds: $0.element.2, confidence: $0.element.3)
+                // the transcript's words, times unknown (interim results carry none). A word
+                // of Riva's may hold several (a phrase): each gets its times.
+                let limit = SegmentAssembler.maxWordsPerSegment
+                let tooMany = SpeechClientError(.parse, "the server sent a result of more than \(limit) words")
+                if timed.isEmpty {
+                    guard let words = SLUWord.words(result.transcript, atMost: limit) else { throw tooMany }
+                    result.words = words
+                } else {
+                    for t in timed {
+                        guard let words = SLUWord.words(t.0, atMost: limit - result.words.count,
+                                                        firstIndex: result.words.count) else { throw tooMany }
+                        result.words += words.map {
+                            SLUWord(text: $0.text, index: $0.index, startMilliseconds: t.1, endMilliseconds: t.2, confidence: t.3)
+                        }
+                    }
                 }
             case 2:
                 result.isFinal = try value.uint64("is_final") != 0

@@ -109,13 +109,41 @@ extension SLUResponse {
 extension SLUWord {
     /// The words of a whole transcript, for backends that give text (Wyoming, Riva's interim
     /// results): split at white space, control characters dropped (a NUL would cut a C string
-    /// short), indexed from 0, times unknown (-1).
-    static func words(_ text: String) -> [SLUWord] {
-        let clean = String(String.UnicodeScalarView(text.unicodeScalars.map {
-            $0.properties.generalCategory == .control ? " " : $0
-        }))
-        return clean.split(whereSeparator: { $0.isWhitespace }).enumerated().map {
-            SLUWord(text: String($0.element), index: Int32(clamping: $0.offset), startMilliseconds: -1, endMilliseconds: -1)
+    /// short), indexed from `firstIndex`, times unknown (-1). Nil when there are more than
+    /// `limit`, found before any word is made: a 4 MiB transcript of one-letter words made two
+    /// million words, about 60 times its size in memory, before the segment's bound refused them.
+    static func words(_ text: String, atMost limit: Int = SegmentAssembler.maxWordsPerSegment,
+                      firstIndex: Int = 0) -> [SLUWord]? {
+        // Counted by scalars, allocating nothing. A white space scalar always begins a character
+        // (none extends a grapheme), so this count is never below the split's below.
+        var count = 0
+        var inWord = false
+        var hasControl = false
+        for scalar in text.unicodeScalars {
+            let control = scalar.properties.generalCategory == .control
+            hasControl = hasControl || control
+            if control || scalar.properties.isWhitespace {
+                inWord = false
+            } else if !inWord {
+                inWord = true
+                count += 1
+                if count > limit { return nil }
+            }
         }
+        var clean = text
+        if hasControl {
+            var scalars = String.UnicodeScalarView()
+            for scalar in text.unicodeScalars {
+                scalars.append(scalar.properties.generalCategory == .control ? " " : scalar)
+            }
+            clean = String(scalars)
+        }
+        var words: [SLUWord] = []
+        words.reserveCapacity(count)
+        for word in clean.split(whereSeparator: { $0.isWhitespace }) {
+            words.append(SLUWord(text: String(word), index: Int32(clamping: firstIndex + words.count),
+                                 startMilliseconds: -1, endMilliseconds: -1))
+        }
+        return words
     }
 }

@@ -401,13 +401,19 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
                 return
             }
             partial += text
-            let words = SLUWord.words(partial)
+            guard let words = SLUWord.words(partial) else {
+                connection.fail(SpeechClientError(.parse, "\(peer) streamed a transcript of more than \(SegmentAssembler.maxWordsPerSegment) words (transcript-chunk events); the stream was ended"))
+                return
+            }
             if !words.isEmpty {
                 deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment,
                                               payload: .tentativeTranscript(text: words.map(\.text).joined(separator: " "), words: words))))
             }
         case "transcript":
-            let words = SLUWord.words(event.data["text"]?.stringValue ?? "")
+            guard let words = SLUWord.words(event.data["text"]?.stringValue ?? "") else {
+                connection.fail(SpeechClientError(.parse, "\(peer) sent a transcript of more than \(SegmentAssembler.maxWordsPerSegment) words; the stream was ended"))
+                return
+            }
             if !words.isEmpty {
                 deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment, payload: .finalTranscript(words, confidence: -1))))
             }

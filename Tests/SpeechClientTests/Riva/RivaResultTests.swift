@@ -171,6 +171,24 @@ import Testing
             }
         }
         #expect { try RivaResult.decodeResponse(words[...]) } throws: { ($0 as? SpeechClientError)?.code == .parse }
+        // Words counted in the text too: an interim result's transcript, a word holding many.
+        let oneLetter = String(repeating: "a ", count: 2 << 20)  // 4 MiB
+        let transcript = response { r in r.message(1) { result in result.message(1) { alt in alt.string(1, oneLetter) } } }
+        #expect { try RivaResult.decodeResponse(transcript[...]) } throws: {
+            ($0 as? SpeechClientError)?.message.contains("more than \(SegmentAssembler.maxWordsPerSegment) words") == true
+        }
+        let phrases = response { r in
+            r.message(1) { result in
+                result.message(1) { alt in for _ in 0..<3 { alt.message(3) { w in w.string(3, String(repeating: "a ", count: 6_000)) } } }
+            }
+        }
+        #expect { try RivaResult.decodeResponse(phrases[...]) } throws: { ($0 as? SpeechClientError)?.code == .parse }
+        let twoPhrases = response { r in
+            r.message(1) { result in
+                result.message(1) { alt in for _ in 0..<2 { alt.message(3) { w in w.string(3, String(repeating: "a ", count: 6_000)) } } }
+            }
+        }
+        #expect((try? RivaResult.decodeResponse(twoPhrases[...]))?.first?.words.last?.index == 11_999)
         let results = response { r in for _ in 0...SegmentAssembler.maxOpenSegments { r.message(1) { _ in } } }
         #expect { try RivaResult.decodeResponse(results[...]) } throws: { ($0 as? SpeechClientError)?.code == .parse }
         let fine = response { r in for _ in 0..<SegmentAssembler.maxOpenSegments { r.message(1) { _ in } } }

@@ -74,11 +74,26 @@ import Testing
         #expect(reader.bufferedBytes <= WyomingEventReader.maxLineBytes + block.count)
     }
 
-    @Test func transcriptWordsDropControlCharactersAndHaveNoTimes() {
-        let words = SLUWord.words(" turn\u{0}on  the\nlights\u{7} ")
+    @Test func transcriptWordsDropControlCharactersAndHaveNoTimes() throws {
+        let words = try #require(SLUWord.words(" turn\u{0}on  the\nlights\u{7} "))
         #expect(words.map(\.text) == ["turn", "on", "the", "lights"])
         #expect(words.map(\.index) == [0, 1, 2, 3])
         #expect(words.allSatisfy { $0.startMilliseconds == -1 && $0.endMilliseconds == -1 })
+        #expect(SLUWord.words(" \u{0}\n ")?.isEmpty == true)
+        // A combining mark on a space goes with the space (a character), not into a word.
+        #expect(SLUWord.words("caf\u{E9} \u{301}ok\r\nyes", firstIndex: 5)?.map { "\($0.index):\($0.text)" } == ["5:caf\u{E9}", "6:ok", "7:yes"])
+    }
+
+    /// A transcript of more words than a segment takes is refused before its words are made
+    /// (a 4 MiB one of one-letter words made two million, 60 times its size in memory).
+    @Test func transcriptWordsBeyondTheBoundAreRefused() {
+        let limit = SegmentAssembler.maxWordsPerSegment
+        let atLimit = String(repeating: "a ", count: limit)
+        #expect(SLUWord.words(atLimit)?.count == limit)
+        #expect(SLUWord.words(atLimit + "b") == nil)
+        #expect(SLUWord.words(String(repeating: "a\u{0}", count: 2 << 20)) == nil)
+        #expect(SLUWord.words("one two three", atMost: 2) == nil)
+        #expect(SLUWord.words("one two", atMost: 2)?.count == 2)
     }
 
     @Test func theLanguageIsCheckedAgainstTheModels() throws {
