@@ -173,18 +173,21 @@ public struct RivaResult: Equatable {
     public static func decodeResponse(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> [RivaResult] {
         var r = ProtobufReader(bytes)
         var results: [RivaResult] = []
+        // One word bound for the whole response: per result, 128 results of 16,384 words each
+        // (one 4 MiB message) still made two million words before the segments refused them.
+        var wordsLeft = SegmentAssembler.maxWordsPerSegment
         while let (field, value) = try r.next() {
             guard field == 1 else { continue }  // results; id (100) and the rest are not used
             // Bounded as decoded (see SLUResponse.decode): each result becomes a segment.
             guard results.count < SegmentAssembler.maxOpenSegments else {
                 throw SpeechClientError(.parse, "the server sent more than \(SegmentAssembler.maxOpenSegments) results in one response")
             }
-            results.append(try decodeResult(try value.message("results")))
+            results.append(try decodeResult(try value.message("results"), wordsLeft: &wordsLeft))
         }
         return results
     }
 
-    private static func decodeResult(_ reader: ProtobufReader) throws(SpeechClientError) -> RivaResult {
+    private static func decodeResult(_ reader: ProtobufReader, wordsLeft: inout Int) throws(SpeechClientError) -> RivaResult {
         var m = reader
         var result = RivaResult()
         var first = true
@@ -211,8 +214,8 @@ public struct RivaResult: Equatable {
                             default: break
                             }
                         }
-                        guard timed.count < SegmentAssembler.maxWordsPerSegment else {
-                            throw SpeechClientError(.parse, "the server sent a result of more than \(SegmentAssembler.maxWordsPerSegment) words")
+                        guard timed.count < wordsLeft else {
+                            throw SpeechClientError(.parse, "the server sent a response of more than \(SegmentAssembler.maxWordsPerSegment) words")
                         }
                         timed.append(word)
                     }
@@ -220,20 +223,20 @@ public struct RivaResult: Equatable {
                 // Words with their offsets when the server gives them (final results); else
                 // the transcript's words, times unknown (interim results carry none). A word
                 // of Riva's may hold several (a phrase): each gets its times.
-                let limit = SegmentAssembler.maxWordsPerSegment
-                let tooMany = SpeechClientError(.parse, "the server sent a result of more than \(limit) words")
+                let tooMany = SpeechClientError(.parse, "the server sent a response of more than \(SegmentAssembler.maxWordsPerSegment) words")
                 if timed.isEmpty {
-                    guard let words = SLUWord.words(result.transcript, atMost: limit) else { throw tooMany }
+                    guard let words = SLUWord.words(result.transcript, atMost: wordsLeft) else { throw tooMany }
                     result.words = words
                 } else {
                     for t in timed {
-                        guard let words = SLUWord.words(t.0, atMost: limit - result.words.count,
+                        guard let words = SLUWord.words(t.0, atMost: wordsLeft - result.words.count,
                                                         firstIndex: result.words.count) else { throw tooMany }
                         result.words += words.map {
                             SLUWord(text: $0.text, index: $0.index, startMilliseconds: t.1, endMilliseconds: t.2, confidence: t.3)
                         }
                     }
                 }
+                wordsLeft -= result.words.count
             case 2:
                 result.isFinal = try value.uint64("is_final") != 0
             default:

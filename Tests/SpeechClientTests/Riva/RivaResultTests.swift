@@ -189,6 +189,14 @@ import Testing
             }
         }
         #expect((try? RivaResult.decodeResponse(twoPhrases[...]))?.first?.words.last?.index == 11_999)
+        // The bound is the response's: 128 results of 16,384 words each are refused too.
+        let perResult = String(repeating: "a ", count: SegmentAssembler.maxWordsPerSegment)
+        let manyResults = response { r in for _ in 0..<128 { r.message(1) { result in result.message(1) { alt in alt.string(1, perResult) } } } }
+        #expect { try RivaResult.decodeResponse(manyResults[...]) } throws: {
+            ($0 as? SpeechClientError)?.message.contains("a response of more than") == true
+        }
+        let shared = response { r in for _ in 0..<2 { r.message(1) { result in result.message(1) { alt in alt.string(1, String(repeating: "a ", count: 8_192)) } } } }
+        #expect((try? RivaResult.decodeResponse(shared[...]))?.map(\.words.count) == [8_192, 8_192])
         let results = response { r in for _ in 0...SegmentAssembler.maxOpenSegments { r.message(1) { _ in } } }
         #expect { try RivaResult.decodeResponse(results[...]) } throws: { ($0 as? SpeechClientError)?.code == .parse }
         let fine = response { r in for _ in 0..<SegmentAssembler.maxOpenSegments { r.message(1) { _ in } } }
