@@ -229,7 +229,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
                 }
                 status = s
             } else if name == "grpc-message" {
-                statusMessage = GRPCStatus.percentDecode(value)
+                statusMessage = GRPCStatus.percentDecode(value).shownFromServer()
             }
         }
     }

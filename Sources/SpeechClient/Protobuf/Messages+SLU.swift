@@ -95,8 +95,8 @@ extension SLUResponse {
                     guard f == 2 else { continue }
                     var e = try v.message("finished.error")
                     while let (ef, ev) = try e.next() {
-                        if ef == 1 { code = try ev.text("error.code") }
-                        if ef == 2 { message = try ev.text("error.message") }
+                        if ef == 1 { code = try ev.text("error.code").shownFromServer(limit: 128) }
+                        if ef == 2 { message = try ev.text("error.message").shownFromServer() }
                     }
                 }
                 response.payload = .finished(errorCode: code, errorMessage: message)

@@ -103,7 +103,7 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
         if let exact = languages.first(where: { $0.lowercased() == wanted.lowercased() }) { return exact }
         let primary = String(wanted.split(separator: "-").first ?? Substring(wanted)).lowercased()
         if let base = languages.first(where: { $0.lowercased() == primary }) { return base }
-        let shown = languages.prefix(12).joined(separator: ", ") + (languages.count > 12 ? ", ..." : "")
+        let shown = languages.prefix(12).map { $0.shownFromServer(limit: 64) }.joined(separator: ", ") + (languages.count > 12 ? ", ..." : "")
         throw SpeechClientError(.invalidArgument, "\(peer) does not recognise language '\(wanted)': its models list \(shown)")
     }
 
@@ -117,7 +117,7 @@ public final class WyomingService: RecognitionService, @unchecked Sendable {
             }
         }
         guard !names.isEmpty, !names.contains(name) else { return }
-        let shown = names.prefix(12).joined(separator: ", ") + (names.count > 12 ? ", ..." : "")
+        let shown = names.prefix(12).map { $0.shownFromServer(limit: 64) }.joined(separator: ", ") + (names.count > 12 ? ", ..." : "")
         throw SpeechClientError(.invalidArgument, "\(peer) has no model '\(name)': its info lists \(shown)")
     }
 
@@ -472,7 +472,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     static func serverError(_ event: WyomingEvent, peer: String) -> SpeechClientError {
         let text = event.data["text"]?.stringValue ?? "(no text)"
         let code = event.data["code"]?.stringValue.map { " (\($0))" } ?? ""
-        return SpeechClientError(.api, "\(peer) reported an error: \(text.prefix(500))\(code.prefix(100))")
+        return SpeechClientError(.api, "\(peer) reported an error: \(text.shownFromServer(limit: 500))\(code.shownFromServer(limit: 100))")
     }
 
     private func armResultTimer() {

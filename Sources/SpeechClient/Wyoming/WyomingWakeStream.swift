@@ -74,7 +74,7 @@ final class WyomingWakeStream: @unchecked Sendable {
             names += models.compactMap { $0["name"]?.stringValue }
         }
         if let found = names.first(where: { $0.lowercased().hasPrefix(name.lowercased()) }) { return found }
-        let shown = names.prefix(12).joined(separator: ", ") + (names.count > 12 ? ", ..." : "")
+        let shown = names.prefix(12).map { $0.shownFromServer(limit: 64) }.joined(separator: ", ") + (names.count > 12 ? ", ..." : "")
         throw SpeechClientError(.invalidArgument, "\(peer) has no wake word '\(name)': its info lists \(names.isEmpty ? "none" : shown)")
     }
 

@@ -149,6 +149,15 @@ import Glibc
         #expect(q.storageCapacity <= 4 * (FIFO<Int>.compactAfter + 10), "\(q.storageCapacity) slots")
     }
 
+    @Test func serverTextIsCutAndHasNoControlCharacters() {
+        #expect("plain".shownFromServer() == "plain")
+        #expect("a\nb\u{1B}[31mc\u{0}".shownFromServer() == "a?b?[31mc?")
+        #expect(String(repeating: "x", count: 5_000).shownFromServer(limit: 10) == "xxxxxxxxxx...")
+        // Cut between scalars: "é" is 2 bytes, the third does not fit in 5.
+        #expect("ééé".shownFromServer(limit: 5) == "éé...")
+        #expect(String(repeating: "y", count: 4 << 20).shownFromServer().utf8.count == 1_024 + 3)
+    }
+
     @Test func ownedCStringReplacesInteriorNUL() {
         let s = OwnedCString("a\u{0}b")
         #expect(String(cString: s.pointer) == "a?b")

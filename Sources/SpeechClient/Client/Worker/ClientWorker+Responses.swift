@@ -321,9 +321,7 @@ extension ClientWorker {
                                      grpcStatus: GRPCStatus.internal)
         }
         if response.audioContext != expected {
-            let named = String(response.audioContext.unicodeScalars.prefix(64).map {
-                $0.properties.generalCategory == .control ? "?" : Character($0)
-            })
+            let named = response.audioContext.shownFromServer(limit: 64)
             return SpeechClientError(.parse, "the server sent a result for audio context '\(named)' on the stream of context '\(expected)'; the stream was ended",
                                      grpcStatus: GRPCStatus.internal)
         }
