@@ -519,6 +519,25 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(!log.lines.contains { $0.contains("ghost") }, "\(log.lines)")
     }
 
+    /// Responses with a payload this client does not know are ignored, and take no segment id:
+    /// each took the next one (the first real segment was numbered 50 here), and a server
+    /// sending them for ever new ids grew the id map without bound.
+    @Test func aResponseWithAnUnknownPayloadTakesNoSegmentId() throws {
+        let ids = Locked<[Int32]>([])
+        let log = EventLog()
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(.init(unknownPayloadsAfterStarted: 50)),
+                                handler: { c, e in
+            if case .segment(let s) = e { ids.withLock { $0.append(s.segmentId) } }
+            log.handler(c, e)
+        })
+        defer { try? client.close() }
+        try client.start()
+        try pushThreeChunksAndEnd(client)
+        #expect(log.lines.contains { $0.hasPrefix("segment final") }, "\(log.lines)")
+        #expect(Set(ids.withLock { $0 }) == [0], "\(ids.withLock { $0 })")
+        #expect(!log.lines.contains { $0.hasPrefix("error") }, "\(log.lines)")
+    }
+
     /// A wait for idle in one thread while another frees the client: it ends, refused (free
     /// lets the open context go without making the client idle, and it waited for ever).
     @Test func aWaitForIdleEndsWhenAnotherThreadFreesTheClient() throws {

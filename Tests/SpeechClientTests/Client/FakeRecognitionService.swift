@@ -55,6 +55,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var resultBeforeStarted = false
         /// Started comes twice, naming two contexts.
         var startedTwice = false
+        /// After started, this many responses with a payload this client does not know, each
+        /// for a new segment id (what a newer server's message reads as).
+        var unknownPayloadsAfterStarted = 0
         /// The stream says `started` itself as the start goes out, before the server answers
         /// (Riva, Wyoming): a stream refused (`rejectStreams`) says it before the refusal.
         var ownStarted = false
@@ -183,6 +186,9 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .started)))
                 if service.behaviour.startedTwice {
                     out.append(.response(SLUResponse(audioContext: id + "-again", segmentId: 0, payload: .started)))
+                }
+                for k in 0..<service.behaviour.unknownPayloadsAfterStarted {
+                    out.append(.response(SLUResponse(audioContext: id, segmentId: Int32(1_000 + k), payload: .none)))
                 }
             case .audio(let samples):
                 s.chunks += 1

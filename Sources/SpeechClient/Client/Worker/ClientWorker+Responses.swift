@@ -325,6 +325,9 @@ extension ClientWorker {
             return SpeechClientError(.parse, "the server sent a result for audio context '\(named)' on the stream of context '\(expected)'; the stream was ended",
                                      grpcStatus: GRPCStatus.internal)
         }
+        // Nothing to apply: no user id is given out for it (a server sending such responses for
+        // ever new segment ids grew the id map without bound).
+        if case .none = response.payload { return nil }
         var mapped = response
         mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
         mapped.segmentId = numbering.userSegment(serverContext: response.audioContext, segment: response.segmentId)
