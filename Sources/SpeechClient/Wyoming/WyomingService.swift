@@ -282,7 +282,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     // Loop-thread state, except `samplesSent` and `startSent` (the worker's, in `send` and `finish`).
     private var samplesSent = 0
     private var startSent = false
-    private var partial = ""
+    private var partial = StreamedTranscript()
     private var resultTimer: UInt64?
     /// The segment the next transcript is (one per end of speech the server sends).
     private var segment: Int32 = 0
@@ -390,24 +390,18 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private func handle(_ event: WyomingEvent) {
         switch event.type {
         case "transcript-start":
-            partial = ""
+            partial = StreamedTranscript()
         case "transcript-chunk":
-            let text = event.data["text"]?.stringValue ?? ""
-            // Bounded as a segment is (each chunk re-splits the whole text): a server that
-            // streams chunks without end, or chunks of blanks that make no words and so never
-            // reach the segment's bounds, grew it for as long as the stream lasted.
-            guard partial.utf8.count + text.utf8.count <= SegmentAssembler.maxSegmentBytes else {
-                connection.fail(SpeechClientError(.parse, "\(peer) streamed a transcript of over \(SegmentAssembler.maxSegmentBytes / 1024) KiB (transcript-chunk events); the stream was ended"))
-                return
-            }
-            partial += text
-            guard let words = SLUWord.words(partial) else {
-                connection.fail(SpeechClientError(.parse, "\(peer) streamed a transcript of more than \(SegmentAssembler.maxWordsPerSegment) words (transcript-chunk events); the stream was ended"))
-                return
-            }
-            if !words.isEmpty {
-                deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment,
-                                              payload: .tentativeTranscript(text: words.map(\.text).joined(separator: " "), words: words))))
+            // Bounded as a segment is: a server that streams chunks without end, or chunks of
+            // blanks that make no words and so never reach the segment's bounds, grew the text
+            // for as long as the stream lasted.
+            do throws(SpeechClientError) {
+                if let (text, words) = try partial.append(event.data["text"]?.stringValue ?? "") {
+                    deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment,
+                                                  payload: .tentativeTranscript(text: text, words: words))))
+                }
+            } catch {
+                connection.fail(SpeechClientError(.parse, "\(peer) \(error.message); the stream was ended"))
             }
         case "transcript":
             guard let words = SLUWord.words(event.data["text"]?.stringValue ?? "") else {
@@ -418,7 +412,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
                 deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment, payload: .finalTranscript(words, confidence: -1))))
             }
             segment += 1
-            partial = ""
+            partial = StreamedTranscript()
             guard stopWritten else {
                 // The server ended an utterance by itself, and takes the audio that follows.
                 endpointed = true

@@ -1,0 +1,67 @@
+import Testing
+@testable import SpeechClient
+
+@Suite struct StreamedTranscriptTests {
+    /// A small deterministic generator: the same cases on every run.
+    struct Generator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return state >> 11 ^ state
+        }
+    }
+
+    /// Split as it comes, a transcript has the words and text of the whole split at once,
+    /// however it is cut into pieces.
+    @Test func piecesGiveTheWordsOfTheWhole() throws {
+        var rng = Generator(state: 7)
+        let alphabet: [String] = ["a", "b", "é", "c\u{301}", " ", " ", "\n", "\t", "\u{0}", "\r\n"]
+        for _ in 0..<300 {
+            let whole = (0..<Int.random(in: 0...60, using: &rng)).map { _ in alphabet.randomElement(using: &rng) ?? "" }.joined()
+            var pieces: [String] = []
+            var rest = Substring(whole)
+            while !rest.isEmpty {
+                let n = Int.random(in: 1...5, using: &rng)
+                pieces.append(String(rest.prefix(n)))
+                rest = rest.dropFirst(n)
+            }
+            var streamed = StreamedTranscript()
+            var latest: (text: String, words: [SLUWord])? = nil
+            for piece in pieces {
+                if let now = try streamed.append(piece) { latest = now }
+            }
+            let expected = try #require(SLUWord.words(whole))
+            #expect((latest?.words ?? []) == expected, "\(pieces)")
+            #expect((latest?.text ?? "") == expected.map(\.text).joined(separator: " "), "\(pieces)")
+        }
+    }
+
+    @Test func blankPiecesChangeNoWord() throws {
+        var streamed = StreamedTranscript()
+        #expect(try streamed.append("turn")?.words.map(\.text) == ["turn"])
+        #expect(try streamed.append(" ") == nil)
+        #expect(try streamed.append("") == nil)
+        #expect(try streamed.append("\n\u{0}") == nil)
+        let now = try streamed.append("on")
+        #expect(now?.words.map(\.text) == ["turn", "on"])
+        #expect(now?.words.map(\.index) == [0, 1])
+        #expect(now?.text == "turn on")
+    }
+
+    @Test func theBoundsEndTheTranscript() throws {
+        func fails(_ pieces: [String], saying: String) {
+            var streamed = StreamedTranscript()
+            var thrown: SpeechClientError?
+            for piece in pieces {
+                do throws(SpeechClientError) { _ = try streamed.append(piece) } catch { thrown = error; break }
+            }
+            #expect(thrown?.code == .parse && thrown?.message.contains(saying) == true, "\(String(describing: thrown))")
+        }
+        fails(Array(repeating: " ", count: StreamedTranscript.maxPieces + 1), saying: "more than \(StreamedTranscript.maxPieces) transcript-chunk")
+        fails(Array(repeating: String(repeating: " ", count: 1_024), count: 65), saying: "over 64 KiB")
+        fails(Array(repeating: "x", count: SegmentAssembler.maxWordBytes + 1), saying: "a word of more than")
+        fails([String(repeating: "a ", count: SegmentAssembler.maxWordsPerSegment), "b"], saying: "more than \(SegmentAssembler.maxWordsPerSegment) words")
+        var fine = StreamedTranscript()
+        #expect(try fine.append(String(repeating: "x", count: SegmentAssembler.maxWordBytes))?.words.count == 1)
+    }
+}
