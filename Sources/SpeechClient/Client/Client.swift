@@ -23,7 +23,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         case pushEnd(Chunker.Chunks)
         case suspend
         case resume
-        /// `heldBytes`: a response's share of `queuedResponseBytes` (worked out once, when queued).
+        /// `heldBytes`: an event's share of `queuedResponseBytes` (worked out once, when queued).
         case stream(StreamEvent, generation: Int, heldBytes: Int = 0)
         case wake(WakeEvent, generation: Int)
     }
@@ -57,10 +57,16 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     /// they passed it (each is being ended). Guarded by `lock`.
     private var queuedResponseBytes = 0
     private var overflowedStreams: Set<Int> = []
+    /// Wake-word detections queued for the worker, by listening generation: a burst of one wake
+    /// word is a few; a service sending them without end while the worker was held up queued
+    /// them without limit. Past the bound, a generation's worker has all it needs to act on.
+    private var queuedDetections: [Int: Int] = [:]
+    static let maxQueuedDetections = 16
     /// Far above what speech produces while the worker is held up (a connect and a login, 15 s
     /// by default): a server sending faster is ended instead of queued without limit.
     static let maxQueuedResponseBytes = 16 << 20
     var queuedResponseBytesForTests: Int { lock.withLock { queuedResponseBytes } }
+    var queuedCommandsForTests: Int { lock.withLock { commands.count } }
     private var events = FIFO<ClientEvent>()
     private var workerBusy = false
     /// Something the waiting worker waits for happened (a stream drained, audio became final).
@@ -823,6 +829,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             case .start: untakenStarts -= 1
             case .stop, .pushEnd: untakenStops -= 1
             case .stream(_, _, let heldBytes): queuedResponseBytes -= heldBytes
+            case .wake(.detection, let gen):
+                let left = (queuedDetections[gen] ?? 1) - 1
+                queuedDetections[gen] = left > 0 ? left : nil
             default: break
             }
             if commands.isEmpty && !overflowedStreams.isEmpty { overflowedStreams = [] }
@@ -854,10 +863,17 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         let idleWorker: ClientWorker? = lock.withLock {
             guard ClientWorker.isDirectUpdate(event), commands.isEmpty, !workerBusy, !closing, let w = worker,
                   w.audioLock.tryLock() else {
+                // Every event a server can repeat is counted (an end of speech, a GOAWAY: a
+                // server sending them without end while the worker was held up queued them
+                // without limit); the end of a stream comes once.
                 var bytes = 0
-                if case .response(let response) = event {
+                switch event {
+                case .response(let response): bytes = response.heldBytes
+                case .closed: break
+                case .goingAway, .endpointed, .ignoredAfterEndpoint: bytes = 64
+                }
+                if bytes > 0 {
                     if overflowedStreams.contains(generation) { return nil }
-                    bytes = response.heldBytes
                     if queuedResponseBytes + bytes > Self.maxQueuedResponseBytes {
                         // Its stream is ended (a parse error, as for any bound a server passes)
                         // and what it sends meanwhile is dropped.
@@ -881,7 +897,13 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
 
     /// What the wake-word service said, for the worker (from the I/O thread).
     func wakeEvent(_ event: WakeEvent, generation: Int) {
-        enqueue(.wake(event, generation: generation))
+        lock.withLock {
+            if case .detection = event {
+                guard queuedDetections[generation, default: 0] < Self.maxQueuedDetections else { return }
+                queuedDetections[generation, default: 0] += 1
+            }
+            enqueueLocked(.wake(event, generation: generation))
+        }
     }
 
     /// Queues an event for the callbacks. Once free has begun nothing more is queued, except

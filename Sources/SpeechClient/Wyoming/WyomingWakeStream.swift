@@ -101,7 +101,7 @@ final class WyomingWakeStream: @unchecked Sendable {
             let sample = event.data["timestamp"]?.numberValue.flatMap { ms -> Int? in
                 ms.isFinite && ms >= 0 && ms < 1e12 ? origin + SpeechAudio.samples(milliseconds: Int(ms)) : nil
             }
-            handler(.detection(name: name, sample: sample))
+            handler(.detection(name: name.shownFromServer(limit: 256), sample: sample))
         case "error":
             connection.fail(WyomingStream.serverError(event, peer: connection.peer))
         case "ping":

@@ -622,6 +622,40 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(client.queuedResponseBytesForTests == 0)
     }
 
+    /// The same for what a server can send without end that is not a result: ends of speech
+    /// (a Wyoming `transcript` with no words) and wake-word detections. Each was queued
+    /// uncounted: 400,000 of each here made 800,000 commands.
+    @Test func endsOfSpeechAndDetectionsQueuedWhileTheWorkerIsHeldUpAreBounded() throws {
+        let log = EventLog()
+        let messages = Locked<[String]>([])
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(), handler: { c, e in
+            if case .error(let error) = e { messages.withLock { $0.append(error.message) } }
+            log.handler(c, e)
+        })
+        defer { try? client.close() }
+        let atStart = OneShot<Bool>()
+        let release = OneShot<Bool>()
+        client.turnStartingForTests = { atStart.set(true); _ = release.wait() }
+        try client.start()  // its turn is held at its start
+        #expect(atStart.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
+        client.turnStartingForTests = nil
+        for _ in 0..<400_000 {
+            client.streamEvent(.endpointed(ignoresTheRest: false), generation: 1_000_099)
+            client.wakeEvent(.detection(name: "hey_jarvis", sample: nil), generation: 1_000_098)
+        }
+        let queued = client.queuedResponseBytesForTests
+        #expect(queued > 0 && queued <= Client.maxQueuedResponseBytes, "\(queued)")
+        let commands = client.queuedCommandsForTests
+        #expect(commands <= Client.maxQueuedResponseBytes / 64 + Client.maxQueuedDetections + 2, "\(commands)")
+        release.set(true)
+        // The queue is full: the context's own stream, its answers refused too, ends with it
+        // (the server is past the bound), and every command is taken.
+        #expect(log.waitFor { $0.contains { $0.hasPrefix("stop") } }, "\(log.lines)")
+        #expect(messages.withLock { $0 }.allSatisfy { $0.contains("more than 16 MiB") }, "\(messages.withLock { $0 })")
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(client.queuedResponseBytesForTests == 0 && client.queuedCommandsForTests == 0)
+    }
+
     /// A stream whose stop the server never answers (a hung replica) counts as lost after the
     /// finish timeout: its audio is replayed on a new stream, which finishes the context. The
     /// client stayed STOPPING for good.
