@@ -20,6 +20,8 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
 
     // Loop-thread state.
     var onEvent: (WyomingEvent) -> Void = { _ in }
+    /// After the events of one read: what they changed may be acted on once, not per event.
+    var onEventsRead: () -> Void = {}
     var onFailure: (SpeechClientError) -> Void = { _ in }
     /// The peer closed or reset the connection: true when the owner takes that as the end it
     /// expected (it has closed the connection), false to fail it as usual.
@@ -114,6 +116,7 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
                 do throws(SpeechClientError) {
                     let events = try reader.feed(readBuffer[0..<n])
                     for event in events where !isClosed { onEvent(event) }
+                    if !isClosed && !events.isEmpty { onEventsRead() }
                 } catch {
                     var e = error
                     e.message = "from \(peer): " + e.message
@@ -182,6 +185,7 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
         if isClosed { return }
         isClosed = true
         onEvent = { _ in }
+        onEventsRead = {}
         onFailure = { _ in }
         onPeerGone = { false }
         if registered { loop.unregister(fd: io.fd) }

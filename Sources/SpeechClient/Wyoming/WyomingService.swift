@@ -283,6 +283,8 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private var samplesSent = 0
     private var startSent = false
     private var partial = StreamedTranscript()
+    /// Chunks changed the words since they were last delivered.
+    private var tentativeDue = false
     private var resultTimer: UInt64?
     /// The segment the next transcript is (one per end of speech the server sends).
     private var segment: Int32 = 0
@@ -310,6 +312,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         self.handler = handler
         self.endpoints = endpoints
         connection.onEvent = { [self] event in handle(event) }
+        connection.onEventsRead = { [self] in deliverTentative() }
         connection.onFailure = { [self] error in
             cancelResultTimer()
             deliver(.closed(error))
@@ -387,19 +390,29 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
 
     // MARK: the loop's side
 
+    /// The streamed transcript's words, once for all the chunks of a read: each chunk's update
+    /// copies every word so far, so one per chunk cost a server's tiny chunks that many copies.
+    private func deliverTentative() {
+        guard tentativeDue else { return }
+        tentativeDue = false
+        if let (text, words) = partial.words() {
+            deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment,
+                                          payload: .tentativeTranscript(text: text, words: words))))
+        }
+    }
+
     private func handle(_ event: WyomingEvent) {
+        // The transcript so far goes before anything that follows it.
+        if event.type != "transcript-chunk" { deliverTentative() }
         switch event.type {
         case "transcript-start":
             partial = StreamedTranscript()
         case "transcript-chunk":
             // Bounded as a segment is: a server that streams chunks without end, or chunks of
             // blanks that make no words and so never reach the segment's bounds, grew the text
-            // for as long as the stream lasted.
+            // for as long as the stream lasted. Delivered once per read (`deliverTentative`).
             do throws(SpeechClientError) {
-                if let (text, words) = try partial.append(event.data["text"]?.stringValue ?? "") {
-                    deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment,
-                                                  payload: .tentativeTranscript(text: text, words: words))))
-                }
+                if try partial.append(event.data["text"]?.stringValue ?? "") { tentativeDue = true }
             } catch {
                 connection.fail(SpeechClientError(.parse, "\(peer) \(error.message); the stream was ended"))
             }
