@@ -114,8 +114,8 @@ extension SLUWord {
     /// million words, about 60 times its size in memory, before the segment's bound refused them.
     static func words(_ text: String, atMost limit: Int = SegmentAssembler.maxWordsPerSegment,
                       firstIndex: Int = 0) -> [SLUWord]? {
-        // Counted by scalars, allocating nothing. A white space scalar always begins a character
-        // (none extends a grapheme), so this count is never below the split's below.
+        // Counted by scalars, allocating nothing. Every word of the split below begins with a
+        // scalar that begins a word here, so this count is never below the split's.
         var count = 0
         var inWord = false
         var hasControl = false
