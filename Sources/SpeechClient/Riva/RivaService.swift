@@ -187,6 +187,8 @@ public struct RivaResult: Equatable {
         return results
     }
 
+    private static let tooManyWords = SpeechClientError(.parse, "the server sent a response of more than \(SegmentAssembler.maxWordsPerSegment) words")
+
     private static func decodeResult(_ reader: ProtobufReader, wordsLeft: inout Int) throws(SpeechClientError) -> RivaResult {
         var m = reader
         var result = RivaResult()
@@ -214,23 +216,20 @@ public struct RivaResult: Equatable {
                             default: break
                             }
                         }
-                        guard timed.count < wordsLeft else {
-                            throw SpeechClientError(.parse, "the server sent a response of more than \(SegmentAssembler.maxWordsPerSegment) words")
-                        }
+                        guard timed.count < wordsLeft else { throw tooManyWords }
                         timed.append(word)
                     }
                 }
                 // Words with their offsets when the server gives them (final results); else
                 // the transcript's words, times unknown (interim results carry none). A word
                 // of Riva's may hold several (a phrase): each gets its times.
-                let tooMany = SpeechClientError(.parse, "the server sent a response of more than \(SegmentAssembler.maxWordsPerSegment) words")
                 if timed.isEmpty {
-                    guard let words = SLUWord.words(result.transcript, atMost: wordsLeft) else { throw tooMany }
+                    guard let words = SLUWord.words(result.transcript, atMost: wordsLeft) else { throw tooManyWords }
                     result.words = words
                 } else {
                     for t in timed {
                         guard let words = SLUWord.words(t.0, atMost: wordsLeft - result.words.count,
-                                                        firstIndex: result.words.count) else { throw tooMany }
+                                                        firstIndex: result.words.count) else { throw tooManyWords }
                         result.words += words.map {
                             SLUWord(text: $0.text, index: $0.index, startMilliseconds: t.1, endMilliseconds: t.2, confidence: t.3)
                         }

@@ -597,6 +597,18 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(took < 600, "\(took) ms")
     }
 
+    /// Starts a context whose worker turn is held at its start (as by a connect or a login)
+    /// until the returned shot is set.
+    func startWithTheWorkerHeld(_ client: Client) throws -> OneShot<Bool> {
+        let atStart = OneShot<Bool>()
+        let release = OneShot<Bool>()
+        client.turnStartingForTests = { atStart.set(true); _ = release.wait() }
+        try client.start()
+        #expect(atStart.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
+        client.turnStartingForTests = nil
+        return release
+    }
+
     /// Responses that arrive while the worker is held up (a connect, a login) are queued for
     /// it, bounded in bytes: a server sending without end is ended (its stream closed with a
     /// parse error) and what it sends meanwhile dropped. The queue grew without limit.
@@ -604,12 +616,7 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         let log = EventLog()
         let client = try Client(options: try pushOptions(), service: FakeRecognitionService(), handler: log.handler)
         defer { try? client.close() }
-        let atStart = OneShot<Bool>()
-        let release = OneShot<Bool>()
-        client.turnStartingForTests = { atStart.set(true); _ = release.wait() }
-        try client.start()  // its turn is held at its start
-        #expect(atStart.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
-        client.turnStartingForTests = nil
+        let release = try startWithTheWorkerHeld(client)
         let words = (0..<Int32(60)).map { SLUWord(text: String(repeating: "x", count: 1000), index: $0, startMilliseconds: 0, endMilliseconds: 0) }
         let bulky = SLUResponse(audioContext: "ctx", segmentId: 0, payload: .tentativeTranscript(text: "", words: words))
         for _ in 0..<600 { client.streamEvent(.response(bulky), generation: 99) }  // ~36 MB
@@ -633,15 +640,10 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
             log.handler(c, e)
         })
         defer { try? client.close() }
-        let atStart = OneShot<Bool>()
-        let release = OneShot<Bool>()
-        client.turnStartingForTests = { atStart.set(true); _ = release.wait() }
-        try client.start()  // its turn is held at its start
-        #expect(atStart.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) == true)
-        client.turnStartingForTests = nil
+        let release = try startWithTheWorkerHeld(client)
         for _ in 0..<400_000 {
-            client.streamEvent(.endpointed(ignoresTheRest: false), generation: 1_000_099)
-            client.wakeEvent(.detection(name: "hey_jarvis", sample: nil), generation: 1_000_098)
+            client.streamEvent(.endpointed(ignoresTheRest: false), generation: 99)
+            client.wakeEvent(.detection(name: "hey_jarvis", sample: nil), generation: 98)
         }
         let queued = client.queuedResponseBytesForTests
         #expect(queued > 0 && queued <= Client.maxQueuedResponseBytes, "\(queued)")
