@@ -1,5 +1,5 @@
-/// A small JSON reader (RFC 8259) for JWT payloads, config and Wyoming events: bounded depth,
-/// never traps, malformed text throws a `.parse` error. `serialized()` writes it back.
+/// A small JSON reader (RFC 8259) for JWT payloads, config and Wyoming events: bounded depth and
+/// bounded memory, never traps, malformed text throws a `.parse` error. `serialized()` writes it back.
 public enum JSONValue: Sendable, Equatable {
     case null
     case bool(Bool)
@@ -39,27 +39,72 @@ public enum JSONValue: Sendable, Equatable {
         }
     }
 
-    public static func parse(_ bytes: [UInt8], maxDepth: Int = 32) throws(SpeechClientError) -> JSONValue {
-        var p = Parser(bytes: bytes, maxDepth: maxDepth)
+    /// The memory a parsed value may take by default (`maxBytes`): far beyond any JWT, config or
+    /// Wyoming event this library reads, and what a hostile peer can make one parse hold.
+    public static let defaultMaxBytes = 16 << 20
+
+    /// Parses `bytes`. `maxBytes` bounds the memory the value will hold, estimated as it is built
+    /// (see `Cost`): text is small next to what it expands to (`[0,0,...]` takes ~15 times its
+    /// bytes, `[{"a":0},...]` ~25 times), so a bound on the text alone is no bound on memory.
+    public static func parse(_ bytes: [UInt8], maxDepth: Int = 32, maxBytes: Int = defaultMaxBytes) throws(SpeechClientError) -> JSONValue {
+        var budget = maxBytes
+        return try parse(bytes, maxDepth: maxDepth, budget: &budget, bound: maxBytes)
+    }
+
+    /// As `parse(_:maxDepth:maxBytes:)`, taking what the value holds off `budget`: values parsed
+    /// one after the other (a Wyoming event's line and its data block) share one `bound`, the
+    /// figure an error names.
+    static func parse(_ bytes: [UInt8], maxDepth: Int = 32, budget: inout Int, bound: Int) throws(SpeechClientError) -> JSONValue {
+        var p = Parser(bytes: bytes, maxDepth: maxDepth, budget: budget, bound: bound)
         p.skipSpace()
         let v = try p.value(depth: 0)
         p.skipSpace()
         guard p.i == bytes.count else { throw p.fail("trailing characters") }
+        budget = p.budget
         return v
+    }
+
+    /// What a parsed value holds in memory, in bytes, measured (peak RSS while 5 MiB of each shape
+    /// was parsed, growth of arrays and tables included): a value ~30-40 in its parent's storage,
+    /// an object member ~100 more for its hash table slot, a non-empty array or object ~64 for its
+    /// heap header, a string longer than the 15 bytes Swift keeps inline ~48 plus its bytes.
+    enum Cost {
+        static let value = 40
+        static let member = 96
+        static let container = 64
+        static let inlineString = 15
+        static let heapString = 48
     }
 
     private struct Parser {
         let bytes: [UInt8]
         let maxDepth: Int
+        var budget: Int
+        let bound: Int
         var i = 0
 
-        init(bytes: [UInt8], maxDepth: Int) {
+        init(bytes: [UInt8], maxDepth: Int, budget: Int, bound: Int) {
             self.bytes = bytes
             self.maxDepth = maxDepth
+            self.budget = budget
+            self.bound = bound
         }
 
         func fail(_ why: String) -> SpeechClientError {
             SpeechClientError(.parse, "malformed JSON at byte \(i): \(why)")
+        }
+
+        /// Takes `bytes` off the budget, or fails: the text would expand past the memory allowed.
+        mutating func spend(_ bytes: Int) throws(SpeechClientError) {
+            budget -= bytes
+            if budget < 0 {
+                throw SpeechClientError(.parse, "JSON at byte \(i) would take more than the \(bound >> 10) KB of memory allowed once read")
+            }
+        }
+
+        mutating func spend(string s: String) throws(SpeechClientError) {
+            let n = s.utf8.count
+            if n > Cost.inlineString { try spend(Cost.heapString + n) }
         }
 
         mutating func skipSpace() {
@@ -76,16 +121,19 @@ public enum JSONValue: Sendable, Equatable {
         mutating func value(depth: Int) throws(SpeechClientError) -> JSONValue {
             guard depth < maxDepth else { throw fail("nested deeper than \(maxDepth)") }
             guard i < bytes.count else { throw fail("unexpected end") }
+            try spend(Cost.value)
             switch bytes[i] {
             case UInt8(ascii: "{"):
                 i += 1
                 var o: [String: JSONValue] = [:]
                 skipSpace()
                 if i < bytes.count, bytes[i] == UInt8(ascii: "}") { i += 1; return .object(o) }
+                try spend(Cost.container)
                 while true {
                     skipSpace()
                     guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a key") }
                     let k = try string()
+                    try spend(Cost.member)
                     skipSpace()
                     guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
                     i += 1
@@ -102,6 +150,7 @@ public enum JSONValue: Sendable, Equatable {
                 var a: [JSONValue] = []
                 skipSpace()
                 if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return .array(a) }
+                try spend(Cost.container)
                 while true {
                     skipSpace()
                     a.append(try value(depth: depth + 1))
@@ -149,9 +198,21 @@ public enum JSONValue: Sendable, Equatable {
             return v
         }
 
+        /// A string's value, its memory taken off the budget. Text without escapes is decoded
+        /// straight from the input (one copy, not an array of bytes and then a string).
         mutating func string() throws(SpeechClientError) -> String {
             i += 1 // opening quote
-            var out: [UInt8] = []
+            let start = i
+            var j = i
+            while j < bytes.count, bytes[j] != UInt8(ascii: "\""), bytes[j] != UInt8(ascii: "\\"), bytes[j] >= 0x20 { j += 1 }
+            if j < bytes.count, bytes[j] == UInt8(ascii: "\"") {
+                i = j + 1
+                let s = String(decoding: bytes[start..<j], as: UTF8.self)
+                try spend(string: s)
+                return s
+            }
+            i = j
+            var out = Array(bytes[start..<j])
             while true {
                 guard i < bytes.count else { throw fail("unterminated string") }
                 let c = bytes[i]
@@ -186,7 +247,9 @@ public enum JSONValue: Sendable, Equatable {
                 default: throw fail("unknown escape")
                 }
             }
-            return String(decoding: out, as: UTF8.self)
+            let s = String(decoding: out, as: UTF8.self)
+            try spend(string: s)
+            return s
         }
     }
 }

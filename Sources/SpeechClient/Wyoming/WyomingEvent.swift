@@ -40,21 +40,41 @@ public struct WyomingEventReader {
     /// Data and payload of one event. A recognition or wake service sends text, not audio; 4 MiB
     /// is far beyond any transcript.
     public static let maxBodyBytes = 4 << 20
+    /// The memory one event's JSON (its line and its data block together) may take once parsed:
+    /// text expands up to ~25 times (`JSONValue.Cost`), so 5 MiB of it could otherwise hold
+    /// ~120 MB. A legitimate event is far below: a transcript about its text's size, an `info`
+    /// listing a hundred models and their languages well under 1 MiB.
+    public static let maxParsedBytes = 16 << 20
+
+    /// Payloads are kept for the caller (`true`), or dropped as they arrive and events handed over
+    /// with an empty one: a recognition or wake service's events carry none that this client reads.
+    public let keepsPayloads: Bool
 
     private var buffer: [UInt8] = []
     private var offset = 0
     /// Where the search for the current line's end goes on (bytes before it hold no newline).
     private var scanned = 0
-    /// The header of the event whose data and payload are still arriving.
-    private var pending: (type: String, data: [String: JSONValue], dataLength: Int, payloadLength: Int)?
+    /// The header of the event whose data and payload are still arriving, and what of the
+    /// parse budget its line left for its data.
+    private var pending: (type: String, data: [String: JSONValue], dataLength: Int, payloadLength: Int, budget: Int)?
+    /// Payload bytes still to be dropped as they arrive (`keepsPayloads` false).
+    private var skipping = 0
 
-    public init() {}
+    public init(keepsPayloads: Bool = true) {
+        self.keepsPayloads = keepsPayloads
+    }
 
     /// Bytes held for an event not yet complete.
     public var bufferedBytes: Int { buffer.count - offset }
 
     /// Appends `bytes` and returns the events they complete, in order.
     public mutating func feed(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> [WyomingEvent] {
+        var bytes = bytes
+        if skipping > 0 {
+            let dropped = min(skipping, bytes.count)
+            skipping -= dropped
+            bytes = bytes.dropFirst(dropped)
+        }
         buffer.append(contentsOf: bytes)
         var events: [WyomingEvent] = []
         while let event = try next() { events.append(event) }
@@ -83,27 +103,39 @@ public struct WyomingEventReader {
             pending = try Self.header(line)
         }
         guard let header = pending else { return nil }
-        guard buffer.count - offset >= header.dataLength + header.payloadLength else { return nil }
+        // Without its payload kept, an event is complete once its data is here; the payload is
+        // dropped from the buffer and, past it, as it arrives.
+        let needed = header.dataLength + (keepsPayloads ? header.payloadLength : 0)
+        guard buffer.count - offset >= needed else { return nil }
         var data = header.data
         if header.dataLength > 0 {
             let block = Array(buffer[offset..<(offset + header.dataLength)])
-            guard case .object(let extra) = try Self.json(block, what: "data of a '\(header.type)' event") else {
+            var budget = header.budget
+            guard case .object(let extra) = try Self.json(block, what: "data of a '\(header.type)' event", budget: &budget) else {
                 throw SpeechClientError(.parse, "the data of a Wyoming '\(header.type)' event is not a JSON object")
             }
             data.merge(extra) { _, new in new }
         }
         offset += header.dataLength
-        let payload = Array(buffer[offset..<(offset + header.payloadLength)])
-        offset += header.payloadLength
+        var payload: [UInt8] = []
+        if keepsPayloads {
+            payload = Array(buffer[offset..<(offset + header.payloadLength)])
+            offset += header.payloadLength
+        } else {
+            let here = min(header.payloadLength, buffer.count - offset)
+            offset += here
+            skipping = header.payloadLength - here
+        }
         pending = nil
         return WyomingEvent(type: header.type, data: data, payload: payload)
     }
 
-    private static func header(_ line: [UInt8]) throws(SpeechClientError) -> (type: String, data: [String: JSONValue], dataLength: Int, payloadLength: Int) {
+    private static func header(_ line: [UInt8]) throws(SpeechClientError) -> (type: String, data: [String: JSONValue], dataLength: Int, payloadLength: Int, budget: Int) {
         if line.starts(with: Array("HTTP/".utf8)) {
             throw SpeechClientError(.parse, "the server answered in HTTP, not Wyoming: '\(String(decoding: line.prefix(60), as: UTF8.self))'")
         }
-        guard case .object(let header) = try json(line, what: "event line") else {
+        var budget = maxParsedBytes
+        guard case .object(let header) = try json(line, what: "event line", budget: &budget) else {
             throw SpeechClientError(.parse, "a Wyoming event line is not a JSON object")
         }
         guard let type = header["type"]?.stringValue, !type.isEmpty else {
@@ -120,7 +152,7 @@ public struct WyomingEventReader {
         guard dataLength + payloadLength <= maxBodyBytes else {
             throw SpeechClientError(.parse, "a Wyoming '\(type)' event announces \(dataLength + payloadLength) bytes of data and payload, more than the \(maxBodyBytes >> 20) MiB taken")
         }
-        return (type, data, dataLength, payloadLength)
+        return (type, data, dataLength, payloadLength, budget)
     }
 
     private static func length(_ value: JSONValue?, name: String, type: String) throws(SpeechClientError) -> Int {
@@ -136,9 +168,9 @@ public struct WyomingEventReader {
         }
     }
 
-    private static func json(_ bytes: [UInt8], what: String) throws(SpeechClientError) -> JSONValue {
+    private static func json(_ bytes: [UInt8], what: String, budget: inout Int) throws(SpeechClientError) -> JSONValue {
         do throws(SpeechClientError) {
-            return try JSONValue.parse(bytes)
+            return try JSONValue.parse(bytes, budget: &budget, bound: maxParsedBytes)
         } catch {
             throw SpeechClientError(.parse, "a Wyoming \(what) is not valid JSON (\(error.message))")
         }

@@ -143,7 +143,7 @@ struct WyomingHandshake {
     let peer: String
     let deadline: UInt64
     let cancellation: Cancellation?
-    var reader = WyomingEventReader()
+    var reader = WyomingEventReader(keepsPayloads: false)  // no event this client reads carries one
 
     init(fd: Int32, peer: String, deadline: UInt64, cancellation: Cancellation?) {
         self.fd = fd

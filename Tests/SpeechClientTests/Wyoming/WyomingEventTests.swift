@@ -5,13 +5,15 @@ import Testing
 /// the reference's separate data block is merged, and a hostile or wrong server is a `.parse`
 /// error naming what was wrong, never an allocation of what it claims.
 @Suite struct WyomingEventTests {
-    func read(_ bytes: [UInt8], splitEvery step: Int = .max) throws(SpeechClientError) -> [WyomingEvent] {
-        var reader = WyomingEventReader()
+    func read(_ bytes: [UInt8], splitEvery step: Int = .max, keepsPayloads: Bool = true,
+              mostBuffered: ((Int) -> Void)? = nil) throws(SpeechClientError) -> [WyomingEvent] {
+        var reader = WyomingEventReader(keepsPayloads: keepsPayloads)
         var events: [WyomingEvent] = []
         var i = 0
         while i < bytes.count {
             let end = min(bytes.count, i + max(step, 1))
             events += try reader.feed(bytes[i..<end])
+            mostBuffered?(reader.bufferedBytes)
             i = end
         }
         return events
@@ -60,6 +62,72 @@ import Testing
         let error = parseError(text)
         #expect(error?.code == .parse)
         #expect(error?.message.contains(named) == true, "\(error?.message ?? "no error")")
+    }
+
+    @Test func payloadsNotKeptAreDroppedAsTheyArriveAndTheEventsAreTheSame() throws {
+        let transcript = WyomingEvent(type: "transcript", data: ["text": .string("hello there")])
+        let chunk = WyomingEvent(type: "audio-chunk", data: ["rate": .number(16000)],
+                                 payload: [UInt8](repeating: 7, count: WyomingEventReader.maxBodyBytes))
+        let bytes = chunk.encoded() + transcript.encoded() + chunk.encoded() + WyomingEvent(type: "describe").encoded()
+        for step in [1, 4096, 100_000, Int.max] where step != 1 || bytes.count < 1 << 16 {
+            var most = 0
+            let events = try read(bytes, splitEvery: step, keepsPayloads: false) { most = max(most, $0) }
+            var bare = chunk
+            bare.payload = []
+            #expect(events == [bare, transcript, bare, WyomingEvent(type: "describe")])
+            // Never more than one piece of the network's bytes held: the 4 MiB payloads are not.
+            #expect(most <= min(step, bytes.count), "step \(step): \(most) bytes held")
+        }
+        // A payload cut anywhere, even where the next line begins, leaves the next event whole.
+        let small = WyomingEvent(type: "audio-chunk", payload: [1, 2, 3, 10, 10])
+        let pair = small.encoded() + transcript.encoded()
+        for step in 1...pair.count {
+            var bare = small
+            bare.payload = []
+            #expect(try read(pair, splitEvery: step, keepsPayloads: false) == [bare, transcript])
+        }
+    }
+
+    /// A hostile server's JSON expands in memory far beyond its bytes (measured before the
+    /// bound: 5 MiB of `{"a":0},` took 121 MB at peak); one event's line and data share a bound.
+    @Test(arguments: ["0,", "{\"a\":0},", "[],", "\"aaaaaaaaaaaaaaaaaaaa\","])
+    func anEventWhoseJSONWouldExpandPastTheBoundIsRefused(unit: String) {
+        let items = String(repeating: unit, count: (4 << 20) / unit.utf8.count - 8) + "0"
+        let data = "{\"items\":[" + items + "]}"
+        let line = "{\"type\":\"info\",\"data_length\":\(data.utf8.count)}\n"
+        let error = parseError(line + data)
+        #expect(error?.code == .parse)
+        #expect(error?.message.contains("more than the \(WyomingEventReader.maxParsedBytes >> 10) KB of memory") == true, "\(String(describing: error?.message))")
+        // The same text with the memory to hold it parses: only the bound refused it.
+        #expect((try? JSONValue.parse(Array(data.utf8), maxBytes: 1 << 30)) != nil)
+    }
+
+    @Test func theLineAndItsDataShareOneBound() throws {
+        // Each half alone is within the bound; the two together are not.
+        let half = String(repeating: "0,", count: WyomingEventReader.maxParsedBytes / JSONValue.Cost.value / 2 + 1000) + "0"
+        let inline = "{\"type\":\"x\",\"data\":{\"a\":[" + half + "]}"
+        let data = "{\"b\":[" + half + "]}"
+        #expect(throws: Never.self) { try read(Array((inline + "}\n").utf8)) }
+        #expect(throws: Never.self) { try read(Array(("{\"type\":\"x\",\"data_length\":\(data.utf8.count)}\n" + data).utf8)) }
+        let both = parseError(inline + ",\"data_length\":\(data.utf8.count)}\n" + data)
+        #expect(both?.message.contains("data of a 'x' event") == true && both?.message.contains("of memory") == true,
+                "\(String(describing: both?.message))")
+    }
+
+    /// What a real multilingual server says of itself is far within the bound: 200 models, each
+    /// with 100 languages and a description (~1 MiB, the longest line taken).
+    @Test func aLargeInfoIsWithinTheBound() throws {
+        let languages = "[" + (0..<100).map { "\"l\($0)\"" }.joined(separator: ",") + "]"
+        let model = { (n: Int) in
+            "{\"name\":\"model-\(n)-large-v3\",\"description\":\"\(String(repeating: "a model for speech ", count: 10))\","
+                + "\"attribution\":{\"name\":\"someone\",\"url\":\"https://example.com/models/\(n)\"},"
+                + "\"installed\":true,\"version\":\"1.0\",\"languages\":\(languages)}"
+        }
+        let models = (0..<200).map(model).joined(separator: ",")
+        let line = "{\"type\":\"info\",\"data\":{\"asr\":[{\"name\":\"whisper\",\"installed\":true,\"models\":[" + models + "]}]}}\n"
+        #expect(line.utf8.count < WyomingEventReader.maxLineBytes)
+        let events = try read(Array(line.utf8))
+        #expect(events.count == 1 && events.first?.type == "info")
     }
 
     @Test func aLineWithoutEndIsRefusedOnceItPassesTheBound() throws {
