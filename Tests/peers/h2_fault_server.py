@@ -180,6 +180,18 @@ class Connection:
         self.conn.send_data(sid, frame(b"one") + frame(b"two"))
         self.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
 
+    def continuation_flood(self, sid, headers):
+        # CVE-2024-28182: a header block that never ends, as empty CONTINUATION frames (no
+        # bytes for the client's header cap to count). Written by hand, past h2's state; sent
+        # until the client closes the connection, or for 10 s.
+        self.flush()
+        hpack_status_200 = b"\x88"
+        self.sock.sendall(struct.pack(">I", len(hpack_status_200))[1:] + bytes([1, 0]) + struct.pack(">I", sid) + hpack_status_200)
+        empty = struct.pack(">I", 0)[1:] + bytes([9, 0]) + struct.pack(">I", sid)
+        until = time.monotonic() + 10
+        while time.monotonic() < until:
+            self.sock.sendall(empty * 1000)
+
     def silent(self, sid, headers):
         pass  # never answers
 
@@ -211,6 +223,7 @@ SCENARIOS = {
     "HugeHeaders": Connection.huge_headers,
     "HugeTrailers": Connection.huge_trailers,
     "TwoMessages": Connection.two_messages,
+    "ContinuationFlood": Connection.continuation_flood,
     "Silent": Connection.silent,
     "StopReading": Connection.stop_reading_scenario,
     "Blackhole": Connection.blackhole_scenario,

@@ -149,6 +149,19 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(e?.message.contains("sent a header block over the 64 KiB limit") == true, "\(String(describing: e))")
     }
 
+    /// CVE-2024-28182: a header block continued without end made the HTTP/2 library decode for as
+    /// long as the server sent. Debian's libnghttp2 fixed it in 1.52.0-1+deb12u2 (the package
+    /// depends on 1.52.0-1+deb12u3): the connection fails at once, not at the call's deadline.
+    @Test func aHeaderBlockThatNeverEndsFailsTheConnectionAtOnce() throws {
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_005)))
+        let start = Clock.monotonicNanos()
+        let e = try unaryError("ContinuationFlood", timeout: 8000, channel: ch)
+        let took = (Clock.monotonicNanos() - start) / 1_000_000
+        // nghttp2's own words: an unpatched library ends only at the deadline (`.timeout`).
+        #expect(e?.message.contains("Too many CONTINUATION frames") == true, "\(String(describing: e))")
+        #expect(took < 4000, "\(took) ms: \(String(describing: e))")
+    }
+
     @Test func unaryWithTwoResponsesIsInternal() throws {
         let e = try unaryError("TwoMessages")
         #expect(e?.code == .parse)
