@@ -153,9 +153,17 @@ import Glibc
         #expect("plain".shownFromServer() == "plain")
         #expect("a\nb\u{1B}[31mc\u{0}".shownFromServer() == "a?b?[31mc?")
         #expect(String(repeating: "x", count: 5_000).shownFromServer(limit: 10) == "xxxxxxxxxx...")
-        // Cut between scalars: "é" is 2 bytes, the third does not fit in 5.
+        // Cut between characters: "é" is 2 bytes, the third does not fit in 5.
         #expect("ééé".shownFromServer(limit: 5) == "éé...")
         #expect(String(repeating: "y", count: 4 << 20).shownFromServer().utf8.count == 1_024 + 3)
+        // Not inside one: "e" and a combining accent (3 bytes) stay together, as do a flag's two
+        // regional indicators (8 bytes).
+        #expect("e\u{301}e\u{301}".shownFromServer(limit: 5) == "e\u{301}...")
+        #expect("ok \u{1F1EB}\u{1F1EE}".shownFromServer(limit: 9) == "ok ...")
+        // What makes a log line lie about itself: separators that end it, controls that turn it.
+        #expect("a\u{2028}b\u{2029}c\u{202E}d\u{2066}e\u{200F}f\r\ng".shownFromServer() == "a?b?c?d?e?f??g")
+        // Format characters that only join or shape what is shown stay.
+        #expect("\u{1F469}\u{200D}\u{1F4BB} soft\u{AD}hyphen".shownFromServer() == "\u{1F469}\u{200D}\u{1F4BB} soft\u{AD}hyphen")
     }
 
     @Test func ownedCStringReplacesInteriorNUL() {
