@@ -64,6 +64,11 @@ Scenarios (--scenario):
                   fails each time (wyoming-faster-whisper's closes the connection and sends no
                   error event).
   StreamingFailAfterStop  the same, streaming (as Streaming) while the audio arrives.
+  WakeLongName    a wake-word service: info lists the wake program "fault-wake" with model
+                  "hey_fault"; after detect and audio-start, at the first audio-chunk a
+                  detection whose name is "hey_fault" and 100,000 "x" (timestamp 0).
+  ManyWords       as Normal, but the transcript is 20,000 one-letter words (40 KB: within the
+                  bound on a segment's text, past the one on its words).
   Endpointing     a server with its own voice activity detection (as a Silero VAD in front of
                   Parakeet): an audio chunk whose largest sample exceeds 500 is speech; after
                   speech, 0.3 s of audio without it ends an utterance, answered at once (before
@@ -114,7 +119,7 @@ import time
 VERSION = "1.10.2"
 SCENARIOS = ("Normal", "Streaming", "StreamingStopFirst", "NoInfo", "HTTP", "HugePayload",
              "HugeData", "HugeLine", "TruncatedJSON", "TruncatedData", "UnknownEvents",
-             "NotUTF8", "CloseMidStream", "Error", "FailAfterStop", "StreamingFailAfterStop", "NoTranscript", "ChunkFlood", "Pings", "PingsUnread",
+             "NotUTF8", "CloseMidStream", "Error", "FailAfterStop", "StreamingFailAfterStop", "NoTranscript", "ChunkFlood", "ManyWords", "WakeLongName", "Pings", "PingsUnread",
              "Endpointing", "EndpointOnce")
 MAX_LINE = 1 << 20          # what we accept from a client
 MAX_DATA = 1 << 20
@@ -281,7 +286,7 @@ class Conn:
 def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknown: bool = False,
               not_utf8: bool = False, error: bool = False, close_mid_stream: bool = False,
               no_transcript: bool = False, chunk_flood: bool = False, pings: bool = False,
-              fail_after_stop: bool = False) -> None:
+              fail_after_stop: bool = False, many_words: bool = False) -> None:
     """The event loop of a well-behaved ASR server, with the scenario's deviations.
     chunk_flood: at the first audio, 40 transcript-chunk events of 8 KiB of blanks (no words).
     pings: at audio-start, 8 pings of 64 KiB of text; once their 8 pongs are in, a streamed
@@ -376,6 +381,8 @@ def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknow
                                   "code": "scripted-error"})
                 continue
             text = f"{audio_bytes} bytes"
+            if many_words:
+                text = " ".join(["w"] * 20000)
             if streaming:
                 if not started_stream:
                     c.event("transcript-start", {"language": "en"})
@@ -519,6 +526,24 @@ def run_scenario(c: Conn) -> None:
         serve_asr(c, no_transcript=True)
     elif s == "ChunkFlood":
         serve_asr(c, chunk_flood=True)
+    elif s == "ManyWords":
+        serve_asr(c, many_words=True)
+    elif s == "WakeLongName":
+        detected = False
+        while True:
+            type_, data, payload = c.read_event()
+            if type_ == "describe":
+                info = info_data(False)
+                info["asr"] = []
+                info["wake"] = [{"name": "fault-wake", "description": "scripted", "installed": True,
+                                 "attribution": {"name": "tests", "url": ""}, "version": "1.0",
+                                 "models": [{"name": "hey_fault", "description": "", "installed": True,
+                                             "attribution": {"name": "tests", "url": ""}, "version": "1.0",
+                                             "languages": ["en"], "phrase": "hey fault"}]}]
+                c.event("info", info)
+            elif type_ == "audio-chunk" and not detected:
+                detected = True
+                c.event("detection", {"name": "hey_fault" + "x" * 100000, "timestamp": 0})
     elif s == "Pings":
         serve_asr(c, pings=True)
     elif s == "PingsUnread":

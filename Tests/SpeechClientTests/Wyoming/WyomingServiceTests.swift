@@ -125,6 +125,40 @@ import Testing
         #expect(error?.message.contains("over 64 KiB") == true, "\(String(describing: error))")
     }
 
+    /// A final transcript of more words than a segment holds (20,000 one-letter words: 40 KB, so
+    /// within the bound on its text) ends the stream with a parse error naming the bound; the
+    /// words are counted before they are made, not after.
+    @Test func aTranscriptOfMoreWordsThanASegmentHoldsEndsTheStream() throws {
+        let server = try peer("ManyWords")
+        defer { server.stop() }
+        let (stream, closed) = try streamRecordingItsEnd(server, resultTimeoutMilliseconds: 3000)
+        defer { stream.cancel() }
+        stream.send(.start(appId: "", options: []))
+        stream.send(.audio(Self.oneSecond))
+        stream.send(.stop)
+        let error = closed.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) ?? nil
+        #expect(error?.code == .parse, "\(String(describing: error))")
+        #expect(error?.message.contains("more than \(SegmentAssembler.maxWordsPerSegment) words") == true, "\(String(describing: error))")
+    }
+
+    /// A wake word's name as the service gives it goes into the client's events and logs: a
+    /// service's 100 KB name arrives cut to 256 bytes ("..." said so).
+    @Test func aWakeWordsNameFromTheServiceIsCut() throws {
+        let server = try peer("WakeLongName")
+        defer { server.stop() }
+        let detected = OneShot<String>()
+        let wake = try WyomingWakeStream(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(server.port)"), name: "hey_fault",
+                                         origin: 0, connectTimeoutMilliseconds: 3000, cancellation: nil, applicationDriven: false) { event in
+            if case .detection(let name, _) = event { detected.set(name) }
+        }
+        defer { wake.close() }
+        #expect(wake.model == "hey_fault")
+        wake.send(Array(Self.oneSecond[0..<1600]))
+        let name = detected.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000)
+        #expect(name?.hasPrefix("hey_faultxxx") == true && name?.hasSuffix("x...") == true, "\(String(describing: name?.prefix(40)))")
+        #expect(name?.utf8.count == 256 + 3)
+    }
+
     /// The answers to a server's pings count in the send backlog like any bytes sent: once the
     /// server has read them all, nothing is waiting. Uncounted, each reply written took its
     /// size off the backlog (here 8 x 64 KiB below zero), and a stall check then waited for
