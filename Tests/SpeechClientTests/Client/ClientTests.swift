@@ -538,6 +538,20 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(!log.lines.contains { $0.hasPrefix("error") }, "\(log.lines)")
     }
 
+    /// A response of an unknown kind naming no context, before `started` and after it, is
+    /// ignored: it ended the stream ("a result before the stream's context started"), and with
+    /// it the words the context had to come.
+    @Test func aResponseOfAnUnknownKindWithoutAContextEndsNothing() throws {
+        let log = EventLog()
+        let client = try Client(options: try pushOptions(), service: FakeRecognitionService(.init(unknownPayloadsWithoutContext: 3)),
+                                handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        try pushThreeChunksAndEnd(client)
+        #expect(log.lines.contains { $0.hasPrefix("segment final") }, "\(log.lines)")
+        #expect(!log.lines.contains { $0.hasPrefix("error") }, "\(log.lines)")
+    }
+
     /// A wait for idle in one thread while another frees the client: it ends, refused (free
     /// lets the open context go without making the client idle, and it waited for ever).
     @Test func aWaitForIdleEndsWhenAnotherThreadFreesTheClient() throws {

@@ -58,6 +58,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// After started, this many responses with a payload this client does not know, each
         /// for a new segment id (what a newer server's message reads as).
         var unknownPayloadsAfterStarted = 0
+        /// Before started and after it, this many responses of a kind this client does not know
+        /// that name no audio context (what a newer server's notice might be).
+        var unknownPayloadsWithoutContext = 0
         /// The stream says `started` itself as the start goes out, before the server answers
         /// (Riva, Wyoming): a stream refused (`rejectStreams`) says it before the refusal.
         var ownStarted = false
@@ -183,7 +186,13 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     let w = SLUWord(text: "ghost", index: 0, startMilliseconds: 0, endMilliseconds: 90)
                     out.append(.response(SLUResponse(audioContext: "ghost", segmentId: 0, payload: .tentativeTranscript(text: "ghost", words: [w]))))
                 }
+                for _ in 0..<service.behaviour.unknownPayloadsWithoutContext {
+                    out.append(.response(SLUResponse(audioContext: "", segmentId: 0, payload: .none)))
+                }
                 out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .started)))
+                for _ in 0..<service.behaviour.unknownPayloadsWithoutContext {
+                    out.append(.response(SLUResponse(audioContext: "", segmentId: 0, payload: .none)))
+                }
                 if service.behaviour.startedTwice {
                     out.append(.response(SLUResponse(audioContext: id + "-again", segmentId: 0, payload: .started)))
                 }

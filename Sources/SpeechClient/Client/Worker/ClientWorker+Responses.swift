@@ -311,6 +311,11 @@ extension ClientWorker {
     /// Folds a segment update into the user's context (its id, continuous segment ids and word
     /// times) and emits the segment. Returns the error when the assembler refuses it.
     func applySegmentUpdate(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
+        // A response of a kind this client does not know (a newer server's message) is no result:
+        // ignored whatever context it names, or none (it ended the stream when it came before
+        // `started` or without a context), and given no user segment id (a server sending such
+        // responses for ever new segment ids grew the id map without bound).
+        if case .none = response.payload { return nil }
         // A result for another context than the one this stream carries was filed under the
         // current one (issue 23 item 3): it is a protocol error that ends the stream.
         guard let expected = supervisor.serverContext(of: gen) else {
@@ -325,9 +330,6 @@ extension ClientWorker {
             return SpeechClientError(.parse, "the server sent a result for audio context '\(named)' on the stream of context '\(expected)'; the stream was ended",
                                      grpcStatus: GRPCStatus.internal)
         }
-        // Nothing to apply: no user id is given out for it (a server sending such responses for
-        // ever new segment ids grew the id map without bound).
-        if case .none = response.payload { return nil }
         var mapped = response
         mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
         mapped.segmentId = numbering.userSegment(serverContext: response.audioContext, segment: response.segmentId)
