@@ -502,50 +502,49 @@ def first_bytes(c: Conn, timeout: float = 2.0) -> None:
         c.sock.settimeout(None)
 
 
+# The scenarios that are a well-behaved ASR server with deviations: serve_asr's flags.
+ASR_SCENARIOS = {
+    "Normal": {},
+    "Streaming": {"streaming": True},
+    "StreamingStopFirst": {"streaming": True, "stop_first": True},
+    "UnknownEvents": {"unknown": True},
+    "NotUTF8": {"not_utf8": True},
+    "Error": {"error": True},
+    "CloseMidStream": {"close_mid_stream": True},
+    "FailAfterStop": {"fail_after_stop": True},
+    "StreamingFailAfterStop": {"streaming": True, "fail_after_stop": True},
+    "NoTranscript": {"no_transcript": True},
+    "ChunkFlood": {"chunk_flood": True},
+    "ManyWords": {"many_words": True},
+    "Pings": {"pings": True},
+}
+
+
+def serve_wake_long_name(c: Conn) -> None:
+    """WakeLongName: a wake-word service whose one detection has a 100 KB name."""
+    detected = False
+    while True:
+        type_, data, payload = c.read_event()
+        if type_ == "describe":
+            info = info_data(False)
+            info["asr"] = []
+            info["wake"] = [{"name": "fault-wake", "description": "scripted", "installed": True,
+                             "attribution": {"name": "tests", "url": ""}, "version": "1.0",
+                             "models": [{"name": "hey_fault", "description": "", "installed": True,
+                                         "attribution": {"name": "tests", "url": ""}, "version": "1.0",
+                                         "languages": ["en"], "phrase": "hey fault"}]}]
+            c.event("info", info)
+        elif type_ == "audio-chunk" and not detected:
+            detected = True
+            c.event("detection", {"name": "hey_fault" + "x" * 100000, "timestamp": 0})
+
+
 def run_scenario(c: Conn) -> None:
     s = ARGS.scenario
-    if s == "Normal":
-        serve_asr(c)
-    elif s == "Streaming":
-        serve_asr(c, streaming=True)
-    elif s == "StreamingStopFirst":
-        serve_asr(c, streaming=True, stop_first=True)
-    elif s == "UnknownEvents":
-        serve_asr(c, unknown=True)
-    elif s == "NotUTF8":
-        serve_asr(c, not_utf8=True)
-    elif s == "Error":
-        serve_asr(c, error=True)
-    elif s == "CloseMidStream":
-        serve_asr(c, close_mid_stream=True)
-    elif s == "FailAfterStop":
-        serve_asr(c, fail_after_stop=True)
-    elif s == "StreamingFailAfterStop":
-        serve_asr(c, streaming=True, fail_after_stop=True)
-    elif s == "NoTranscript":
-        serve_asr(c, no_transcript=True)
-    elif s == "ChunkFlood":
-        serve_asr(c, chunk_flood=True)
-    elif s == "ManyWords":
-        serve_asr(c, many_words=True)
+    if s in ASR_SCENARIOS:
+        serve_asr(c, **ASR_SCENARIOS[s])
     elif s == "WakeLongName":
-        detected = False
-        while True:
-            type_, data, payload = c.read_event()
-            if type_ == "describe":
-                info = info_data(False)
-                info["asr"] = []
-                info["wake"] = [{"name": "fault-wake", "description": "scripted", "installed": True,
-                                 "attribution": {"name": "tests", "url": ""}, "version": "1.0",
-                                 "models": [{"name": "hey_fault", "description": "", "installed": True,
-                                             "attribution": {"name": "tests", "url": ""}, "version": "1.0",
-                                             "languages": ["en"], "phrase": "hey fault"}]}]
-                c.event("info", info)
-            elif type_ == "audio-chunk" and not detected:
-                detected = True
-                c.event("detection", {"name": "hey_fault" + "x" * 100000, "timestamp": 0})
-    elif s == "Pings":
-        serve_asr(c, pings=True)
+        serve_wake_long_name(c)
     elif s == "PingsUnread":
         # At audio-start, 8 pings of 3 MiB of text each, and nothing read after them: the
         # client's answers pile up unsent.

@@ -109,18 +109,23 @@ import Testing
         return (stream, closed)
     }
 
-    /// A server streaming transcript chunks that make no words (blanks) without end: the text
-    /// is bounded as a segment is, and the stream ends with a parse error naming the bound. The
-    /// text grew for as long as the stream lasted (the segment's bounds never saw it).
-    @Test func aStreamedTranscriptPastASegmentsBoundEndsTheStream() throws {
-        let server = try peer("ChunkFlood")
+    /// How a stream of one second of audio to the fault server's `scenario` ends (nil: cleanly).
+    func endOfOneSecondStream(to scenario: String) throws -> SpeechClientError? {
+        let server = try peer(scenario)
         defer { server.stop() }
         let (stream, closed) = try streamRecordingItsEnd(server, resultTimeoutMilliseconds: 3000)
         defer { stream.cancel() }
         stream.send(.start(appId: "", options: []))
         stream.send(.audio(Self.oneSecond))
         stream.send(.stop)
-        let error = closed.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) ?? nil
+        return closed.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) ?? nil
+    }
+
+    /// A server streaming transcript chunks that make no words (blanks) without end: the text
+    /// is bounded as a segment is, and the stream ends with a parse error naming the bound. The
+    /// text grew for as long as the stream lasted (the segment's bounds never saw it).
+    @Test func aStreamedTranscriptPastASegmentsBoundEndsTheStream() throws {
+        let error = try endOfOneSecondStream(to: "ChunkFlood")
         #expect(error?.code == .parse, "\(String(describing: error))")
         #expect(error?.message.contains("over 64 KiB") == true, "\(String(describing: error))")
     }
@@ -129,14 +134,7 @@ import Testing
     /// within the bound on its text) ends the stream with a parse error naming the bound; the
     /// words are counted before they are made, not after.
     @Test func aTranscriptOfMoreWordsThanASegmentHoldsEndsTheStream() throws {
-        let server = try peer("ManyWords")
-        defer { server.stop() }
-        let (stream, closed) = try streamRecordingItsEnd(server, resultTimeoutMilliseconds: 3000)
-        defer { stream.cancel() }
-        stream.send(.start(appId: "", options: []))
-        stream.send(.audio(Self.oneSecond))
-        stream.send(.stop)
-        let error = closed.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000) ?? nil
+        let error = try endOfOneSecondStream(to: "ManyWords")
         #expect(error?.code == .parse, "\(String(describing: error))")
         #expect(error?.message.contains("more than \(SegmentAssembler.maxWordsPerSegment) words") == true, "\(String(describing: error))")
     }
