@@ -75,6 +75,20 @@ def test_nul_bytes_in_words_are_replaced_not_cut(speech, tmp_path):
     assert finals[0]["transcript"] == "turn on the kit\ufffdchen lights\ufffd", finals
 
 
+def test_responses_of_an_unknown_kind_end_nothing(speech, tmp_path):
+    """A real grpcio server sending responses of a kind the client does not know (a payload in a
+    field it has no name for), naming no audio context, before `started` and between the words:
+    they ended the stream ("a result before the stream's context started") and the words with
+    it; now they are ignored and the final segment arrives."""
+    import json
+    out = run_scenario("UnknownKinds", speech("hello there"), tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    events = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
+    finals = [e for e in events if e["type"] == "segment" and e["final"]]
+    assert [f["transcript"] for f in finals] == ["hello there"], events
+    assert not [e for e in events if e["type"] == "error"], events
+
+
 def test_a_result_for_another_context_is_a_protocol_error(speech, tmp_path):
     """Issue 23 item 3: a result for an audio_context the stream does not carry was filed under
     the current context; now it ends the stream with an error naming it."""

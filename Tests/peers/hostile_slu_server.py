@@ -14,6 +14,10 @@ Usage: hostile_slu_server.py --scenario NAME  (prints "listening on 127.0.0.1:PO
   NoStarted     accepts the stream and never answers, not even `started` (issue 19 item 1).
   NulWord       a final segment whose words hold NUL bytes ("kit\\0chen"), then finished.
   OtherContext  after `started` for its context, a final word for another audio_context.
+  UnknownKinds  responses of a kind no client knows (a payload in field 99), naming no
+                audio_context, before `started` and after it; then a final segment "hello
+                there" and, at the client's stop, finished (what a newer server's notice looks
+                like to an older client).
   Grow          --words N final words for segment 0, one small message each (the segment grows
                 by one word per update: what `make bench` times per update), then at the
                 client's stop segment_end and finished.
@@ -47,6 +51,10 @@ class HostileSLU(slu_pb2_grpc.SLUServicer):
             kind = request.WhichOneof("streaming_request")
             if kind == "start" or (kind == "event" and request.event.event == slu_pb2.SLUEvent.START):
                 break
+        # Field 99, length-delimited ("notice"): kept by protobuf as an unknown field and sent.
+        unknown = slu_pb2.SLUResponse.FromString(b"\x9a\x06\x06notice")
+        if ARGS.scenario == "UnknownKinds":
+            yield unknown
         yield slu_pb2.SLUResponse(audio_context=context_id, started=slu_pb2.SLUStarted())
         s = ARGS.scenario
         if s == "HugeWords":
@@ -69,6 +77,19 @@ class HostileSLU(slu_pb2_grpc.SLUServicer):
                 if request.WhichOneof("streaming_request") == "stop" or (
                         request.WhichOneof("streaming_request") == "event" and request.event.event == slu_pb2.SLUEvent.STOP):
                     break
+            yield slu_pb2.SLUResponse(audio_context=context_id, finished=slu_pb2.SLUFinished())
+            return
+        elif s == "UnknownKinds":
+            yield unknown
+            for i, text in enumerate(["hello", "there"]):
+                yield slu_pb2.SLUResponse(audio_context=context_id, segment_id=0, transcript=word(text, i))
+                yield unknown
+            yield slu_pb2.SLUResponse(audio_context=context_id, segment_id=0, segment_end=slu_pb2.SLUSegmentEnd())
+            for request in request_iterator:  # until the client's stop
+                if request.WhichOneof("streaming_request") == "stop" or (
+                        request.WhichOneof("streaming_request") == "event" and request.event.event == slu_pb2.SLUEvent.STOP):
+                    break
+            yield unknown
             yield slu_pb2.SLUResponse(audio_context=context_id, finished=slu_pb2.SLUFinished())
             return
         elif s == "Grow":
@@ -98,7 +119,7 @@ def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("--scenario", required=True, choices=["HugeWords", "ManySmallWords", "ManySegments", "NoStarted",
-                                                           "NulWord", "OtherContext", "Grow"])
+                                                           "NulWord", "OtherContext", "UnknownKinds", "Grow"])
     p.add_argument("--words", type=int, default=1000, help="Grow: how many words")
     ARGS = p.parse_args()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
