@@ -7,9 +7,25 @@ extension String {
     /// line around). A server's error text went whole into errors and logs, up to 4 MiB, once
     /// per reconnection attempt.
     func shownFromServer(limit: Int = 1_024) -> String {
+        // Only the first `limit` bytes and one scalar more are looked at, so a long text (one
+        // character of 4 MiB: a letter and two million accents) costs no more than a short one.
+        // Boundaries inside that prefix are the whole text's; its last character may go on.
+        var prefix = String.UnicodeScalarView()
+        var prefixBytes = 0
+        var whole = true
+        for scalar in unicodeScalars {
+            if prefixBytes > limit {
+                whole = false
+                break
+            }
+            prefix.append(scalar)
+            prefixBytes += scalar.utf8.count
+        }
+        var characters = Array(String(prefix))
+        if !whole { characters.removeLast() }
         var shown = String.UnicodeScalarView()
         var bytes = 0
-        for character in self {
+        for character in characters {
             var piece = String.UnicodeScalarView()
             var pieceBytes = 0
             for scalar in character.unicodeScalars {
@@ -18,12 +34,13 @@ extension String {
                 pieceBytes += s.utf8.count
             }
             if bytes + pieceBytes > limit {
-                shown.append(contentsOf: "...".unicodeScalars)
+                whole = false
                 break
             }
             bytes += pieceBytes
             shown.append(contentsOf: piece)
         }
+        if !whole { shown.append(contentsOf: "...".unicodeScalars) }
         return String(shown)
     }
 }

@@ -162,6 +162,13 @@ import Glibc
         #expect("ok \u{1F1EB}\u{1F1EE}".shownFromServer(limit: 9) == "ok ...")
         // What makes a log line lie about itself: separators that end it, controls that turn it.
         #expect("a\u{2028}b\u{2029}c\u{202E}d\u{2066}e\u{200F}f\r\ng".shownFromServer() == "a?b?c?d?e?f??g")
+        // A text of one character of 4 MiB (a letter and two million accents) is looked at only
+        // as far as the limit: it was copied whole, scalar by scalar, to be thrown away.
+        let huge = "ab" + "e" + String(repeating: "\u{301}", count: 2 << 20)
+        #expect(huge.shownFromServer(limit: 10) == "ab...")
+        // The cut is at the limit however the text goes on: a separator past it changes nothing.
+        #expect(("0123456789" + "\u{2028}" + String(repeating: "z", count: 100)).shownFromServer(limit: 10) == "0123456789...")
+        #expect("0123456789".shownFromServer(limit: 10) == "0123456789")
         // Format characters that only join or shape what is shown stay.
         #expect("\u{1F469}\u{200D}\u{1F4BB} soft\u{AD}hyphen".shownFromServer() == "\u{1F469}\u{200D}\u{1F4BB} soft\u{AD}hyphen")
     }
