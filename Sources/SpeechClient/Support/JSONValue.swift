@@ -98,7 +98,8 @@ public enum JSONValue: Sendable, Equatable {
         mutating func spend(_ bytes: Int) throws(SpeechClientError) {
             budget -= bytes
             if budget < 0 {
-                throw SpeechClientError(.parse, "JSON at byte \(i) would take more than the \(bound >> 10) KB of memory allowed once read")
+                let allowed = bound >= 1024 ? "\(bound >> 10) KB" : "\(bound) bytes"
+                throw SpeechClientError(.parse, "JSON that would take more than the \(allowed) of memory allowed once read (at byte \(i))")
             }
         }
 
@@ -236,10 +237,13 @@ public enum JSONValue: Sendable, Equatable {
                     var scalar = try hex4()
                     if (0xD800..<0xDC00).contains(scalar), bytes.count - i >= 6,
                        bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") {
+                        let next = i
                         i += 2
                         let low = try hex4()
                         if (0xDC00..<0xE000).contains(low) {
                             scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        } else {
+                            i = next  // not its pair: the lone half is U+FFFD, the escape after it its own
                         }
                     }
                     let u = Unicode.Scalar(scalar) ?? "\u{FFFD}"

@@ -102,6 +102,13 @@ import Testing
         #expect((try? JSONValue.parse(Array(data.utf8), maxBytes: 1 << 30)) != nil)
     }
 
+    /// A high surrogate escape followed by an escape that is not its pair: the lone half is
+    /// U+FFFD and the next escape is read as itself (its letter was dropped).
+    @Test func aLoneSurrogateEscapeKeepsTheEscapeAfterIt() throws {
+        #expect(try JSONValue.parse(Array("\"\\uD800\\u0041b\"".utf8)) == .string("\u{FFFD}Ab"))
+        #expect(try JSONValue.parse(Array("\"\\uD83D\\uDE00\"".utf8)) == .string("\u{1F600}"))
+    }
+
     @Test func theLineAndItsDataShareOneBound() throws {
         // Each half alone is within the bound; the two together are not.
         let half = String(repeating: "0,", count: WyomingEventReader.maxParsedBytes / JSONValue.Cost.value / 2 + 1000) + "0"
