@@ -140,6 +140,7 @@ extension ClientWorker {
 
     /// Keeps a response of a lane that waits for an earlier one; an error past the byte bound.
     func hold(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
+        if case .none = response.payload { return nil }  // ignored (`applySegmentUpdate`), so not kept
         guard let held = supervisor.lanes.read(gen, { $0.held }) else { return nil }
         // Across the context's lanes: each one may be short (a rotation every few seconds).
         if supervisor.lanes.heldBytes + response.heldBytes > Lane.maxHeldBytes {
