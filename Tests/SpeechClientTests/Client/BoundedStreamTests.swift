@@ -134,13 +134,13 @@ import Testing
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
     }
 
-    /// Responses of a kind the client does not know (a newer server's notices), 70,000 on each
-    /// stream, while later streams wait behind an earlier one that finishes slowly: they are
-    /// ignored, not held. Held, they counted against the 4 MiB of held results (64 bytes and
-    /// the context's name each) and ended the context with a parse error.
+    /// Responses of a kind the client does not know (a newer server's notices), 5,000 on each
+    /// stream naming a context of 1 KiB, while later streams wait behind an earlier one that
+    /// finishes slowly: they are ignored, not held. Held, they counted against the 4 MiB of held
+    /// results (64 bytes and the context's name each) and ended the context with a parse error.
     @Test func responsesOfAnUnknownKindAreNotHeldBehindAnEarlierStream() throws {
         let (finals, service) = try run(chunks: 40, budget: 65_536,
-                                        behaviour: .init(wordsFromAudio: true, unknownPayloadsAfterStarted: 70_000,
+                                        behaviour: .init(wordsFromAudio: true, unknownPayloadsAfterStarted: 5_000, unknownPayloadContextBytes: 1_024,
                                                          finishInBatches: (words: 1, intervalMilliseconds: 30), answersInTurn: true))
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
         #expect(!finals.log.lines.contains { $0.hasPrefix("error") }, "\(finals.log.lines.suffix(5))")

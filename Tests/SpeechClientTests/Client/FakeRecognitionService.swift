@@ -58,6 +58,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// After started, this many responses with a payload this client does not know, each
         /// for a new segment id (what a newer server's message reads as).
         var unknownPayloadsAfterStarted = 0
+        /// With `unknownPayloadsAfterStarted`: they name a context of this many bytes, not the
+        /// stream's (a notice is no result: what it names is not checked).
+        var unknownPayloadContextBytes: Int?
         /// Before started and after it, this many responses of a kind this client does not know
         /// that name no audio context (what a newer server's notice might be).
         var unknownPayloadsWithoutContext = 0
@@ -196,8 +199,9 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 if service.behaviour.startedTwice {
                     out.append(.response(SLUResponse(audioContext: id + "-again", segmentId: 0, payload: .started)))
                 }
+                let named = service.behaviour.unknownPayloadContextBytes.map { String(repeating: "n", count: $0) } ?? id
                 for k in 0..<service.behaviour.unknownPayloadsAfterStarted {
-                    out.append(.response(SLUResponse(audioContext: id, segmentId: Int32(1_000 + k), payload: .none)))
+                    out.append(.response(SLUResponse(audioContext: named, segmentId: Int32(1_000 + k), payload: .none)))
                 }
             case .audio(let samples):
                 s.chunks += 1
