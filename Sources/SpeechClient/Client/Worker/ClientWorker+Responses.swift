@@ -140,7 +140,6 @@ extension ClientWorker {
 
     /// Keeps a response of a lane that waits for an earlier one; an error past the byte bound.
     func hold(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
-        if case .none = response.payload { return nil }  // ignored (`applySegmentUpdate`), so not kept
         guard let held = supervisor.lanes.read(gen, { $0.held }) else { return nil }
         // Across the context's lanes: each one may be short (a rotation every few seconds).
         if supervisor.lanes.heldBytes + response.heldBytes > Lane.maxHeldBytes {
@@ -312,11 +311,6 @@ extension ClientWorker {
     /// Folds a segment update into the user's context (its id, continuous segment ids and word
     /// times) and emits the segment. Returns the error when the assembler refuses it.
     func applySegmentUpdate(_ response: SLUResponse, lane gen: Int) -> SpeechClientError? {
-        // A response of a kind this client does not know (a newer server's message) is no result:
-        // ignored whatever context it names, or none (it ended the stream when it came before
-        // `started` or without a context), and given no user segment id (a server sending such
-        // responses for ever new segment ids grew the id map without bound).
-        if case .none = response.payload { return nil }
         // A result for another context than the one this stream carries was filed under the
         // current one (issue 23 item 3): it is a protocol error that ends the stream.
         guard let expected = supervisor.serverContext(of: gen) else {

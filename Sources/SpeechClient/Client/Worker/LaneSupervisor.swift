@@ -354,10 +354,15 @@ final class LaneSupervisor {
         return rose
     }
 
-    /// A result of the lane that is dropped on arrival (`Lane.dropsLaterResults`).
+    /// A response of the lane that is dropped on arrival: a result after the lane's end
+    /// (`Lane.dropsLaterResults`), and one of a kind this client does not know (a newer server's
+    /// message), whatever context it names or none. Checked, that one ended the stream when it
+    /// came before `started` or named no context; held behind an earlier lane, it counted
+    /// against the held results; numbered, it took a user segment id.
     func dropsResult(_ response: SLUResponse, lane gen: Int) -> Bool {
         switch response.payload {
         case .started, .finished, .rttRequest: return false
+        case .none: return true
         default: return lanes.read(gen) { $0.dropsLaterResults } == true
         }
     }
