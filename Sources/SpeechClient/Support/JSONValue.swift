@@ -91,7 +91,7 @@ public enum JSONValue: Sendable, Equatable {
         }
 
         func fail(_ why: String) -> SpeechClientError {
-            SpeechClientError(.parse, "malformed JSON at byte \(i): \(why)")
+            SpeechClientError(.parse, "not valid JSON at byte \(i): \(why)")
         }
 
         /// Takes `bytes` off the budget, or fails: the text would expand past the memory allowed.
