@@ -153,8 +153,11 @@ def encode(type_: str, data=None, payload: bytes = b"", **extra) -> bytes:
     return json.dumps(header).encode("utf-8") + b"\n" + body + payload
 
 
+ATTRIBUTION = {"name": "libspeechclient tests", "url": "https://example.invalid/"}
+
+
 def info_data(streaming: bool, external_vad: bool = True) -> dict:
-    attribution = {"name": "libspeechclient tests", "url": "https://example.invalid/"}
+    attribution = ATTRIBUTION
     return {
         "asr": [{
             "name": "fault-asr",
@@ -529,9 +532,9 @@ def serve_wake_long_name(c: Conn) -> None:
             info = info_data(False)
             info["asr"] = []
             info["wake"] = [{"name": "fault-wake", "description": "scripted", "installed": True,
-                             "attribution": {"name": "tests", "url": ""}, "version": "1.0",
+                             "attribution": ATTRIBUTION, "version": "1.0",
                              "models": [{"name": "hey_fault", "description": "", "installed": True,
-                                         "attribution": {"name": "tests", "url": ""}, "version": "1.0",
+                                         "attribution": ATTRIBUTION, "version": "1.0",
                                          "languages": ["en"], "phrase": "hey fault"}]}]
             c.event("info", info)
         elif type_ == "audio-chunk" and not detected:
