@@ -4,12 +4,15 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
-from speechtools import DEMO, Server, final_segments, word_errors
+from speechtools import DEMO, ROOT, Server, final_segments, word_errors
+
+BINDING = ROOT / "bindings" / "python"
 
 # Command phrases of the bundled intents file; the bound below is what PocketSphinx with the
 # generated grammar reaches on espeak-ng speech (recognizer.md measured 2.8 %).
@@ -240,6 +243,54 @@ def test_tls_with_the_system_store_reads_its_ca_file_only_when_the_directory_lac
         assert ca_file.opened == (not root_in_directory)
     finally:
         ca_file.close()
+        s.stop()
+
+
+# Two clients in one process share one TLS context (and so one trust store); the first finds the
+# CA file unreadable, the second must read it again rather than keep the failed load.
+_TWO_CLIENTS = r"""
+import json, os, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+import speechclient as sc
+url, wav, ca_path, root_pem, cache = sys.argv[2:]
+for attempt in (1, 2):
+    if attempt == 2:  # the file becomes readable: a directory stood in its place
+        os.rmdir(ca_path)
+        pathlib.Path(ca_path).write_bytes(pathlib.Path(root_pem).read_bytes())
+    with sc.Client(url, app_id="e2e", audio=sc.WavFile(wav), cache_dir=cache) as client:
+        try:
+            client.start()
+            updates = list(client.updates(timeout=30))
+        except sc.SpeechClientError as e:
+            updates = [sc.ErrorEvent(e.code, str(e), None)]
+    print(json.dumps({"attempt": attempt,
+                      "errors": [(int(u.code), u.message) for u in updates if isinstance(u, sc.ErrorEvent)],
+                      "finals": [u.transcript for u in updates if isinstance(u, sc.Segment) and u.final]}))
+"""
+
+
+def test_tls_with_the_system_store_reads_its_ca_file_again_after_a_load_that_failed(speech, tmp_path, tls_files):
+    """A CA file that could not be read (here a directory where the file should be; the same
+    path as running out of memory or descriptors mid-load) is read again at the next miss, not
+    taken as read: a transient failure must not make the process distrust every server for
+    good. The directory (SSL_CERT_DIR) is empty, so only the file can hold the root."""
+    s = Server("--tls-cert", str(tls_files / "server.pem"), "--tls-key", str(tls_files / "server.key"))
+    try:
+        port = s.address.rsplit(":", 1)[1]
+        ca_dir, ca_path = tmp_path / "certs", tmp_path / "ca-certificates.crt"
+        ca_dir.mkdir()
+        ca_path.mkdir()
+        env = dict(os.environ, SSL_CERT_FILE=str(ca_path), SSL_CERT_DIR=str(ca_dir))
+        env.setdefault("SPEECHCLIENT_LIBRARY", str(DEMO.parent / "libspeechclient.so.0"))
+        out = subprocess.run([sys.executable, "-c", _TWO_CLIENTS, str(BINDING), f"grpc+tls://localhost:{port}",
+                              str(speech("play some rock music")), str(ca_path), str(tls_files / "ca.pem"),
+                              str(tmp_path / "cache")], capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        first, second = (json.loads(line) for line in out.stdout.splitlines())
+        assert first["finals"] == [] and first["errors"], first  # nothing trusted the server yet
+        assert "certificate" in first["errors"][0][1], first
+        assert second == {"attempt": 2, "errors": [], "finals": ["play some rock music"]}, second
+    finally:
         s.stop()
 
 
