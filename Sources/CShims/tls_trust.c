@@ -20,6 +20,10 @@
 ** neither in the directory nor among the certificates the server sent (a root the server sent
 ** counts as missing: the store must hold it).
 **
+** Only the issuer search is deferred. OpenSSL's other store query, lookup_certs (every certificate
+** with a subject), is asked in verification only under X509_V_FLAG_PARTIAL_CHAIN, which this
+** library never sets (with an abort() in a deferring lookup_certs, every TLS test passed).
+**
 ** The file lookup is added to the store when it is made, empty: a lookup added to a store in
 ** use would race with verifications iterating the store's lookups on other threads. Loading
 ** certificates into it later goes through X509_STORE_add_cert, which takes the store's lock. */
@@ -116,15 +120,6 @@ static int lazy_get_issuer(X509 **issuer, X509_STORE_CTX *ctx, X509 *x) {
     return X509_STORE_CTX_get1_issuer(issuer, ctx, x);
 }
 
-static STACK_OF(X509) *lazy_lookup_certs(X509_STORE_CTX *ctx, const X509_NAME *name) {
-    struct lazy_trust *t = unread(ctx);
-    STACK_OF(X509) *found = X509_STORE_CTX_get1_certs(ctx, (X509_NAME *)name);
-    if ((found && sk_X509_num(found) > 0) || !t) return found;
-    sk_X509_pop_free(found, X509_free);
-    read_the_file(X509_STORE_CTX_get0_store(ctx));
-    return X509_STORE_CTX_get1_certs(ctx, (X509_NAME *)name);
-}
-
 int speechclient_shim_ssl_ctx_trust_system_store(struct ssl_ctx_st *ctx, const char *extra_bundle) {
     pthread_once(&lazy_trust_once, lazy_trust_register);
     if (lazy_trust_index < 0) return 0;
@@ -152,6 +147,5 @@ int speechclient_shim_ssl_ctx_trust_system_store(struct ssl_ctx_st *ctx, const c
     X509_LOOKUP_add_store(uri, NULL);                       /* the same directory, as an OSSL_STORE */
     ERR_pop_to_mark();
     X509_STORE_set_get_issuer(store, lazy_get_issuer);
-    X509_STORE_set_lookup_certs(store, lazy_lookup_certs);
     return 1;
 }
