@@ -108,21 +108,22 @@ extension SLUResponse {
 
 extension SLUWord {
     /// The words of a whole transcript, for backends that give text (Wyoming, Riva's interim
-    /// results): split at white space, control characters dropped (a NUL would cut a C string
-    /// short), indexed from `firstIndex`, times unknown (-1). Nil when there are more than
-    /// `limit`, found before any word is made: a 4 MiB transcript of one-letter words made two
-    /// million words, about 60 times its size in memory, before the segment's bound refused them.
+    /// results): split at white space and control characters (a NUL would cut a C string short),
+    /// indexed from `firstIndex`, times unknown (-1). Nil when there are more than `limit`,
+    /// found before any word is made: a 4 MiB transcript of one-letter words made two million
+    /// words, about 60 times its size in memory, before the segment's bound refused them.
+    ///
+    /// Split by scalars, not characters: a character's white space is its first scalar's, so a
+    /// space after a Prepend mark (U+0600) did not split, and a mark combined onto a space was
+    /// dropped with it; and a transcript streamed in pieces (`StreamedTranscript`) is split the
+    /// same way piece by piece.
     static func words(_ text: String, atMost limit: Int = SegmentAssembler.maxWordsPerSegment,
                       firstIndex: Int = 0) -> [SLUWord]? {
-        // Counted by scalars, allocating nothing. Every word of the split below begins with a
-        // scalar that begins a word here, so this count is never below the split's.
+        // Counted first, allocating nothing.
         var count = 0
         var inWord = false
-        var hasControl = false
         for scalar in text.unicodeScalars {
-            let control = scalar.properties.generalCategory == .control
-            hasControl = hasControl || control
-            if control || scalar.properties.isWhitespace {
+            if separates(scalar) {
                 inWord = false
             } else if !inWord {
                 inWord = true
@@ -130,20 +131,17 @@ extension SLUWord {
                 if count > limit { return nil }
             }
         }
-        var clean = text
-        if hasControl {
-            var scalars = String.UnicodeScalarView()
-            for scalar in text.unicodeScalars {
-                scalars.append(scalar.properties.generalCategory == .control ? " " : scalar)
-            }
-            clean = String(scalars)
-        }
         var words: [SLUWord] = []
         words.reserveCapacity(count)
-        for word in clean.split(whereSeparator: { $0.isWhitespace }) {
-            words.append(SLUWord(text: String(word), index: Int32(clamping: firstIndex + words.count),
+        for word in text.unicodeScalars.split(whereSeparator: separates) {
+            words.append(SLUWord(text: String(String.UnicodeScalarView(word)), index: Int32(clamping: firstIndex + words.count),
                                  startMilliseconds: -1, endMilliseconds: -1))
         }
         return words
+    }
+
+    /// What ends a word: white space, and control characters.
+    static func separates(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.properties.isWhitespace || scalar.properties.generalCategory == .control
     }
 }

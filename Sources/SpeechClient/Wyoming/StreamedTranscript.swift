@@ -22,14 +22,14 @@ struct StreamedTranscript {
             throw SpeechClientError(.parse, "streamed a transcript of over \(SegmentAssembler.maxSegmentBytes / 1024) KiB (transcript-chunk events)")
         }
         text += piece
-        guard piece.unicodeScalars.contains(where: { !Self.separates($0) }) else { return false }
+        guard piece.unicodeScalars.contains(where: { !SLUWord.separates($0) }) else { return false }
         let limit = SegmentAssembler.maxWordsPerSegment
         let utf8 = text.utf8
         let start = utf8.index(utf8.startIndex, offsetBy: openFrom)
         // Words before the last separator are closed: split once, here.
         let scalars = text.unicodeScalars
         var cut = scalars.endIndex
-        while cut > start, !Self.separates(scalars[scalars.index(before: cut)]) { cut = scalars.index(before: cut) }
+        while cut > start, !SLUWord.separates(scalars[scalars.index(before: cut)]) { cut = scalars.index(before: cut) }
         if cut > start {
             let last = scalars.index(before: cut)
             guard let done = SLUWord.words(String(text[start..<last]), atMost: limit - closed.count, firstIndex: closed.count) else {
@@ -63,9 +63,4 @@ struct StreamedTranscript {
 
     private static let tooMany = SpeechClientError(.parse, "streamed a transcript of more than \(SegmentAssembler.maxWordsPerSegment) words (transcript-chunk events)")
     private static let wordTooLong = SpeechClientError(.parse, "streamed a word of more than \(SegmentAssembler.maxWordBytes) bytes (transcript-chunk events)")
-
-    /// What ends a word, as `SLUWord.words` splits: white space, and control characters.
-    private static func separates(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.properties.isWhitespace || scalar.properties.generalCategory == .control
-    }
 }

@@ -15,14 +15,17 @@ import Testing
     /// however it is cut into pieces.
     @Test func piecesGiveTheWordsOfTheWhole() throws {
         var rng = Generator(state: 7)
-        let alphabet: [String] = ["a", "b", "é", "c\u{301}", " ", " ", "\n", "\t", "\u{0}", "\r\n"]
+        // With marks that join a space into one character: a Prepend (U+0600) before it, a
+        // combining accent after it; pieces are cut between scalars, as a server's bytes may be.
+        let alphabet: [String] = ["a", "b", "é", "c\u{301}", " ", " ", "\n", "\t", "\u{0}", "\r\n",
+                                  "\u{600}", "\u{301}", "\u{200D}", "\u{1F1EB}"]
         for _ in 0..<300 {
             let whole = (0..<Int.random(in: 0...60, using: &rng)).map { _ in alphabet.randomElement(using: &rng) ?? "" }.joined()
             var pieces: [String] = []
-            var rest = Substring(whole)
+            var rest = Substring(whole).unicodeScalars
             while !rest.isEmpty {
                 let n = Int.random(in: 1...5, using: &rng)
-                pieces.append(String(rest.prefix(n)))
+                pieces.append(String(String.UnicodeScalarView(rest.prefix(n))))
                 rest = rest.dropFirst(n)
             }
             var streamed = StreamedTranscript()
@@ -36,6 +39,15 @@ import Testing
             #expect((latest?.words ?? []) == expected, "\(pieces)")
             #expect((latest?.text ?? "") == expected.map(\.text).joined(separator: " "), "\(pieces)")
         }
+    }
+
+    /// White space splits whatever character it is part of, and nothing is dropped with it.
+    @Test func wordsSplitAtEverySpaceAndKeepEveryMark() throws {
+        #expect(SLUWord.words("\u{600} x")?.map(\.text) == ["\u{600}", "x"])
+        #expect(SLUWord.words("a \u{301}b")?.map(\.text) == ["a", "\u{301}b"])
+        #expect(SLUWord.words("a\u{0}b\u{2028}c")?.map(\.text) == ["a", "b", "c"])
+        #expect(SLUWord.words("a b c", atMost: 2) == nil)
+        #expect(SLUWord.words("a b", atMost: 2, firstIndex: 5)?.map(\.index) == [5, 6])
     }
 
     @Test func blankPiecesChangeNoWord() throws {
