@@ -347,8 +347,15 @@ def test_log_lines_reach_on_log(cache_dir):
 def test_wait_idle_times_out_and_updates_times_out():
     with push_client() as c:
         assert c.wait_idle(0) is True
-        with pytest.raises(sc.SpeechTimeoutError):
+        with pytest.raises(sc.SpeechTimeoutError, match=r"^updates\(\): no update within 0.2 s$"):
             next(iter(c.updates(timeout=0.2)))  # idle, nothing happens: no update in time
+
+        async def next_async_update():
+            return await c.aupdates(timeout=0.2).__anext__()
+        t0 = time.monotonic()
+        with pytest.raises(sc.SpeechTimeoutError, match=r"^aupdates\(\): no update within 0.2 s$"):
+            asyncio.run(next_async_update())
+        assert 0.15 <= time.monotonic() - t0 < 5
 
 
 @needs_state_and_delivery

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, AsyncIterable, AsyncIterator, Deque, Iterable, List, Optional, Tuple, Union
 
 from . import _native as n
-from ._handle import _IDLE_POLL_S, _WAIT_SLICE_S, _Buffer
+from ._handle import _IDLE_POLL_S, _WAIT_SLICE_S, _Buffer, _next_wait
 from .errors import InvalidArgumentError, InvalidStateError, SpeechTimeoutError
 from .types import PushAudio, StopEvent, Update
 
@@ -87,15 +87,9 @@ class _AsyncMixin:
                         continue
                     # The idle event (0.11) wakes this wait when the work ends; with an older
                     # library, hands-free listening can end with no update to wake it: look again.
-                    wait: Optional[float] = (None if self._idle_announced else
-                                             _IDLE_POLL_S if seen_stop else
-                                             _WAIT_SLICE_S if self._listening_unseen() else None)
-                    if deadline is not None:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            raise SpeechTimeoutError(n.Status.TIMEOUT, f"aupdates(): no update within {timeout} s")
-                        wait = left if wait is None else min(wait, left)
-                    await inbox.wait(wait)
+                    wait = (None if self._idle_announced else _IDLE_POLL_S if seen_stop else
+                            _WAIT_SLICE_S if self._listening_unseen() else None)
+                    await inbox.wait(_next_wait(wait, deadline, "aupdates()", timeout))
                     continue
                 seen_stop = seen_stop or isinstance(item, StopEvent)
                 yield item
@@ -512,14 +506,9 @@ class Stream:
             feeder = self._feeder
             if feeder is not None and feeder.done() and not feeder.cancelled() and feeder.exception() is not None:
                 raise feeder.exception()  # type: ignore[misc]
-            left = None
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SpeechTimeoutError(n.Status.TIMEOUT, f"stream(): no update within {self._timeout} s")
-            if self._hands_free and not c._idle_announced:  # an older library's listening can
-                left = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)  # end unannounced
-            await inbox.wait(left)
+            # An older library's hands-free listening can end unannounced: looked for again.
+            wait = _WAIT_SLICE_S if self._hands_free and not c._idle_announced else None
+            await inbox.wait(_next_wait(wait, deadline, "stream()", self._timeout))
 
     def _finish(self) -> None:
         """Idempotent, synchronous (it runs from __del__ too), from any thread."""

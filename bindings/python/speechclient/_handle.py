@@ -14,11 +14,12 @@ import itertools
 import operator
 import os
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import _native as n
-from .errors import InvalidArgumentError, InvalidStateError, error_for
+from .errors import InvalidArgumentError, InvalidStateError, SpeechTimeoutError, error_for
 from .types import Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Segment, StartEvent, StateEvent, StopEvent, Word
 
 if TYPE_CHECKING:
@@ -31,6 +32,19 @@ _WAIT_SLICE_S = 0.25
 # library older than 0.11 (it signals events, not the client going idle). From 0.11 the idle
 # event wakes the iterators instead.
 _IDLE_POLL_S = 0.02
+
+
+def _next_wait(slice_s: Optional[float], deadline: Optional[float], what: str, timeout: Optional[float]) -> Optional[float]:
+    """How long an iterator's next wait for an update may be: `slice_s` (None: unbounded), cut
+    to `deadline`; past the deadline, SpeechTimeoutError naming `what`. The one rule of
+    updates(), aupdates() and stream() for their `timeout`."""
+    if deadline is None:
+        return slice_s
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise SpeechTimeoutError(n.Status.TIMEOUT, f"{what}: no update within {timeout} s")
+    return left if slice_s is None else min(slice_s, left)
+
 
 _Buffer = Any  # bytes, bytearray, memoryview, array.array('h'), numpy int16 arrays: any buffer
 

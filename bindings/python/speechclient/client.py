@@ -42,9 +42,9 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, Mapping, Opti
 
 from . import _native as n
 from ._aio import Stream, _AsyncMixin
-from ._handle import (_IDLE_POLL_S, _VAD_RANGES, _WAIT_SLICE_S, _activation, _Buffer, _c_path, _c_string,
+from ._handle import (_IDLE_POLL_S, _VAD_RANGES, _WAIT_SLICE_S, _activation, _next_wait, _Buffer, _c_path, _c_string,
                       _check_option, _Handle, _option_error, _status_text, _u32, _vad_settings, copy_segment)
-from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, SpeechTimeoutError, error_for
+from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, error_for
 from .types import (AudioSource, AudioStream, ErrorEvent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
                     StartEvent, StateEvent, StopEvent, Update, WavFile)
 
@@ -640,14 +640,10 @@ class Client(_AsyncMixin, _Handle):
                 continue
             # The end of the work wakes this wait (the idle event, 0.11); an older library's is
             # looked for again after a short wait. The slices let Ctrl-C through.
-            wait: float = (_WAIT_SLICE_S * 4 if self._idle_announced else
-                           _IDLE_POLL_S if seen_stop else
-                           _WAIT_SLICE_S if self._listening_unseen() else _WAIT_SLICE_S * 4)
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SpeechTimeoutError(n.Status.TIMEOUT, f"updates(): no update within {timeout} s")
-                wait = min(wait, left)
+            wait = _next_wait(_WAIT_SLICE_S * 4 if self._idle_announced else
+                              _IDLE_POLL_S if seen_stop else
+                              _WAIT_SLICE_S if self._listening_unseen() else _WAIT_SLICE_S * 4,
+                              deadline, "updates()", timeout)
             if self.delivery == n.Delivery.APPLICATION:
                 # Looking for the end may have run the last events (the idle one): no wait then.
                 with self._cond:
