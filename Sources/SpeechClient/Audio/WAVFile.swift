@@ -230,17 +230,24 @@ public final class WAVFileSource: Int16AudioSource {
                 offset += size + (size & 1)
             case "data":
                 guard let fmt else { throw fail(path, "data chunk before the fmt chunk") }
+                // Streaming recorders that never went back leave a placeholder: 0 or 0xFFFFFFFF,
+                // and in RF64 a ds64 size of 0 or all ones (ffmpeg's, killed before its end: as
+                // WAVStreamHeader reads it). Read to the end of the file, nothing said missing.
                 var declared = size
-                if size == 0xFFFF_FFFF, let ds64DataSize { declared = ds64DataSize }
-                // 0 and 0xFFFFFFFF are written by streaming recorders that never went back.
-                if size == 0 || size == 0xFFFF_FFFF && ds64DataSize == nil { declared = available }
+                var placeholder = size == 0 || size == 0xFFFF_FFFF
+                if size == 0xFFFF_FFFF, let ds64DataSize {
+                    placeholder = ds64DataSize == 0 || ds64DataSize >= 0x7FFF_FFFF_0000_0000
+                    declared = ds64DataSize
+                }
+                if placeholder { declared = available }
                 let usable = min(declared, available)
                 if declared > 0 && usable < fmt.blockAlign {
                     throw fail(path, "truncated: the data chunk declares \(declared) bytes but the file holds \(usable)")
                 }
+                // A RIFF size of 0x7FFF0000 and up is arecord's and sox's placeholder too.
                 return Header(format: fmt.format, kind: fmt.kind, blockAlign: fmt.blockAlign, dataOffset: offset,
                               dataBytes: usable - usable % fmt.blockAlign,
-                              missingBytes: declared == Int.max || (size >= 0x7FFF_0000 && ds64DataSize == nil) ? 0 : declared - usable)
+                              missingBytes: placeholder || (size >= 0x7FFF_0000 && ds64DataSize == nil) ? 0 : declared - usable)
             default:
                 // Chunks are padded to even sizes; the pad byte is not counted in the size.
                 let padded = size + (size & 1)

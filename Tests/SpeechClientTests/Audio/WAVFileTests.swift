@@ -74,6 +74,36 @@ import Glibc
         #expect(try WAVFileSource.validate(path: odd).frames == 1)
     }
 
+    /// RF64 as ffmpeg writes it (`-rf64 always`): ds64 sizes of 0 until the file is closed, so a
+    /// recording killed before its end has them still. Read to the end, not as empty (it was:
+    /// every word of the file lost, with no error). A real ds64 size is kept to; a cut copy is
+    /// counted missing.
+    @Test func anRF64FileWhoseDs64WasNeverFilledInIsReadToTheEnd() throws {
+        func rf64(ds64DataSize: UInt64, data: [UInt8]) -> [UInt8] {
+            let fmtAndData = Array(F.wav(data: data)[12...])  // "fmt " ... "data" size payload
+            var bytes = Array("RF64".utf8) + F.le32(0xFFFF_FFFF) + Array("WAVE".utf8) + Array("ds64".utf8) + F.le32(28)
+                + [UInt8](repeating: 0, count: 8)  // the RIFF size
+                + F.le32(UInt32(truncatingIfNeeded: ds64DataSize)) + F.le32(UInt32(truncatingIfNeeded: ds64DataSize >> 32))
+                + [UInt8](repeating: 0, count: 12) + fmtAndData
+            let dataAt = bytes.count - data.count - 4
+            bytes.replaceSubrange(dataAt..<dataAt + 4, with: F.le32(0xFFFF_FFFF))
+            return bytes
+        }
+        let audio: [UInt8] = [0, 0x40, 0, 0xC0, 0, 0x40]
+        for (ds64, expected, missing) in [(UInt64(0), [Float](arrayLiteral: 0.5, -0.5, 0.5), 0),
+                                          (0xFFFF_FFFF_FFFF_FFFF, [0.5, -0.5, 0.5], 0),
+                                          (0x7FFF_FFFF_0000_0000, [0.5, -0.5, 0.5], 0),
+                                          (4, [0.5, -0.5], 0),
+                                          (10, [0.5, -0.5, 0.5], 4)] {
+            let source = WAVFileSource(bytes: rf64(ds64DataSize: ds64, data: audio), name: "rf64")
+            try source.open()
+            #expect(try F.readAll(source) == expected, "ds64 data size \(ds64)")
+            #expect(source.header?.missingBytes == missing, "ds64 data size \(ds64)")
+            let p = F.writeTemp(rf64(ds64DataSize: ds64, data: audio), name: "rf64-\(ds64).wav")
+            #expect(try WAVFileSource.validate(path: p).dataBytes == expected.count * 2, "ds64 data size \(ds64)")
+        }
+    }
+
     /// A file of a few seconds read in blocks equals what was written, block size irrelevant.
     @Test func longFileStreamsInBlocks() throws {
         let n = 3 * 44_100 * 2
