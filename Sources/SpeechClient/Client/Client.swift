@@ -415,33 +415,41 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 }
             }
         }
-        let chunks = pushLock.withLock { () -> Chunker.Chunks in
-            guard let converter = pushPath?.converter else { return Chunker.Chunks() }
-            let samples = converter.process(int16: frames)
-            return pushPath?.chunker.append(samples) ?? Chunker.Chunks()
-        }
-        guard !chunks.isEmpty else { return }
-        // While the worker is idle (no command queued or in hand, its audio lock free), this
-        // thread sends the chunks itself: one thread hand-off less per chunk. The worker's lock
-        // is only tried, never waited for, so a push never blocks on a connect or a login.
-        // Not while a turn runs, even between its steps: the turn's sends (a start, replayed
-        // audio) are held until it ends (`EventLoop.corking`), and these would overtake them.
-        let idleWorker: ClientWorker? = lock.withLock {
-            guard commands.isEmpty, !workerBusy, !workerScheduled, !closing, let w = worker, w.takesDirect, w.audioLock.tryLock() else { return nil }
-            guard w.takesDirectWithoutBlocking(chunks) else {
-                w.audioLock.unlock()
-                return nil
+        // Converted and queued in one hold of `lock`, the lock a stop or push_end takes the
+        // push path's tail under. Converted first and queued after, a stop in between sent its
+        // tail (later audio) and this chunk was dropped behind it: a gap before the last words;
+        // and two threads pushing at once could queue their chunks in the other order.
+        // Converting is computation only (no I/O), as `lock` allows.
+        let (chunks, idleWorker) = lock.withLock { () -> (Chunker.Chunks, ClientWorker?) in
+            // A stop came while this push waited for room: the context has ended, and its tail
+            // with it; these frames came after and are not taken (as a push after stop is not).
+            guard !closing, state == .starting || state == .listening else { return (Chunker.Chunks(), nil) }
+            let chunks = pushLock.withLock { () -> Chunker.Chunks in
+                guard let converter = pushPath?.converter else { return Chunker.Chunks() }
+                let samples = converter.process(int16: frames)
+                return pushPath?.chunker.append(samples) ?? Chunker.Chunks()
             }
-            return w
+            guard !chunks.isEmpty else { return (chunks, nil) }
+            // While the worker is idle (no command queued or in hand, its audio lock free), this
+            // thread sends the chunks itself: one thread hand-off less per chunk. The worker's
+            // lock is only tried, never waited for, so a push never blocks on a connect or a
+            // login. Not while a turn runs, even between its steps: the turn's sends (a start,
+            // replayed audio) are held until it ends (`EventLoop.corking`), and these would
+            // overtake them. Taken directly after `lock` is let go: a command queued meanwhile
+            // waits for the audio lock held until then.
+            if commands.isEmpty, !workerBusy, !workerScheduled, let w = worker, w.takesDirect, w.audioLock.tryLock() {
+                if w.takesDirectWithoutBlocking(chunks) { return (chunks, w) }
+                w.audioLock.unlock()
+            }
+            if options.pushWaitMilliseconds > 0 {
+                pushedNotTaken.add(chunks.sampleCount, ordering: .relaxed)
+            }
+            enqueueLocked(.audio(chunks))
+            return (chunks, nil)
         }
         if let idleWorker {
             idleWorker.takeDirect(chunks)
             idleWorker.audioLock.unlock()
-        } else {
-            if options.pushWaitMilliseconds > 0 {
-                pushedNotTaken.add(chunks.sampleCount, ordering: .relaxed)
-            }
-            enqueue(.audio(chunks))
         }
     }
 

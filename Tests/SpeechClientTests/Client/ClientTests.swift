@@ -242,6 +242,42 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(!log.lines.contains { $0.hasPrefix("error") })
     }
 
+    /// One thread pushes while another stops (push-to-talk: the audio thread pushing, the UI
+    /// thread stopping at the button's release): what is sent is always the audio from the
+    /// start up to some point, with no gap. A push converted before the stop took the tail and
+    /// queued after it was dropped behind the tail: a gap of up to a chunk before the last audio.
+    /// Blocks of 1,000 frames, so the chunker always holds part of a chunk for the tail.
+    @Test func aStopWhileAnotherThreadPushesSendsTheAudioWithoutAGap() throws {
+        let ramp = (0..<48_000).map { Int16(truncatingIfNeeded: $0 % 30_000 + 1) }
+        var gaps: [String] = []
+        for trial in 0..<300 {
+            let service = FakeRecognitionService(.init())
+            let client = try Client(options: try pushOptions(), service: service, handler: { _, _ in })
+            defer { try? client.close() }
+            try client.start()
+            let pushed = Atomic<Int>(0)
+            let pusher = try NativeThread(name: "test-push") {
+                var at = 0
+                while at < ramp.count, client.currentState == .starting || client.currentState == .listening {
+                    ramp[at..<at + 1_000].withUnsafeBufferPointer { try? client.pushAudio($0) }
+                    at += 1_000
+                    pushed.add(1, ordering: .relaxed)
+                }
+            }
+            // Stop while the pushes go on, after a different number of them each trial.
+            while pushed.load(ordering: .relaxed) < 2 + trial % 7 { sched_yield() }
+            try client.stop()
+            pusher.join()
+            #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+            let sent = service.requests.withLock { $0.flatMap { r -> [Int16] in if case .audio(let a) = r { a } else { [] } } }
+            if sent.count > ramp.count || sent[...] != ramp[..<sent.count] {
+                let first = sent.indices.first { $0 >= ramp.count || sent[$0] != ramp[$0] } ?? sent.count
+                gaps.append("trial \(trial): \(sent.count) samples sent, not the first ones from sample \(first)")
+            }
+        }
+        #expect(gaps.isEmpty, "\(gaps.prefix(5))")
+    }
+
     @Test func streamLossMidContextEndsTheContextWithAnError() throws {
         let log = EventLog()
         let service = FakeRecognitionService(.init(failAfterChunks: (2, SpeechClientError(.network, "reset"))))
