@@ -127,6 +127,28 @@ import Testing
         #expect(s.lanes.live == 2 && !s.lanes.replaying && host.failure == nil)
     }
 
+    /// A final word's end raises the floor only within the audio the lane sent: a server's time
+    /// far past it (Riva's end_time of 2e9 ms) raised the floor over every sample recorded, so a
+    /// loss replayed nothing and the words still open on the lane were lost without an error.
+    @Test func aFinalWordEndingPastTheSentAudioDoesNotRaiseTheFloor() throws {
+        let s = supervisor(), host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<4 { s.sendAudio(chunk(k), host: host) }
+        s.segmentUpdated(lane: 1, segment: 0, isFinal: true, endMilliseconds: 2_000_000_000)
+        #expect(s.lanes[1]?.floor == 0)
+        s.segmentUpdated(lane: 1, segment: 1, isFinal: true, endMilliseconds: 150)  // a real one
+        #expect(s.lanes[1]?.floor == 2_400)
+        // Within rounding past the sent audio (400 ms): capped at what was sent.
+        s.segmentUpdated(lane: 1, segment: 2, isFinal: true, endMilliseconds: 450)
+        #expect(s.lanes[1]?.floor == 4 * Self.chunkSamples)
+        // Lost now, the lane's open words are replayed from there, not from past every sample.
+        s.segmentUpdated(lane: 1, segment: 3, isFinal: false, endMilliseconds: nil)
+        s.sendAudio(chunk(4), host: host)
+        lost(s, lane: 1, host: host)
+        s.attemptReconnect(host: host)
+        #expect(host.streams[1].log == ["start", "audio 4"])
+    }
+
     @Test func aLiveChunkNeverOvertakesTheReplay() throws {
         let s = supervisor(), host = Host()
         try s.openLane(from: 0, end: nil, host: host)

@@ -373,6 +373,10 @@ final class LaneSupervisor {
     /// was a final one on a lane still here (audio may then be released).
     /// A final with no words (words a server took back) is no progress: a server that takes its
     /// words back and drops the stream each time must still run out of attempts.
+    /// How far past the audio a lane sent a final word may end and still count (a server's
+    /// frame rounding); further, the time is no evidence of what is final.
+    static let finalEndPastTheAudioMilliseconds = 200
+
     @discardableResult
     func segmentUpdated(lane gen: Int, segment id: Int32, isFinal: Bool, endMilliseconds: Int?, hasWords: Bool = true) -> Bool {
         let recorded = contextSamples
@@ -380,8 +384,15 @@ final class LaneSupervisor {
             if isFinal {
                 lane.openSegments.remove(id)
                 lane.endedSegments.insert(id)
-                if let end = endMilliseconds {
-                    lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: end)), lane.end ?? recorded)
+                // Only a time within the audio the lane sent (a replaying lane has sent up to its
+                // cursor) says that audio is final. A server's word ending past it (a hostile or
+                // broken one: Riva's end_time of 2e9 ms) once raised the floor over audio not yet
+                // transcribed, which a loss then neither replayed nor reported: a time past the
+                // sent audio by more than rounding is not taken.
+                let sent = lane.cursor ?? lane.end ?? recorded
+                if let end = endMilliseconds,
+                   SpeechAudio.samples(milliseconds: end) <= sent + SpeechAudio.samples(milliseconds: Self.finalEndPastTheAudioMilliseconds) {
+                    lane.floor = min(max(lane.floor, SpeechAudio.samples(milliseconds: end)), sent)
                 }
             } else {
                 lane.openSegments.insert(id)
