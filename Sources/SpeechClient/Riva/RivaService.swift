@@ -115,7 +115,7 @@ final class RivaRelay: @unchecked Sendable {
                 handler(.closed(error))
                 return
             }
-            for result in results {
+            for result in RivaResult.joiningInterims(results) {
                 // A result without words is passed on only for a segment that had some: an
                 // empty interim clears its tentative words, an empty final ends it with none.
                 // Skipped, the words Riva took back stayed open, and came back as a final
@@ -168,6 +168,38 @@ public struct RivaResult: Equatable {
     public var words: [SLUWord] = []
     /// The alternative's confidence, 0...1; -1 when absent or out of range.
     public var confidence: Float = -1
+
+    /// The results of one response with each run of interim ones joined into one: Riva sends
+    /// the stable start of a hypothesis and its unstable rest as two interim results of one
+    /// response ("turn on the", " kitchen lights"), which NVIDIA's clients join. Taken one by
+    /// one, each replaced the segment's tentative words, and only the rest was kept (delivered
+    /// as final too, where a failure or a free ends a segment with its tentative words).
+    static func joiningInterims(_ results: [RivaResult]) -> [RivaResult] {
+        guard results.count > 1 else { return results }
+        var joined: [RivaResult] = []
+        for result in results {
+            guard !result.isFinal, var last = joined.last, !last.isFinal else {
+                joined.append(result)
+                continue
+            }
+            last.transcript += result.transcript
+            let timed = (last.words + result.words).contains { $0.startMilliseconds >= 0 }
+            // Words without times are the transcript's own: split again, so a word cut between
+            // two results is one word. Timed ones keep their times, numbered on.
+            if !timed, let words = SLUWord.words(last.transcript) {
+                last.words = words
+            } else {
+                last.words += result.words.enumerated().map { k, w in
+                    var w = w
+                    w.index = Int32(clamping: last.words.count + k)
+                    return w
+                }
+            }
+            last.confidence = -1  // a confidence of one piece is not the joined one's
+            joined[joined.count - 1] = last
+        }
+        return joined
+    }
 
     /// The results of one `StreamingRecognizeResponse` (public for the fuzz target).
     public static func decodeResponse(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> [RivaResult] {

@@ -57,6 +57,31 @@ import Testing
                                              "segment 1 tentative lights on", "segment 1 final lights on"])
     }
 
+    /// Riva sends a hypothesis as two interim results of one response, its stable start and its
+    /// unstable rest (NVIDIA's clients join them). Taken one by one, the rest replaced the
+    /// start: "kitchen lights" only. A final and the interim after it stay apart.
+    @Test func interimResultsOfOneResponseAreJoined() {
+        let r = Relayed()
+        let two = response { w in
+            for piece in ["turn on the kit", "chen lights"] {
+                w.message(1) { result in result.message(1) { alt in alt.string(1, piece) } }
+            }
+        }
+        r.relay.deliver(.message(two))
+        let finalThenInterim = response { w in
+            w.message(1) { result in
+                result.message(1) { alt in alt.string(1, "turn on the kitchen lights") }
+                result.int32(2, 1)
+            }
+            w.message(1) { result in result.message(1) { alt in alt.string(1, "and") } }
+            w.message(1) { result in result.message(1) { alt in alt.string(1, " the radio") } }
+        }
+        r.relay.deliver(.message(finalThenInterim))
+        #expect(r.lines.withLock { $0 } == ["segment 0 tentative turn on the kitchen lights",
+                                             "segment 0 final turn on the kitchen lights",
+                                             "segment 1 tentative and the radio"])
+    }
+
     /// Status OK is the server's finish only after the client's half-close (the end of its
     /// audio). Before it, the call ended under the audio: a loss (replayed), not a finish.
     /// Before, it was taken as the finish: the user's context ended, no error, every later
