@@ -167,7 +167,11 @@ import Testing
         private var allowed = 0
         /// The capture thread asked for more once all allowed was read: it has buffered that.
         private var askedPastAllowed = false
-        init(_ samples: [Int16]) { self.samples = samples }
+        let format: AudioFormat
+        init(_ samples: [Int16], format: AudioFormat = .speech) {
+            self.samples = samples
+            self.format = format
+        }
 
         func play(upTo count: Int) {
             lock.withLock {
@@ -176,7 +180,6 @@ import Testing
             }
         }
 
-        var format: AudioFormat { .speech }
         func open() throws(SpeechClientError) { lock.withLock { closed = false } }
         func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
             let out: [Float]? = lock.withLock {
@@ -205,6 +208,27 @@ import Testing
             }
             return true
         }
+    }
+
+    /// A 48 kHz microphone stopped by the user: its resampler's last output (the filter's
+    /// lookahead, about 1.7 ms) is sent with the context. It was dropped (flushed for a
+    /// descriptor only), and the next start makes a new converter: lost for good.
+    @Test func aMicrophoneStoppedSendsItsResamplersTail() throws {
+        let frames = 48_000 / 2 + 7  // half a second, and not a whole number of 16 kHz samples
+        let mic = ScriptedMicrophone((0..<frames).map { Int16(truncatingIfNeeded: ($0 % 200) * 100) },
+                                     format: AudioFormat(sampleRate: 48_000, channels: 1))
+        let service = FakeRecognitionService(.init())
+        var o = try pushOptions()
+        o.audio = .microphone(device: "scripted")
+        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(mic) }, handler: { _, _ in })
+        defer { try? client.close() }
+        try client.start()
+        mic.play(upTo: frames)
+        #expect(mic.waitUntilAllowedRead())
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let sent = service.requests.withLock { $0.reduce(0) { n, r in if case .audio(let a) = r { n + a.count } else { n } } }
+        #expect(sent == (frames + 2) / 3)  // every input sample's output: ceil(frames / 3)
     }
 
     /// A client listening (voice activation) to `mic`, started: `mic` is to be played only

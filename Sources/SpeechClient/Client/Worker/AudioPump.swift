@@ -123,14 +123,14 @@ final class AudioPump {
         do throws(SpeechClientError) {
             if let pcm = source as? Int16AudioSource, pcm.deliversInt16 {
                 // 16-bit already: at 16 kHz mono the block itself is the audio (no copy of it).
-                guard let block = try pcm.readInt16(maxFrames: frames) else { return .ended(last: drain(resamplerTail: true)) }
+                guard let block = try pcm.readInt16(maxFrames: frames) else { return .ended(last: drain()) }
                 let converter = converter(for: source.format)
                 return .chunks(chunker.append(converter.passesThrough ? block : block.withUnsafeBufferPointer { converter.process(int16: $0) }))
             }
             // The microphone's thread has buffered it: taken without waiting (`notifyWhenChunkReady`).
             let read: [Float]?
             if isMicrophone, let mic = source as? CaptureBuffer { read = try mic.readAvailable() } else { read = try source.read(maxFrames: frames) }
-            guard let block = read else { return .ended(last: drain(resamplerTail: true)) }
+            guard let block = read else { return .ended(last: drain()) }
             guard !block.isEmpty else { return .chunks(Chunker.Chunks()) }
             // The format is asked after the read: a descriptor's may come with its first block.
             return .chunks(chunker.append(converter(for: source.format).process(block)))
@@ -158,11 +158,10 @@ final class AudioPump {
         return made
     }
 
-    /// What is buffered at a context's end: the partial chunk, after the resampler's tail when
-    /// `resamplerTail` (at the end of the source, or a descriptor whose next context reads on).
-    func drain(resamplerTail: Bool) -> Chunker.Chunks {
+    /// What is buffered at a context's end: the resampler's tail, then the partial chunk.
+    func drain() -> Chunker.Chunks {
         var out = Chunker.Chunks()
-        if resamplerTail, let converter { out = chunker.append(converter.flush()) }
+        if let converter { out = chunker.append(converter.flush()) }
         if let partial = chunker.flush() { out.append(partial) }
         return out
     }

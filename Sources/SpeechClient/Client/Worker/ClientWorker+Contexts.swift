@@ -148,11 +148,11 @@ extension ClientWorker {
         if endpointer == nil {
             if pumping, waitsForServer { closeFileSource() }
             pumping = false
-            // A descriptor goes on in the next context: the resampler's tail belongs to this one.
-            var descriptor = false
-            if case .descriptor = options.audio { descriptor = true }
+            // The resampler's tail belongs to this context, whatever the source: a descriptor
+            // reads on in the next one, a microphone's next gets a new converter (the tail, up
+            // to 3.5 ms at 8 kHz, was dropped with the old one).
             for c in audio.takeCapturedAndStop() { supervisor.sendAudio(c, host: self) }
-            for c in audio.drain(resamplerTail: descriptor) { supervisor.sendAudio(c, host: self) }
+            for c in audio.drain() { supervisor.sendAudio(c, host: self) }
         }
         stopSent = true
         client?.log(.debug, "stop sent for context \(contextId.isEmpty ? "(not started yet)" : contextId)\(auto ? " (end of the audio)" : "")\(replaying ? " (after the replay)" : "")")

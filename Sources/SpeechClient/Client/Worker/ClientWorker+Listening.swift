@@ -124,11 +124,9 @@ extension ClientWorker {
         // Only into an open activation: outside one, a cough in that tail would open a context
         // during the stop. Not to the wake-word service, which is closed right after (it may
         // reconnect). The tail is taken either way: none of it is for a later start.
-        var descriptor = false
-        if case .descriptor = options.audio { descriptor = true }
         let intoActivation = endpointer?.isActive == true
         for c in audio.takeCapturedAndStop() where intoActivation { take(c, toWakeService: false) }
-        for c in audio.drain(resamplerTail: descriptor) where intoActivation { take(c, toWakeService: false) }
+        for c in audio.drain() where intoActivation { take(c, toWakeService: false) }
         guard var ep = endpointer else { return }
         let actions = ep.finish()
         endpointer = nil
