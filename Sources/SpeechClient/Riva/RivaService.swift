@@ -183,7 +183,7 @@ public struct RivaResult: Equatable {
                 continue
             }
             last.transcript += result.transcript
-            let timed = (last.words + result.words).contains { $0.startMilliseconds >= 0 }
+            let timed = last.words.contains { $0.startMilliseconds >= 0 } || result.words.contains { $0.startMilliseconds >= 0 }
             // Words without times are the transcript's own: split again, so a word cut between
             // two results is one word. Timed ones keep their times, numbered on.
             if !timed, let words = SLUWord.words(last.transcript) {

@@ -82,6 +82,22 @@ import Testing
                                              "segment 1 tentative and the radio"])
     }
 
+    /// Interim pieces with word times keep them, numbered on; a final between two runs ends the
+    /// first.
+    @Test func joinedInterimsKeepTheirWordTimes() {
+        func word(_ text: String, _ index: Int32, _ start: Int32) -> SLUWord {
+            SLUWord(text: text, index: index, startMilliseconds: start, endMilliseconds: start + 100)
+        }
+        let a = RivaResult(isFinal: false, transcript: "turn on", words: [word("turn", 0, 0), word("on", 1, 200)], confidence: 0.5)
+        let b = RivaResult(isFinal: false, transcript: " lights", words: [word("lights", 0, 400)], confidence: 0.9)
+        let f = RivaResult(isFinal: true, transcript: "ok", words: [word("ok", 0, 600)], confidence: 0.8)
+        let joined = RivaResult.joiningInterims([a, b, f, a])
+        #expect(joined.count == 3)
+        #expect(joined[0].transcript == "turn on lights" && joined[0].confidence == -1)
+        #expect(joined[0].words == [word("turn", 0, 0), word("on", 1, 200), word("lights", 2, 400)])
+        #expect(joined[1] == f && joined[2] == a)
+    }
+
     /// Status OK is the server's finish only after the client's half-close (the end of its
     /// audio). Before it, the call ended under the audio: a loss (replayed), not a finish.
     /// Before, it was taken as the finish: the user's context ended, no error, every later

@@ -367,16 +367,16 @@ final class LaneSupervisor {
         }
     }
 
+    /// How far past the audio a lane sent a final word may end and still count (a server's
+    /// frame rounding); further, the time is no evidence of what is final.
+    static let finalEndPastTheAudioMilliseconds = 200
+
     /// A segment update came on the lane. Not final: the lane has it open (dropped if the lane
     /// is lost). Final: the lane ended it, and its audio up to `endMilliseconds` (its last
     /// word's end, within the lane) is final: the lane's floor rises there. Returns whether it
     /// was a final one on a lane still here (audio may then be released).
     /// A final with no words (words a server took back) is no progress: a server that takes its
     /// words back and drops the stream each time must still run out of attempts.
-    /// How far past the audio a lane sent a final word may end and still count (a server's
-    /// frame rounding); further, the time is no evidence of what is final.
-    static let finalEndPastTheAudioMilliseconds = 200
-
     @discardableResult
     func segmentUpdated(lane gen: Int, segment id: Int32, isFinal: Bool, endMilliseconds: Int?, hasWords: Bool = true) -> Bool {
         let recorded = contextSamples
