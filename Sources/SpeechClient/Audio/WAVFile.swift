@@ -75,19 +75,19 @@ public final class WAVFileSource: Int16AudioSource {
             memoryCopy = copy
             opened = memory.isEmpty ? nil : fmemopen(copy, memory.count, "rb")
         } else {
-            opened = fopen(path, "rb")
+            let file = try Self.openRegularFile(path)
             // 64 KB reads, not stdio's 4 KB: one system call per 20 chunks of a fast file, not one
             // per chunk. The buffer is ours: glibc ignores the size given with a null buffer.
-            if let opened {
-                let block = UnsafeMutablePointer<CChar>.allocate(capacity: Self.readBlockBytes)
-                stdioBuffer = block
-                _ = setvbuf(opened, block, _IOFBF, Self.readBlockBytes)
-            }
+            let block = UnsafeMutablePointer<CChar>.allocate(capacity: Self.readBlockBytes)
+            stdioBuffer = block
+            _ = setvbuf(file, block, _IOFBF, Self.readBlockBytes)
+            opened = file
         }
         guard let f = opened else {
-            if memory?.isEmpty == true { close(); throw Self.fail(path, "the file is empty") }
+            let code = errno
             close()
-            throw SpeechClientError.errno(.audio, "fopen", errno, context: "WAV file '\(path)'")
+            if memory?.isEmpty == true { throw Self.fail(path, "the file is empty") }
+            throw SpeechClientError.errno(.audio, "fmemopen", code, context: "WAV file '\(path)'")
         }
         file = f
         do throws(SpeechClientError) {
@@ -100,6 +100,42 @@ public final class WAVFileSource: Int16AudioSource {
         } catch {
             close()
             throw error
+        }
+    }
+
+    /// Opens `path` for reading if it is a regular file. Opened without blocking and checked on
+    /// the descriptor: `fopen` on a named pipe with no writer would wait forever (and the client
+    /// with it), and a character device could be read without end.
+    static func openRegularFile(_ path: String) throws(SpeechClientError) -> UnsafeMutablePointer<FILE> {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { throw SpeechClientError.errno(.audio, "open", errno, context: "WAV file '\(path)'") }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let code = errno
+            _ = Glibc.close(fd)
+            throw SpeechClientError.errno(.audio, "fstat", code, context: "WAV file '\(path)'")
+        }
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            _ = Glibc.close(fd)
+            throw fail(path, "not a regular file (\(fileKind(st.st_mode)))")
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        guard let file = fdopen(fd, "rb") else {
+            let code = errno
+            _ = Glibc.close(fd)
+            throw SpeechClientError.errno(.audio, "fdopen", code, context: "WAV file '\(path)'")
+        }
+        return file
+    }
+
+    private static func fileKind(_ mode: mode_t) -> String {
+        switch mode & S_IFMT {
+        case S_IFDIR: return "a directory"
+        case S_IFIFO: return "a named pipe: give it as a descriptor instead"
+        case S_IFCHR: return "a character device"
+        case S_IFBLK: return "a block device"
+        case S_IFSOCK: return "a socket"
+        default: return "not a plain file"
         }
     }
 

@@ -412,6 +412,11 @@ public struct ClientOptions: Sendable {
 
     /// What spc_client_new requires beyond what the setters checked.
     public func validateForClient() throws(SpeechClientError) {
+        // The fields are public to Swift: an audio input or chunk length set without its setter
+        // is checked here, as a 0-channel format would divide by zero later.
+        var checked = self
+        try checked.setAudio(audio)
+        try checked.setChunkMilliseconds(chunkMilliseconds)
         guard server != nil else {
             throw SpeechClientError(.invalidArgument, "no server URL: call spc_options_set_server_url()")
         }

@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 @testable import SpeechClient
 #if canImport(Glibc)
@@ -190,6 +191,37 @@ import Glibc
         let path = F.writeTemp(bytes, name: name + ".wav")
         #expect { try WAVFileSource(path: path).open() } throws: { F.isAudioError($0, naming: path) }
         #expect { try WAVFileSource.validate(path: path) } throws: { F.isAudioError($0, naming: path) }
+    }
+
+    /// A named pipe given as a file path is refused at once: `fopen` on it waited for a writer
+    /// forever (the client's worker with it). A watchdog opens the pipe's other end after 5 s so
+    /// that a regression fails instead of hanging the suite.
+    @Test func aNamedPipeOrADirectoryIsRefusedWithoutWaiting() throws {
+        let dir = F.directory()
+        let fifo = dir + "/pipe.wav"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let opened = Atomic<Bool>(false)
+        let watchdogOpened = Atomic<Bool>(false)
+        let watchdog = try NativeThread(name: "fifo-watchdog") {
+            for _ in 0..<500 where !opened.load(ordering: .acquiring) { usleepMs(10) }
+            guard !opened.load(ordering: .acquiring) else { return }
+            watchdogOpened.store(true, ordering: .releasing)
+            let fd = Glibc.open(fifo, O_RDWR | O_NONBLOCK)
+            if fd >= 0 { usleepMs(100); Glibc.close(fd) }
+        }
+        #expect { try WAVFileSource(path: fifo).open() } throws: {
+            F.isAudioError($0, naming: fifo) && "\($0)".contains("named pipe")
+        }
+        opened.store(true, ordering: .releasing)
+        watchdog.join()
+        let waited = watchdogOpened.load(ordering: .acquiring)
+        #expect(!waited, "open() waited for a writer")
+
+        let directory = dir + "/adir.wav"
+        mkdir(directory, 0o700)
+        #expect { try WAVFileSource(path: directory).open() } throws: {
+            F.isAudioError($0, naming: directory) && "\($0)".contains("a directory")
+        }
     }
 
     @Test func bytesInMemoryReadLikeTheFile() throws {

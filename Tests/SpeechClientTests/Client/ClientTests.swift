@@ -1087,6 +1087,27 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(opened == 2)
     }
 
+    @Test func anAudioInputSetWithoutItsSetterIsCheckedByTheConstructor() throws {
+        let bad: [(AudioInput, String)] = [
+            (.descriptor(fd: 0, sampleRate: 16_000, channels: 0), "channel count 0"),
+            (.push(sampleRate: 0, channels: 1), "push sample rate 0"),
+            (.push(sampleRate: 16_000, channels: 0), "push channel count 0"),
+            (.file(path: ""), "path must not be empty"),
+        ]
+        for (input, message) in bad {
+            var o = try pushOptions()
+            o.audio = input
+            #expect { try Client(options: o, service: FakeRecognitionService(), handler: nil) } throws: {
+                ($0 as? SpeechClientError)?.code == .invalidArgument && "\($0)".contains(message)
+            }
+        }
+        var o = try pushOptions()
+        o.chunkMilliseconds = 0
+        #expect { try Client(options: o, service: FakeRecognitionService(), handler: nil) } throws: {
+            ($0 as? SpeechClientError)?.code == .invalidArgument && "\($0)".contains("chunk duration 0 ms")
+        }
+    }
+
     @Test func prepareOnInitFailsInTheConstructor() throws {
         var o = try pushOptions()
         o.prepareOnInit = true
