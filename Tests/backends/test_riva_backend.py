@@ -6,6 +6,7 @@ fails before READY."""
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,3 +120,49 @@ def test_request_headers_reach_the_server(speech):
         assert wt.normalize_words(got) == SENTENCES[0].split(), events
     finally:
         s.stop()
+
+
+def test_a_server_that_fails_every_stream_uses_up_the_reconnect_attempts():
+    """Riva acknowledges no start: the stream's `started` is the library's own. A replica that
+    takes each stream's audio for 6 s and fails it UNAVAILABLE without a result (Tests/peers/
+    riva_fault_server.py) counted each 6 s stream as the server serving it (progress), so the
+    attempts counted afresh at every loss: the client retried far past the limit, saying
+    nothing (7 streams in 42 s before it gave up otherwise, checked before the fix). With two
+    attempts allowed: three streams, then an error naming the attempts and the cause.
+    Live audio (stdin, 100 ms every 100 ms), as a microphone gives it."""
+    fault = subprocess.Popen([sys.executable, str(wt.ROOT / "Tests/peers/riva_fault_server.py"), "--fail-after", "6"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    demo_proc = None
+    try:
+        line = fault.stdout.readline()
+        assert line.startswith("listening on "), line + fault.stderr.read()
+        url = "riva://" + line.split()[-1]
+        demo_proc = subprocess.Popen([str(DEMO), "--url", url, "--file", "-", "--raw", "16000", "--json", "--reconnect", "2,100,200",
+                                      "--stream-budget", "4000000"],  # no rotation: one stream per attempt
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        silence = bytes(3200)  # 100 ms
+        deadline = time.monotonic() + 60  # 3 streams of 6 s and two short delays: ~19 s
+        while demo_proc.poll() is None and time.monotonic() < deadline:
+            try:
+                demo_proc.stdin.write(silence)
+                demo_proc.stdin.flush()
+            except BrokenPipeError:
+                break
+            time.sleep(0.1)
+        ended = demo_proc.poll() is not None  # the context failed: the demo is done
+        if not ended:
+            demo_proc.stdin.close()
+        out, err = demo_proc.communicate(timeout=30)
+        events = [json.loads(x) for x in out.decode().splitlines() if x.strip()]
+    finally:
+        if demo_proc is not None and demo_proc.poll() is None:
+            demo_proc.kill()
+            demo_proc.wait()
+        fault.stdin.close()
+        streams = [x for x in fault.stdout.read().splitlines() if x.startswith("stream ")]
+        fault.wait(10)
+    errors = [e for e in events if e["type"] == "error"]
+    assert ended, f"the client still retried after 60 s: the attempts never ran out ({len(streams)} streams)"
+    assert errors and "reconnection failed after 2 attempt(s)" in errors[0]["message"], events
+    assert "the recognizer died on this audio" in errors[0]["message"], errors
+    assert len(streams) == 3, streams

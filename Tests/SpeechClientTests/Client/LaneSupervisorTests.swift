@@ -12,6 +12,9 @@ import Testing
         /// The samples of each audio message, in order.
         var audioCounts: [Int] = []
         var backlog = 0
+        /// Its `started` is its own (Riva, Wyoming).
+        var ownStarted = false
+        var serverAcknowledgesStart: Bool { !ownStarted }
         func send(_ request: SLURequest) {
             if case .audio(let samples) = request { audioCounts.append(samples.count) }
             switch request {
@@ -45,11 +48,14 @@ import Testing
 
         /// Opening fails with `openError` once this many streams are open.
         var openFailsAfter = Int.max
+        /// New streams say `started` themselves.
+        var ownStarted = false
 
         func takeStream() throws(SpeechClientError) -> (generation: Int, stream: any RecognitionStream)? {
             if let openError, streams.count >= openFailsAfter || openFailsAfter == .max { throw openError }
             let stream = RecordingStream()
             stream.backlog = newStreamBacklog
+            stream.ownStarted = ownStarted
             streams.append(stream)
             return (streams.count, stream)
         }
@@ -108,6 +114,40 @@ import Testing
         host.liveAudioEnded = true
         s.rotate(reason: "too late", host: host)
         #expect(host.streams.count == 2)
+    }
+
+    /// A stream whose `started` is its own is served from the server's first answer in the
+    /// context, not from its open: a server that takes every stream and fails it after 5 s
+    /// without a word must run out of attempts (each loss counted as progress before).
+    @Test func aLaneWhoseStartedIsItsOwnIsServedOnlyOnceTheServerAnswered() throws {
+        let s = supervisor(), host = Host()
+        host.ownStarted = true
+        let five: UInt64 = 5_000_000_000
+        let reset = SpeechClientError(.network, "connection reset")
+        try s.openLane(from: 0, end: nil, host: host)
+        _ = s.laneStarted(1, serverContext: "r1")
+        let later = Clock.monotonicNanos() + 2 * five
+        #expect(s.lanes[1]?.wasServed(until: later, servedFor: five, lostTo: reset) == false)
+        s.responseArrived(SLUResponse(audioContext: "r1", segmentId: 0, payload: .transcript(SLUWord(text: "hi", index: 0, startMilliseconds: 0, endMilliseconds: 100))), lane: 1)
+        #expect(s.lanes[1]?.wasServed(until: Clock.monotonicNanos() + 2 * five, servedFor: five, lostTo: reset) == true)
+        // Its next lane in the context: served from its own `started`, the server proven.
+        s.rotate(reason: "a test", host: host)
+        s.sendAudio(chunk(0), host: host)
+        _ = s.laneStarted(2, serverContext: "r2")
+        #expect(s.lanes[2]?.wasServed(until: Clock.monotonicNanos() + 2 * five, servedFor: five, lostTo: reset) == true)
+        // A new context starts unproven again.
+        s.end()
+        s.begin()
+        try s.openLane(from: 0, end: nil, host: host)
+        _ = s.laneStarted(3, serverContext: "r3")
+        #expect(s.lanes[3]?.wasServed(until: Clock.monotonicNanos() + 2 * five, servedFor: five, lostTo: reset) == false)
+        // A server's own `started` (Speechly) is its answer.
+        host.ownStarted = false
+        s.end()
+        s.begin()
+        try s.openLane(from: 0, end: nil, host: host)
+        _ = s.laneStarted(4, serverContext: "s4")
+        #expect(s.lanes[4]?.wasServed(until: Clock.monotonicNanos() + 2 * five, servedFor: five, lostTo: reset) == true)
     }
 
     @Test func aLostLiveLaneIsReplayedFromItsFloorThenTakesLiveAudioAgain() throws {

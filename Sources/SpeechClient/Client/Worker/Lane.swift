@@ -22,7 +22,9 @@ struct Lane {
     var serverContext: String?
     /// Request bytes written to the stream (the budget that proxies count).
     var bytes = 0
-    /// When the server acknowledged it (`started`), monotonic ns.
+    /// Since when the server serves it, monotonic ns (`wasServed`): its `started`; where the
+    /// stream says `started` itself (Riva, Wyoming), once the server answered in this context
+    /// (`LaneSupervisor.serverAnswered`). Nil before.
     var startedAt: UInt64?
     /// Until when the server may take to acknowledge it (the start timeout), monotonic ns;
     /// `.max` once it did (its `started` may still be held behind an earlier lane).

@@ -48,6 +48,11 @@ final class LaneSupervisor {
     /// Counts the contexts begun and ended: a call that may end the context (a move that fails
     /// it) tells by it whether the context it worked for is still the open one.
     private(set) var epoch = 0
+    /// The server answered in this context (a result on any of its lanes). A lane whose
+    /// `started` is the stream's own counts as served only from then: a Riva server that took
+    /// streams and failed each after 5 s without a word counted each as progress, and was
+    /// retried forever with no error (the attempts counting afresh at each loss).
+    private(set) var serverAnswered = false
 
     private let startRequest: SLURequest
     private let startTimeoutNanos: UInt64
@@ -85,6 +90,7 @@ final class LaneSupervisor {
     /// A new context: nothing recorded, nothing lost (its first lane is opened by `openLane`).
     func begin() {
         epoch += 1
+        serverAnswered = false
         reconnection.reset()
         replay.reset()
         contextSamples = 0
@@ -95,6 +101,7 @@ final class LaneSupervisor {
     /// and the audio kept for them with it.
     func end() {
         epoch += 1
+        serverAnswered = false
         reconnection.reset()
         for lane in lanes.removeAll() where !lane.stopSent { lane.stream.cancel() }
         replay.reset()
@@ -237,9 +244,10 @@ final class LaneSupervisor {
     /// timeout no longer applies. Returns the lane's first sample (nil: no such lane).
     func laneStarted(_ gen: Int, serverContext: String) -> Int? {
         let now = Clock.monotonicNanos()
+        let answered = serverAnswered
         return lanes.update(gen) { lane in
             lane.serverContext = serverContext
-            lane.startedAt = now
+            if lane.stream.serverAcknowledgesStart || answered { lane.startedAt = now }
             lane.startDue = .max
             return lane.start
         }
@@ -256,6 +264,15 @@ final class LaneSupervisor {
     /// is counted (`Lane.finalsArrived`), and its words restart the clock
     /// of its `finished` once they reach a second further into its audio (`Lane.finalArrived`).
     func responseArrived(_ response: SLUResponse, lane gen: Int) {
+        let now = Clock.monotonicNanos()
+        if !serverAnswered {
+            serverAnswered = true
+            for other in lanes.generations {
+                lanes.update(other) { lane in
+                    if lane.startedAt == nil && lane.serverContext != nil { lane.startedAt = now }
+                }
+            }
+        }
         let end: Int32
         switch response.payload {
         case .transcript(let word): end = word.endMilliseconds
@@ -266,7 +283,6 @@ final class LaneSupervisor {
             end = last
         default: return
         }
-        let now = Clock.monotonicNanos()
         lanes.update(gen) { $0.finalArrived(endMilliseconds: Int(end), now: now) }
     }
 
