@@ -96,9 +96,14 @@ final class RivaRelay: @unchecked Sendable {
         return e
     }
 
+    /// The start went out on the call. Nothing is said for a call already closed: its
+    /// `.closed` went first, and the lane that took it is lost (replayed), not started.
     func started() {
-        state.withLock { $0.started = true }
-        handler(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .started)))
+        let closed = state.withLock { s -> Bool in
+            if !s.closed { s.started = true }
+            return s.closed
+        }
+        if !closed { handler(.response(SLUResponse(audioContext: contextId, segmentId: 0, payload: .started))) }
     }
 
     func deliver(_ event: GRPCCallEvent) {
@@ -141,7 +146,13 @@ final class RivaRelay: @unchecked Sendable {
             }
             if let error {
                 handler(.closed(Self.named(error)))
-            } else if started && !halfClosed.load(ordering: .acquiring) {
+            } else if !started {
+                // A call that carried no context yet (a prepared stream a server or proxy let
+                // go): no `finished`, which the worker, had it just taken the stream for a
+                // context, took as the server ending that context (no error, no more audio
+                // sent). Only the end: unused, it is dropped; just taken, it is a loss, replayed.
+                handler(.closed(nil))
+            } else if !halfClosed.load(ordering: .acquiring) {
                 // Status OK before the end of the audio (a server or proxy ending the call):
                 // the audio after its last final was never recognised. Lost, as a Speechly
                 // stream ended without `finished` is, so it is replayed; taken as the finish,

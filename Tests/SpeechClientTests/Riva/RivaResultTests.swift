@@ -112,10 +112,13 @@ import Testing
         done.relay.halfClosed.store(true, ordering: .releasing)
         done.relay.deliver(.closed(nil))
         #expect(done.lines.withLock { $0 } == ["other", "finished", "closed"])
-        // A call that carried no context yet (a prepared stream a proxy let go): nothing lost.
+        // A call that carried no context yet (a prepared stream a proxy let go): its end only,
+        // no `finished` (which ended the context of a worker that had just taken the stream:
+        // no error, no more audio), and no `started` after it.
         let idle = Relayed()
         idle.relay.deliver(.closed(nil))
-        #expect(idle.lines.withLock { $0 } == ["finished", "closed"])
+        idle.relay.started()
+        #expect(idle.lines.withLock { $0 } == ["closed"])
     }
 
     /// Words all taken back by the last interim and no final before the end: the segment ends
