@@ -166,3 +166,55 @@ def test_a_server_that_fails_every_stream_uses_up_the_reconnect_attempts():
     assert errors and "reconnection failed after 2 attempt(s)" in errors[0]["message"], events
     assert "the recognizer died on this audio" in errors[0]["message"], errors
     assert len(streams) == 3, streams
+
+
+def test_a_lost_connection_after_finals_without_word_times_replays_only_what_followed(speech):
+    """A Riva server that gives no word offsets (the reference service with
+    --riva-no-word-offsets): its finals say nothing of where they end. Two sentences pushed at
+    real time through a TCP proxy (Tests/peers/fault_proxy.py) that drops the connection in the
+    middle of the second: the replay starts at the pause after the first sentence, found in
+    the audio the server had heard (audio_processed), and each sentence comes once. Before, the
+    replay started at the context's start, and the first sentence came twice."""
+    import speechclient as sc
+    server = RivaServer("--engine", "whisper", "--riva-no-word-offsets")
+    proxy = subprocess.Popen([sys.executable, str(wt.ROOT / "Tests/peers/fault_proxy.py"), server.address],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    first, second = SENTENCES[0], SENTENCES[3]
+    try:
+        line = proxy.stdout.readline()
+        assert line.startswith("listening on "), line
+        pcm_a, rate, _, _ = wt.read_wav(speech(first))
+        pcm_b, _, _, _ = wt.read_wav(speech(second))
+        assert rate == 16000
+        silence = bytes(2 * 16000 * 3 // 2)  # 1.5 s
+        audio = pcm_a + silence + pcm_b + silence
+        drop_at = len(pcm_a) + len(silence) + len(pcm_b) // 2
+        finals, errors, dropped = [], [], None
+        with sc.Client(url="riva://" + line.split()[-1], audio=sc.PushAudio(sample_rate=16000, channels=1),
+                       log_level=sc.LogLevel.INFO) as c:
+            c.start()
+            t0 = time.monotonic()
+            for k, off in enumerate(range(0, len(audio), 3200)):
+                if off >= drop_at and dropped is None:
+                    proxy.stdin.write("drop\n")
+                    proxy.stdin.flush()
+                    dropped = proxy.stdout.readline()
+                c.push(audio[off:off + 3200])
+                time.sleep(max(0.0, t0 + (k + 1) * 0.1 - time.monotonic()))
+            c.push_end()
+            for u in c.updates(timeout=60):
+                if isinstance(u, sc.Segment) and u.final:
+                    finals.append(u)
+                if isinstance(u, sc.ErrorEvent):
+                    errors.append(u)
+                if isinstance(u, sc.StopEvent):
+                    break
+    finally:
+        proxy.kill()
+        proxy.wait()
+        server.stop()
+    assert dropped and dropped.split()[-1] == "1", dropped  # one connection was cut
+    assert not errors, errors
+    assert all(w.start_ms == -1 for f in finals for w in f.words), "the server gave word times"
+    got = wt.normalize_words(" ".join(f.transcript for f in finals))
+    assert got == (first + " " + second).split(), [f.transcript for f in finals]

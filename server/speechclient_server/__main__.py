@@ -43,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(needs nvidia-riva-client: pip install './server[riva]'); all: both on one port")
     p.add_argument("--api-key", help="riva: require 'authorization: Bearer KEY' metadata (as NVIDIA's hosted "
                                      "endpoints); default: none needed")
+    p.add_argument("--riva-no-word-offsets", action="store_true",
+                   help="riva: never give word offsets, whatever is asked (as a model that has none)")
     p.add_argument("--engine", choices=["pocketsphinx", "whisper", "sink"], default="pocketsphinx",
                    help="recognizer; sink recognises nothing (benchmarks)")
     p.add_argument("--intents", help="intent template file (default: the bundled intents.txt)")
@@ -153,7 +155,8 @@ def main(argv=None) -> int:
         identity_v1_pb2_grpc.add_IdentityServicer_to_server(IdentityV1(settings), server)
         slu_pb2_grpc.add_SLUServicer_to_server(SLU(settings, engine, intents), server)
     if riva is not None:
-        riva.add_to_server(server, settings, engine, api_key=args.api_key)
+        riva.add_to_server(server, settings, engine, api_key=args.api_key,
+                           word_offsets=not args.riva_no_word_offsets)
     address = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
     try:
         if args.tls_cert:

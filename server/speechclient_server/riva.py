@@ -341,8 +341,9 @@ class Utterances(SLU):
 class RivaASR(rasr_grpc.RivaSpeechRecognitionServicer):
     """nvidia.riva.asr.RivaSpeechRecognition over this server's engines."""
 
-    def __init__(self, settings: Settings, engine: Engine, api_key: Optional[str] = None):
+    def __init__(self, settings: Settings, engine: Engine, api_key: Optional[str] = None, word_offsets: bool = True):
         self.settings, self.engine, self.api_key = settings, engine, api_key
+        self.word_offsets = word_offsets  # False: none given, whatever is asked (--riva-no-word-offsets)
 
     def _authorize(self, context) -> None:
         """With --api-key: `authorization: Bearer KEY` metadata, as NVIDIA's hosted endpoints take it."""
@@ -389,6 +390,7 @@ class RivaASR(rasr_grpc.RivaSpeechRecognitionServicer):
                           f"Error: the first StreamingRecognizeRequest must carry streaming_config, got {got}")
         try:
             options = check_config(first.streaming_config.config, self.engine, "online")
+            options.word_offsets = options.word_offsets and self.word_offsets
         except ConfigError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         options.interim = first.streaming_config.interim_results
@@ -449,6 +451,7 @@ class RivaASR(rasr_grpc.RivaSpeechRecognitionServicer):
         self._authorize(context)
         try:
             options = check_config(request.config, self.engine, "offline")
+            options.word_offsets = options.word_offsets and self.word_offsets
             audio_in = AudioIn(options.fmt)
             pcm = audio_in.feed(request.audio) + audio_in.flush()
         except ConfigError as e:
@@ -476,8 +479,9 @@ class RivaASR(rasr_grpc.RivaSpeechRecognitionServicer):
         return response
 
 
-def add_to_server(server, settings: Settings, engine: Engine, api_key: Optional[str] = None) -> RivaASR:
-    servicer = RivaASR(settings, engine, api_key)
+def add_to_server(server, settings: Settings, engine: Engine, api_key: Optional[str] = None,
+                  word_offsets: bool = True) -> RivaASR:
+    servicer = RivaASR(settings, engine, api_key, word_offsets)
     rasr_grpc.add_RivaSpeechRecognitionServicer_to_server(servicer, server)
     return servicer
 

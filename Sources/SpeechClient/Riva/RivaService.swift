@@ -137,7 +137,13 @@ final class RivaRelay: @unchecked Sendable {
                 let payload: SLUResponse.Payload = result.isFinal
                     ? .finalTranscript(result.words, confidence: result.confidence)
                     : .tentativeTranscript(text: result.transcript, words: result.words)
-                handler(.response(SLUResponse(audioContext: contextId, segmentId: segment, payload: payload)))
+                var response = SLUResponse(audioContext: contextId, segmentId: segment, payload: payload)
+                if result.isFinal && !result.words.isEmpty && result.words.allSatisfy({ $0.endMilliseconds < 0 }) {
+                    // A server that gives no word offsets: where the utterance ended is found in
+                    // the audio, before what the server had heard.
+                    response.heardMilliseconds = result.audioProcessedMilliseconds ?? .max
+                }
+                handler(.response(response))
             }
         case .closed(let error):
             let (started, emptied) = state.withLock { s -> (Bool, Int32?) in
@@ -179,6 +185,9 @@ public struct RivaResult: Equatable {
     public var words: [SLUWord] = []
     /// The alternative's confidence, 0...1; -1 when absent or out of range.
     public var confidence: Float = -1
+    /// The audio the server had processed (`audio_processed`), ms from the stream's start; nil
+    /// when absent, negative or not a number.
+    public var audioProcessedMilliseconds: Int32?
 
     /// The results of one response with each run of interim ones joined into one: Riva sends
     /// the stable start of a hypothesis and its unstable rest as two interim results of one
@@ -281,6 +290,9 @@ public struct RivaResult: Equatable {
                 wordsLeft -= result.words.count
             case 2:
                 result.isFinal = try value.uint64("is_final") != 0
+            case 6:
+                let ms = Double(try value.float("audio_processed")) * 1_000
+                result.audioProcessedMilliseconds = ms.isFinite && ms >= 0 ? Int32(min(ms, Double(Int32.max - 1))) : nil
             default:
                 break
             }

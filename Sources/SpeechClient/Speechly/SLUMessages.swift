@@ -81,6 +81,12 @@ public struct SLUResponse: Sendable, Equatable {
     public var audioContext: String
     public var segmentId: Int32
     public var payload: Payload
+    /// On a final whose words have no times, from a backend whose server does not say where
+    /// its utterances end otherwise (Riva without word offsets): how much of the stream's audio
+    /// the server had processed when it sent it, ms from the stream's start (its
+    /// `audio_processed`; `Int32.max` when not said). The worker finds the pause that ended the
+    /// utterance before that, so a loss does not replay what is final. Nil: nothing to find.
+    public var heardMilliseconds: Int32?
 
     public init(audioContext: String, segmentId: Int32, payload: Payload) {
         self.audioContext = audioContext

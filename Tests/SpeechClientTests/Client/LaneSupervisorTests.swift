@@ -594,6 +594,40 @@ import Testing
         #expect(host.streams[1].audioCounts.first == Self.chunkSamples - 960)
     }
 
+    /// A final without word times from a server that says nothing else of where it ended (Riva
+    /// without word offsets): the floor rises to the pause that ended it, looked for only in
+    /// what the server had heard (`audio_processed`). Before, the floor never rose on such
+    /// finals and a loss replayed them (their words came twice); a pause after what the server
+    /// heard may fall inside words not final yet, which a loss would then not replay.
+    @Test func anUntimedFinalRaisesTheFloorToAPauseTheServerHadHeard() throws {
+        let s = supervisor(), host = Host()
+        host.ownStarted = true
+        try s.openLane(from: 0, end: nil, host: host)
+        _ = s.laneStarted(1, serverContext: "r1")
+        // Speech 0-500 ms, a pause to 900 ms, speech to 1.4 s, a pause to 1.8 s, speech to 2 s.
+        for k in 0..<20 { s.sendAudio(voiced(k, quiet: (5..<9).contains(k) || (14..<18).contains(k)), host: host) }
+        let words = [SLUWord(text: "one", index: 0, startMilliseconds: -1, endMilliseconds: -1)]
+        let final = SLUResponse(audioContext: "r1", segmentId: 0, payload: .finalTranscript(words, confidence: -1))
+        // Heard to 400 ms: no pause in it, the floor stays.
+        s.responseArrived(final, lane: 1)
+        _ = s.finalApplied(lane: 1)
+        s.untimedFinalArrived(lane: 1, heardMilliseconds: 400, host: host)
+        #expect(s.lanes[1]?.floor == 0)
+        // Heard to 1.2 s: the first pause, 60 ms into it; not the second one, past 1.2 s.
+        s.responseArrived(final, lane: 1)
+        _ = s.finalApplied(lane: 1)
+        s.untimedFinalArrived(lane: 1, heardMilliseconds: 1_200, host: host)
+        #expect(s.lanes[1]?.floor == 5 * Self.chunkSamples + 960)
+        // Not said (Int32.max): looked for in all the lane sent, after the last one.
+        s.responseArrived(final, lane: 1)
+        _ = s.finalApplied(lane: 1)
+        s.untimedFinalArrived(lane: 1, heardMilliseconds: Int(Int32.max), host: host)
+        #expect(s.lanes[1]?.floor == 14 * Self.chunkSamples + 960)
+        lost(s, lane: 1, host: host)
+        s.attemptReconnect(host: host)
+        #expect(host.streams[1].log == ["start", "audio 0"] + (15..<20).map { "audio \($0)" }, "\(host.streams[1].log)")
+    }
+
     /// A lane brought back to the pause of the server's end of speech after it was sent audio
     /// past it: a new lane sends that audio again, and the old one's later results are dropped.
     @Test func aLaneEndedAtTheServersPauseDropsItsLaterResults() throws {

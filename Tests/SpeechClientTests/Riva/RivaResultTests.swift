@@ -121,6 +121,38 @@ import Testing
         #expect(idle.lines.withLock { $0 } == ["closed"])
     }
 
+    /// A final without word offsets carries what the server had heard (`audio_processed`, ms)
+    /// for the worker's pause search; Int32.max when the server did not say; nothing on a timed
+    /// final or an interim. A negative or NaN `audio_processed` is not taken.
+    @Test func untimedFinalsSayHowMuchTheServerHadHeard() throws {
+        func result(_ text: String, final: Bool, timed: Bool = false, processed: Float?) -> [UInt8] {
+            response { r in
+                r.message(1) { result in
+                    result.message(1) { alt in
+                        alt.string(1, text)
+                        if timed { alt.message(3) { w in w.int32(1, 100); w.int32(2, 400); w.string(3, text) } }
+                    }
+                    if final { result.int32(2, 1) }
+                    if let processed { result.float(6, processed) }
+                }
+            }
+        }
+        let heard = Locked<[Int32?]>([])
+        let relay = RivaRelay(contextId: "c") { event in
+            if case .response(let r) = event, case .finalTranscript = r.payload { heard.withLock { $0.append(r.heardMilliseconds) } }
+            if case .response(let r) = event, case .tentativeTranscript = r.payload { heard.withLock { $0.append(r.heardMilliseconds ?? -7) } }
+        }
+        relay.started()
+        relay.deliver(.message(result("one", final: false, processed: 1.0)))
+        relay.deliver(.message(result("one", final: true, processed: 1.25)))
+        relay.deliver(.message(result("two", final: true, processed: nil)))
+        relay.deliver(.message(result("three", final: true, timed: true, processed: 3.0)))
+        relay.deliver(.message(result("four", final: true, processed: -1)))
+        relay.deliver(.message(result("five", final: true, processed: .nan)))
+        #expect(heard.withLock { $0 } == [-7, 1_250, .max, nil, .max, .max])
+        #expect(try RivaResult.decodeResponse(result("x", final: true, processed: 2.5)[...]).first?.audioProcessedMilliseconds == 2_500)
+    }
+
     /// Words all taken back by the last interim and no final before the end: the segment ends
     /// empty at the finish (the application saw it; left open, it had no final at all).
     @Test func aSegmentEmptiedAndNeverFinalisedEndsEmptyAtTheFinish() {

@@ -337,6 +337,12 @@ extension ClientWorker {
         }
         // Counted against the lane's ends of speech (`LaneSupervisor.serverEndpointed`).
         if case .finalTranscript = response.payload, supervisor.finalApplied(lane: gen) { releaseReplay() }
+        if let heard = response.heardMilliseconds {
+            // Final words without times, from a server that says nothing else of where they
+            // end: the floor rises to the pause that ended them, once they are all applied.
+            supervisor.untimedFinalArrived(lane: gen, heardMilliseconds: Int(heard), host: self)
+            releaseReplay()
+        }
         guard let segment = applied else { return nil }
         // Only a final's words are read here: a snapshot's word array is made when first read,
         // and reading it for every tentative update of a long segment cost its size each time

@@ -311,11 +311,14 @@ final class LaneSupervisor {
     /// ms into it, before that point or at it: a guess past the server's real end of speech
     /// would lose, on a loss, the words between (one before it repeats them; shorter pauses are
     /// common inside an utterance, and no server ends one on less).
+    /// `heard`: the server had heard the lane's audio up to this sample (an untimed final's
+    /// `heardMilliseconds`): the pause is looked for before it.
     @discardableResult
-    func serverEndpointed(lane gen: Int, ignoresTheRest: Bool, host: some LaneHost) -> Int? {
+    func serverEndpointed(lane gen: Int, ignoresTheRest: Bool, heard: Int? = nil, host: some LaneHost) -> Int? {
         let live = gen == lanes.live && !host.liveAudioEnded
         guard let (after, sent) = lanes.read(gen, { lane in
-            (max(lane.floor, lane.lastEndpoint ?? lane.start), lane.cursor ?? (live ? contextSamples : (lane.end ?? contextSamples)))
+            (max(lane.floor, lane.lastEndpoint ?? lane.start),
+             min(lane.cursor ?? (live ? contextSamples : (lane.end ?? contextSamples)), heard ?? .max))
         }), after >= replay.oldestSample, after < sent else { return nil }
         let audio = replay.chunks(from: after, upTo: sent)
         let found = RotationPolicy.pausesAfterSpeech(in: audio, from: after, [(300, 100), (200, 60)])
@@ -326,6 +329,17 @@ final class LaneSupervisor {
             _ = raiseFloorToEndpoints(&lane)
         }
         return point
+    }
+
+    /// A final whose words have no times came on the lane, the server having heard its audio
+    /// up to `heardMilliseconds` from the lane's start (`SLUResponse.heardMilliseconds`; Riva
+    /// without word offsets). Its end is looked for as a server's end of speech is
+    /// (`serverEndpointed`), before what the server had heard: without it, a lost lane replayed
+    /// every word already final since its last timed one, and they came twice.
+    func untimedFinalArrived(lane gen: Int, heardMilliseconds: Int, host: some LaneHost) {
+        guard let start = lanes.read(gen, { $0.start }) else { return }
+        let heard = heardMilliseconds >= Int(Int32.max) ? nil : start + SpeechAudio.samples(milliseconds: heardMilliseconds)
+        serverEndpointed(lane: gen, ignoresTheRest: false, heard: heard, host: host)
     }
 
     /// Where a new stream would resume after the server's last end of speech on the lane, found
