@@ -12,11 +12,13 @@ import Testing
         /// The samples of each audio message, in order.
         var audioCounts: [Int] = []
         var backlog = 0
+        /// Bytes each audio message adds to `backlog` (a stream that does not drain by itself).
+        var backlogPerAudio = 0
         /// Its `started` is its own (Riva, Wyoming).
         var ownStarted = false
         var serverAcknowledgesStart: Bool { !ownStarted }
         func send(_ request: SLURequest) {
-            if case .audio(let samples) = request { audioCounts.append(samples.count) }
+            if case .audio(let samples) = request { audioCounts.append(samples.count); backlog += backlogPerAudio }
             switch request {
             case .config: log.append("config")
             case .start: log.append("start")
@@ -36,6 +38,7 @@ import Testing
         var streams: [RecordingStream] = []
         var openError: SpeechClientError?
         var newStreamBacklog = 0
+        var newStreamBacklogPerAudio = 0
         var connectCancelled = false
         var liveAudioEnded = false
         var contextId = "ctx"
@@ -55,6 +58,7 @@ import Testing
             if let openError, streams.count >= openFailsAfter || openFailsAfter == .max { throw openError }
             let stream = RecordingStream()
             stream.backlog = newStreamBacklog
+            stream.backlogPerAudio = newStreamBacklogPerAudio
             stream.ownStarted = ownStarted
             streams.append(stream)
             return (streams.count, stream)
@@ -241,6 +245,42 @@ import Testing
         #expect(s.pumpReplay(host: host))
         #expect(host.streams[1].log == ["start", "audio 2", "audio 3", "audio 4"])
         #expect(host.overflows == [0..<2 * Self.chunkSamples])
+        // The stream's audio begins 200 ms later in the context than the lane: its times move.
+        #expect(s.lanes[2]?.gaps == [Lane.Gap(streamMilliseconds: 0, milliseconds: 200)])
+    }
+
+    /// Audio dropped in the middle of a replay (after some of it went out): the stream's audio
+    /// jumps there, so the server's times after that point are early by the gap. The lane
+    /// keeps where and how long, and the times are moved by it (before: early by the gap).
+    @Test func audioDroppedInTheMiddleOfAReplayMovesTheTimesAfterIt() throws {
+        let s = supervisor { $0.replayBufferMilliseconds = 300 }, host = Host()  // three chunks
+        try s.openLane(from: 0, end: nil, host: host)
+        for k in 0..<2 { s.sendAudio(chunk(k), host: host) }
+        lost(s, lane: 1, host: host)
+        // The new stream takes chunk 0, then fills (it is not draining).
+        host.newStreamBacklog = LaneSupervisor.backlogLimit
+        host.newStreamBacklogPerAudio = 1
+        s.attemptReconnect(host: host)
+        #expect(host.streams[1].log == ["start", "audio 0"])
+        for k in 2..<5 { s.sendAudio(chunk(k), host: host) }  // chunks 0 and 1 leave the buffer
+        host.streams[1].backlog = 0
+        host.streams[1].backlogPerAudio = 0
+        #expect(s.pumpReplay(host: host))
+        #expect(host.streams[1].log == ["start", "audio 0", "audio 2", "audio 3", "audio 4"])
+        #expect(host.overflows == [Self.chunkSamples..<2 * Self.chunkSamples])
+        let gaps = try #require(s.lanes[2]?.gaps)
+        #expect(gaps == [Lane.Gap(streamMilliseconds: 100, milliseconds: 100)])
+        let word = { (start: Int32, end: Int32) in SLUWord(text: "w", index: 0, startMilliseconds: start, endMilliseconds: end) }
+        let words = [word(0, 100), word(100, 150), word(150, 250), word(-1, -1)]
+        guard case .finalTranscript(let moved, _) = ContextNumbering().userTimes(.finalTranscript(words, confidence: -1), serverContext: "x", gaps: gaps) else {
+            Issue.record("not a final")
+            return
+        }
+        // Ending at the gap: before it; starting at it: after it; unknown: unknown.
+        #expect(moved.map(\.startMilliseconds) == [0, 200, 250, -1])
+        #expect(moved.map(\.endMilliseconds) == [100, 250, 350, -1])
+        #expect(s.lanes[2]?.contextSample(streamMilliseconds: 150) == 250 * 16)
+        #expect(s.lanes[2]?.contextSample(streamMilliseconds: 50) == 50 * 16)
     }
 
     @Test func whenTheAttemptsRunOutTheErrorNamesTheAudioNotTranscribed() throws {

@@ -328,7 +328,8 @@ extension ClientWorker {
         var mapped = response
         mapped.audioContext = contextId.isEmpty ? response.audioContext : contextId
         mapped.segmentId = numbering.userSegment(serverContext: response.audioContext, segment: response.segmentId)
-        mapped.payload = numbering.userTimes(response.payload, serverContext: response.audioContext)
+        mapped.payload = numbering.userTimes(response.payload, serverContext: response.audioContext,
+                                             gaps: supervisor.lanes.read(gen) { $0.gaps } ?? [])
         let applied: Segment?
         do throws(SpeechClientError) {
             applied = try assembler.applyChecked(mapped)

@@ -34,9 +34,10 @@ struct ContextNumbering {
         return user
     }
 
-    /// A server context's payload with its word times in the user's context.
-    func userTimes(_ payload: SLUResponse.Payload, serverContext id: String) -> SLUResponse.Payload {
-        Self.shift(payload, by: timeOffsets[id] ?? 0)
+    /// A server context's payload with its word times in the user's context. `gaps`: audio its
+    /// stream skipped (`Lane.gaps`): a time from each gap's point of the stream on is later by it.
+    func userTimes(_ payload: SLUResponse.Payload, serverContext id: String, gaps: [Lane.Gap] = []) -> SLUResponse.Payload {
+        Self.shift(payload, by: timeOffsets[id] ?? 0, gaps: gaps)
     }
 
     /// A lost stream's unfinished segments are recognised again by its replacement: their ids
@@ -48,12 +49,19 @@ struct ContextNumbering {
         nextUserSegment = low
     }
 
-    static func shift(_ payload: SLUResponse.Payload, by ms: Int32) -> SLUResponse.Payload {
-        guard ms != 0 else { return payload }
-        // Negative times are unknown ones (Wyoming gives none) and stay so.
+    static func shift(_ payload: SLUResponse.Payload, by ms: Int32, gaps: [Lane.Gap] = []) -> SLUResponse.Payload {
+        guard ms != 0 || !gaps.isEmpty else { return payload }
+        // Negative times are unknown ones (Wyoming gives none) and stay so. A word starting at a
+        // gap's point comes after it; one ending there, before it.
+        func moved(_ t: Int32, isEnd: Bool) -> Int32 {
+            guard t >= 0 else { return t }
+            var total = ms
+            for gap in gaps where isEnd ? gap.streamMilliseconds < t : gap.streamMilliseconds <= t { total &+= gap.milliseconds }
+            return t &+ total
+        }
         func move(_ w: SLUWord) -> SLUWord {
-            SLUWord(text: w.text, index: w.index, startMilliseconds: w.startMilliseconds < 0 ? w.startMilliseconds : w.startMilliseconds &+ ms,
-                    endMilliseconds: w.endMilliseconds < 0 ? w.endMilliseconds : w.endMilliseconds &+ ms, confidence: w.confidence)
+            SLUWord(text: w.text, index: w.index, startMilliseconds: moved(w.startMilliseconds, isEnd: false),
+                    endMilliseconds: moved(w.endMilliseconds, isEnd: true), confidence: w.confidence)
         }
         switch payload {
         case .transcript(let w): return .transcript(move(w))

@@ -20,6 +20,30 @@ struct Lane {
     var cursor: Int?
     /// The server's audio_context, from its `started`.
     var serverContext: String?
+    /// Audio its replay skipped (the buffer dropped it before it was sent: said lost), where in
+    /// the stream's audio and how long: the server's times after each are early by it.
+    struct Gap: Equatable {
+        var streamMilliseconds: Int32
+        var milliseconds: Int32
+    }
+    private(set) var gaps: [Gap] = []
+    private var skippedSamples = 0
+
+    /// Where `ms` of the stream's audio falls in the context, the gaps before it counted.
+    func contextSample(streamMilliseconds ms: Int) -> Int {
+        var sample = start + SpeechAudio.samples(milliseconds: ms)
+        for gap in gaps where Int(gap.streamMilliseconds) <= ms { sample += SpeechAudio.samples(milliseconds: Int(gap.milliseconds)) }
+        return sample
+    }
+
+    /// The replay skips from `cursor` to `resume` (the buffer no longer holds that audio).
+    mutating func skip(from cursor: Int, to resume: Int) {
+        guard resume > cursor else { return }
+        let streamSample = cursor - start - skippedSamples
+        skippedSamples += resume - cursor
+        gaps.append(Gap(streamMilliseconds: Int32(clamping: SpeechAudio.milliseconds(samples: streamSample)),
+                        milliseconds: Int32(clamping: SpeechAudio.milliseconds(samples: resume - cursor))))
+    }
     /// Request bytes written to the stream (the budget that proxies count).
     var bytes = 0
     /// Since when the server serves it, monotonic ns (`wasServed`): its `started`; where the

@@ -337,8 +337,9 @@ final class LaneSupervisor {
     /// (`serverEndpointed`), before what the server had heard: without it, a lost lane replayed
     /// every word already final since its last timed one, and they came twice.
     func untimedFinalArrived(lane gen: Int, heardMilliseconds: Int, host: some LaneHost) {
-        guard let start = lanes.read(gen, { $0.start }) else { return }
-        let heard = heardMilliseconds >= Int(Int32.max) ? nil : start + SpeechAudio.samples(milliseconds: heardMilliseconds)
+        guard let heard = lanes.read(gen, { lane in
+            heardMilliseconds >= Int(Int32.max) ? nil : lane.contextSample(streamMilliseconds: heardMilliseconds)
+        }) else { return }
         serverEndpointed(lane: gen, ignoresTheRest: false, heard: heard, host: host)
     }
 
@@ -692,7 +693,12 @@ final class LaneSupervisor {
                 let target = lane.end ?? replay.endSample
                 // The buffer dropped audio the lane had still to send (it filled while the
                 // stream drained): skipped, and said, not skipped quietly.
-                if cursor < replay.oldestSample { lost = (cursor, min(replay.oldestSample, target)) }
+                if cursor < replay.oldestSample {
+                    let resume = min(replay.oldestSample, target)
+                    lost = (cursor, resume)
+                    // The stream's audio goes on after the gap: its later times are moved by it.
+                    lane.skip(from: cursor, to: resume)
+                }
                 var at = max(cursor, replay.oldestSample)
                 for chunk in replay.chunks(from: at, upTo: target) {
                     if lane.stream.backlogBytes > Self.backlogLimit { break }
