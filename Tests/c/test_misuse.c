@@ -15,7 +15,9 @@
 
 #include "checks.h"
 
+#include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,11 +75,55 @@ static void count_stop(spc_client *client, const char *context_id, void *user_da
     if (user_data) stops_seen++;
 }
 
+/* Contexts started, counted by the start callback of library-delivered clients: a test waits
+** for LISTENING on it (the state is set before the callback runs), not by polling the state. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int count;
+} starts = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+
+static void count_start(spc_client *client, const char *context_id, void *user_data) {
+    (void)client;
+    (void)context_id;
+    (void)user_data;
+    pthread_mutex_lock(&starts.lock);
+    starts.count++;
+    pthread_cond_broadcast(&starts.changed);
+    pthread_mutex_unlock(&starts.lock);
+}
+
+static int starts_so_far(void) {
+    pthread_mutex_lock(&starts.lock);
+    int n = starts.count;
+    pthread_mutex_unlock(&starts.lock);
+    return n;
+}
+
+/* Waits up to `ms` for a start callback after the `before`th; 1 when one came. */
+static int wait_for_start(int before, int ms) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += ms / 1000;
+    deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&starts.lock);
+    int rc = 0;
+    while (starts.count <= before && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&starts.changed, &starts.lock, &deadline);
+    int came = starts.count > before;
+    pthread_mutex_unlock(&starts.lock);
+    return came;
+}
+
 static spc_client *make_client(const char *url, spc_delivery delivery, spc_activation activation) {
     spc_options *o = spc_options_new();
     spc_client *c = NULL;
     if (!o) return NULL;
     if (delivery == SPC_DELIVERY_APPLICATION) spc_options_set_stop_cb(o, count_stop, &stops_seen);
+    else spc_options_set_start_cb(o, count_start, NULL);
     if (spc_options_set_server_url(o, url) == SPC_OK && spc_options_set_app_id(o, "misuse") == SPC_OK &&
         spc_options_set_cache_dir(o, cache_dir) == SPC_OK && spc_options_set_audio_push(o, 16000, 1) == SPC_OK &&
         spc_options_set_delivery(o, delivery) == SPC_OK && spc_options_set_activation(o, activation) == SPC_OK) {
@@ -93,6 +139,8 @@ static spc_state state_of(spc_client *c) {
     return s;
 }
 
+/* Hands-free listening begins with no callback (no context opens until speech is heard): the
+** state is the only sign, so it is looked at every 10 ms. */
 static int wait_for_state(spc_client *c, spc_state want, int ms) {
     for (int waited = 0; waited <= ms; waited += 10) {
         if (state_of(c) == want) return 1;
@@ -114,7 +162,11 @@ static spc_client *client_in(enum column col) {
     case STARTING:
         ok = spc_client_start(c) == SPC_OK;
         break;
-    case LISTENING:
+    case LISTENING: {
+        int before = starts_so_far();
+        ok = spc_client_start(c) == SPC_OK && wait_for_start(before, 10000);
+        break;
+    }
     case HANDS_FREE:
         ok = spc_client_start(c) == SPC_OK && wait_for_state(c, SPC_STATE_LISTENING, 10000);
         break;
