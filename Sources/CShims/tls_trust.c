@@ -10,9 +10,12 @@
 ** directory has no issuer for a certificate (a system whose directory is not hashed, Fedora's;
 ** a CA an administrator appended to the file alone). The trusted set is the same as with
 ** SSL_CTX_set_default_verify_paths(): the file and the directory (SSL_CERT_FILE / SSL_CERT_DIR
-** where set); only when the file is read changes. One difference remains: a directory holding
-** an expired or re-keyed copy of a CA whose good copy is in the file alone answers with that
-** copy (OpenSSL takes a same-named issuer), and verification fails where reading both would not.
+** where set); only when the file is read changes. One difference remained: a directory holding
+** an expired or re-keyed copy of a CA whose good copy is in the file alone answered with that
+** copy (OpenSSL takes a same-named issuer), and verification failed where reading both would not.
+** An issuer from the directory that is not valid now (expired, as a renewed CA's old copy) also
+** has the file read, and the issuer looked for again: then a current copy wins, as with both
+** read at once. A re-keyed copy with no key identifiers to tell it apart still answers first.
 **
 ** OpenSSL looks in the trusted store first (X509_V_FLAG_TRUSTED_FIRST), so its first question
 ** is usually for the leaf's issuer, an intermediate the server sent: no store holds those, and
@@ -112,9 +115,27 @@ static struct lazy_trust *unread(X509_STORE_CTX *ctx) {
     return t && !__atomic_load_n(&t->loaded, __ATOMIC_ACQUIRE) ? t : NULL;
 }
 
+/* Whether `c` is valid now (its notBefore passed, its notAfter not). */
+static int valid_now(X509 *c) {
+    return X509_cmp_current_time(X509_get0_notBefore(c)) < 0 && X509_cmp_current_time(X509_get0_notAfter(c)) > 0;
+}
+
 static int lazy_get_issuer(X509 **issuer, X509_STORE_CTX *ctx, X509 *x) {
     struct lazy_trust *t = unread(ctx);
     int rc = X509_STORE_CTX_get1_issuer(issuer, ctx, x);
+    if (rc > 0 && t && !valid_now(*issuer)) {
+        /* An expired (or not yet valid) copy from the directory, the current one perhaps in the
+           file alone (a renewed CA): with the file read, OpenSSL takes a copy valid now when
+           there is one, as it does with both read at once; otherwise the same copy again. */
+        X509 *found = *issuer;
+        read_the_file(X509_STORE_CTX_get0_store(ctx));
+        X509 *again = NULL;
+        if (X509_STORE_CTX_get1_issuer(&again, ctx, x) > 0) {
+            X509_free(found);
+            *issuer = again;
+        }
+        return rc;
+    }
     if (rc != 0 || !t || sent_an_intermediate_for(ctx, x)) return rc; /* found, an error, or no need */
     read_the_file(X509_STORE_CTX_get0_store(ctx));
     return X509_STORE_CTX_get1_issuer(issuer, ctx, x);

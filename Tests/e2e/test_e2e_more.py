@@ -308,6 +308,34 @@ def test_token_from_another_server_is_replaced_by_a_fresh_login(speech, tmp_path
             s.stop()
 
 
+def test_tls_with_the_system_store_reads_its_ca_file_when_the_directory_has_an_expired_copy(speech, tmp_path, tls_files):
+    """A hashed directory holding an expired copy of a root (same name and key, as left behind
+    when a CA is renewed) whose current copy is in the CA file alone: reading both, as
+    SSL_CTX_set_default_verify_paths() does, OpenSSL takes the copy that is valid now. The
+    library reads the file lazily, only when the directory has no issuer; it took the expired
+    copy and failed "certificate has expired". An expired issuer from the directory now reads the
+    file too, and verification takes the valid copy."""
+    d = tmp_path / "expired"
+    d.mkdir()
+    subprocess.run(["openssl", "x509", "-in", str(tls_files / "ca.pem"), "-signkey", str(tls_files / "ca.key"),
+                    "-days", "-1", "-out", str(d / "old-root.pem")], check=True, capture_output=True)
+    subprocess.run(["openssl", "rehash", str(d)], check=True, capture_output=True)
+    ca_file = tmp_path / "ca-certificates.crt"
+    ca_file.write_bytes((tls_files / "ca.pem").read_bytes())
+    s = Server("--tls-cert", str(tls_files / "server.pem"), "--tls-key", str(tls_files / "server.key"))
+    try:
+        port = s.address.rsplit(":", 1)[1]
+        wav = speech("play some rock music")
+        env = dict(os.environ, SSL_CERT_FILE=str(ca_file), SSL_CERT_DIR=str(d))
+        out = subprocess.run([str(DEMO), "--url", f"grpc+tls://localhost:{port}", "--app-id", "e2e", "--file", str(wav),
+                              "--cache-dir", str(tmp_path / "cache"), "--json"],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert final_segments(out.stdout)[1][-1]["transcript"] == "play some rock music"
+    finally:
+        s.stop()
+
+
 def test_tls_finds_the_ca_bundle_where_another_distribution_keeps_it(speech, tmp_path, tls_files):
     """Issue 22: OpenSSL copied into the wheel looks for CAs where Debian keeps them
     (/usr/lib/ssl). On a system where that place is empty, the library loads the bundle from the
