@@ -336,6 +336,35 @@ def test_tls_with_the_system_store_reads_its_ca_file_when_the_directory_has_an_e
         s.stop()
 
 
+def test_an_expired_certificate_authority_is_named_as_such(speech, tmp_path, tls_files):
+    """The trust store holds only an expired copy of the root (the server's own certificate is
+    valid): the error said "the certificate of localhost:PORT has expired", pointing at the
+    server. It now names the certificate authority, says it is the trust store's, and when it
+    expired."""
+    d = tmp_path / "expired"
+    d.mkdir()
+    subprocess.run(["openssl", "x509", "-in", str(tls_files / "ca.pem"), "-signkey", str(tls_files / "ca.key"),
+                    "-days", "-1", "-out", str(d / "old-root.pem")], check=True, capture_output=True)
+    subprocess.run(["openssl", "rehash", str(d)], check=True, capture_output=True)
+    s = Server("--tls-cert", str(tls_files / "server.pem"), "--tls-key", str(tls_files / "server.key"))
+    try:
+        port = s.address.rsplit(":", 1)[1]
+        env = dict(os.environ, SSL_CERT_FILE=str(tmp_path / "no-such-file.pem"), SSL_CERT_DIR=str(d))
+        out = subprocess.run([str(DEMO), "--url", f"grpc+tls://localhost:{port}", "--app-id", "e2e",
+                              "--file", str(speech("play some rock music")), "--cache-dir", str(tmp_path / "cache"),
+                              "--json", "--reconnect", "0"], capture_output=True, text=True, timeout=60, env=env)
+    finally:
+        s.stop()
+    assert out.returncode != 0
+    errors = [json.loads(x) for x in out.stdout.splitlines() if x.startswith('{"type":"error"')]
+    assert errors, out.stdout + out.stderr
+    message = errors[0]["message"]
+    assert errors[0]["code"] == "TLS error", errors
+    assert message.startswith("the certificate authority 'speechclient test CA' in the trust store, which the "
+                              f"certificate of localhost:{port} chains to, expired on "), message
+    assert "ca-certificates" in message, message
+
+
 def test_tls_finds_the_ca_bundle_where_another_distribution_keeps_it(speech, tmp_path, tls_files):
     """Issue 22: OpenSSL copied into the wheel looks for CAs where Debian keeps them
     (/usr/lib/ssl). On a system where that place is empty, the library loads the bundle from the

@@ -34,6 +34,24 @@ void speechclient_shim_ssl_ctx_set_nonblocking_modes(struct ssl_ctx_st *ctx);
    file, when not NULL), but reads the CA file only when the hashed certificate directory has no
    issuer for a certificate being verified (tls_trust.c says why). Returns 1 on success. */
 int speechclient_shim_ssl_ctx_trust_system_store(struct ssl_ctx_st *ctx, const char *extra_bundle);
+/* The first failure in verifying a peer's chain (tls_verify.c): the X509_V_ERR_* error, the
+   depth (0: the server's certificate; -1: none recorded), the certificate's common name (or
+   whole subject), its validity dates as YYYY-MM-DD, and whether the server sent it (else it
+   came from the trust store). */
+struct speechclient_verify_failure {
+    int error;
+    int depth;
+    int sent_by_peer;
+    char name[256];
+    char not_before[16];
+    char not_after[16];
+};
+/* SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, cb), cb recording each connection's first failure
+   into the record given with speechclient_shim_ssl_record_verify_failure. */
+void speechclient_shim_ssl_ctx_verify_peer(struct ssl_ctx_st *ctx);
+/* Clears `failure` and records `ssl`'s first verification failure there; the record must
+   outlive the SSL object. Returns 1 on success. */
+int speechclient_shim_ssl_record_verify_failure(struct ssl_st *ssl, struct speechclient_verify_failure *failure);
 /* SSL_set_tlsext_host_name(ssl, name) (SNI); returns 1 on success. */
 int speechclient_shim_ssl_set_sni(struct ssl_st *ssl, const char *name);
 /* SSL_connect / SSL_read / SSL_write / SSL_shutdown with SIGPIPE kept from the process: a write

@@ -48,7 +48,8 @@ final class TLSContext: @unchecked Sendable {
         if settings.insecure {
             SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nil)
         } else {
-            SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
+            // Records which certificate failed, for the error (CShims/tls_verify.c).
+            speechclient_shim_ssl_ctx_verify_peer(ctx)
             if let caFile = settings.caFile {
                 guard SSL_CTX_load_verify_locations(ctx, caFile, nil) == 1 else {
                     throw TLSContext.lastError(.tls, "SSL_CTX_load_verify_locations",

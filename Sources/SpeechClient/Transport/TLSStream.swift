@@ -13,16 +13,23 @@ final class TLSStream: ByteStream {
     private let context: TLSContext   // keeps the SSL_CTX alive as long as the SSL
     private let host: String
     private let peer: String
+    /// The first certificate that failed verification, recorded by the verify callback; owned
+    /// here and freed after the SSL object that points to it.
+    private let verifyFailure = UnsafeMutablePointer<speechclient_verify_failure>.allocate(capacity: 1)
 
     init(socket: TCPSocket, context: TLSContext, host: String, port: UInt16, insecure: Bool) throws(SpeechClientError) {
         self.socket = socket
         self.context = context
         self.host = host
         self.peer = "\(host):\(port)"
+        verifyFailure.initialize(to: speechclient_verify_failure())
+        verifyFailure.pointee.depth = -1
         guard let ssl = SSL_new(context.ctx) else {
+            verifyFailure.deallocate()
             throw TLSContext.lastError(.tls, "SSL_new", context: "TLS with \(host):\(port)")
         }
         self.ssl = ssl
+        _ = speechclient_shim_ssl_record_verify_failure(ssl, verifyFailure)
         guard SSL_set_fd(ssl, socket.fd) == 1 else {
             throw TLSContext.lastError(.tls, "SSL_set_fd", context: "TLS with \(peer)")
         }
@@ -47,6 +54,7 @@ final class TLSStream: ByteStream {
 
     deinit {
         SSL_free(ssl)
+        verifyFailure.deallocate()
         socket.close()
     }
 
@@ -108,6 +116,27 @@ final class TLSStream: ByteStream {
         }
     }
 
+    /// Which certificate is out of its dates: the server's own, one it sent, or a certificate
+    /// authority of the trust store its chain led to (the renewed CA's old copy): "the
+    /// certificate of HOST has expired" sent the user after the server in that last case.
+    private func validityMessage(expired: Bool) -> String {
+        let f = verifyFailure.pointee
+        let name = withUnsafeBytes(of: f.name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let date = withUnsafeBytes(of: expired ? f.not_after : f.not_before) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let when = date.isEmpty ? "" : (expired ? " on \(date)" : " until \(date)")
+        let what = expired ? "expired\(when)" : "is not valid\(when) (check the clock)"
+        guard f.depth > 0 else {
+            return expired ? "the certificate of \(peer) has expired\(date.isEmpty ? "" : " (on \(date))")"
+                           : "the certificate of \(peer) is not valid yet\(date.isEmpty ? "" : " (until \(date))") (check the clock)"
+        }
+        let shown = name.shownFromServer(limit: 128)
+        if f.sent_by_peer != 0 {
+            return "the certificate '\(shown)' that \(peer) sent in its chain \(what): the server's chain needs renewing"
+        }
+        return "the certificate authority '\(shown)' in the trust store, which the certificate of \(peer) chains to, \(what)"
+            + (expired ? ": update the CA certificates (the ca-certificates package, or the file given to spc_options_set_ca_file())" : "")
+    }
+
     private func handshakeError(sslError: Int32) -> SpeechClientError {
         let verify = SSL_get_verify_result(ssl)
         if verify != X509_V_OK {
@@ -121,9 +150,9 @@ final class TLSStream: ByteStream {
             case X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH:
                 return SpeechClientError(.tls, "the certificate of \(peer) does not match the host name '\(host)' (hostname mismatch)")
             case X509_V_ERR_CERT_HAS_EXPIRED:
-                return SpeechClientError(.tls, "the certificate of \(peer) has expired")
+                return SpeechClientError(.tls, validityMessage(expired: true))
             case X509_V_ERR_CERT_NOT_YET_VALID:
-                return SpeechClientError(.tls, "the certificate of \(peer) is not valid yet (check the clock)")
+                return SpeechClientError(.tls, validityMessage(expired: false))
             default:
                 return SpeechClientError(.tls, "the certificate of \(peer) failed verification: \(reason)")
             }
