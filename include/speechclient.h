@@ -840,7 +840,8 @@ SPC_API spc_status spc_client_free(spc_client *client);
 /* Requests a new audio context. Returns at once; the start callback fires when the server has
 ** opened the context (or the error callback, then the stop callback, when it could not be).
 ** In IDLE: starts. In STOPPING: the start is queued and happens after the pending stop
-** completes. Otherwise (STARTING, LISTENING, or a start already queued, SUSPENDED):
+** completes; the audio pushed, or heard by an open microphone, from this call on is for its
+** context, held until it opens (since 0.11; before, it was dropped until then). Otherwise (STARTING, LISTENING, or a start already queued, SUSPENDED):
 ** SPC_ERROR_INVALID_STATE. With VOICE or WAKEWORD activation it begins listening instead: the
 ** client is LISTENING once the audio source and connection are open (or, when they cannot be,
 ** the error callback and then the stop callback with context id "" fire), and the detector opens
@@ -859,7 +860,8 @@ SPC_API spc_status spc_client_start(spc_client *client);
 ** such a server left the client STOPPING. In STARTING or LISTENING: stops (a stop before the server
 ** acknowledged the start is sent right after it). With pushed audio, what is still buffered (the
 ** chunk in progress) is sent before the stop, as spc_client_push_end() does (since 0.11; before,
-** it was dropped). In STOPPING with a queued start: cancels the queued start. A start made after
+** it was dropped). In STOPPING with a queued start: cancels the queued start (the audio held
+** for it is dropped). A start made after
 ** spc_client_resume() while the suspended context still finishes waits for it; the audio pushed
 ** and the stop made meanwhile belong to that start's context. Otherwise:
 ** SPC_ERROR_INVALID_STATE. While listening (VOICE or WAKEWORD
@@ -894,7 +896,7 @@ SPC_API spc_status spc_client_get_connection_state(const spc_client *client,
 /* Pushes frame_count interleaved 16-bit frames (frame_count * channels samples) for a client
 ** whose source is SPC push audio. Samples pushed outside a context are dropped (while listening
 ** in VOICE or WAKEWORD activation, between spc_client_start() and spc_client_stop(), all are
-** taken). The data is copied. frame_count 0 is allowed. Not a push client:
+** taken; after a start queued behind a pending stop, they are held for its context). The data is copied. frame_count 0 is allowed. Not a push client:
 ** SPC_ERROR_INVALID_STATE. Never waits for a connect, a login or the library's threads (it
 ** takes only short locks): with SPC_ACTIVATION_MANUAL and those threads idle, a full chunk is
 ** encoded and written to the socket on the calling thread; otherwise it is queued. With

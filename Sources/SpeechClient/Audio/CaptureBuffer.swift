@@ -197,8 +197,20 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         lock.withLock {
             clearLocked()
             collecting = true
-            lock.broadcast()  // the capture thread waits out its idle interval
+            lock.broadcast()  // the capture thread waits out its idle interval (and `waitUntilCollecting`)
         }
+    }
+
+    /// Waits, at most `timeoutMilliseconds`, until the audio is kept (for tests: when the
+    /// worker has taken a start). Returns whether it is.
+    public func waitUntilCollecting(timeoutMilliseconds: Int) -> Bool {
+        let deadline = Clock.monotonicNanos() + UInt64(max(0, timeoutMilliseconds)) * 1_000_000
+        lock.lock()
+        defer { lock.unlock() }
+        while !collecting {
+            if !lock.wait(untilMonotonicNanos: deadline) { return collecting }
+        }
+        return true
     }
 
     /// From now on the audio is dropped as it comes (and so is what is buffered).

@@ -21,6 +21,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         case stop
         case audio(Chunker.Chunks)
         case pushEnd(Chunker.Chunks)
+        /// A start was queued behind the pending stop (true): the audio from now on is for its
+        /// context, held until it opens; or that queued start was cancelled by a stop (false).
+        case queuedStart(Bool)
         case suspend
         case resume
         /// `heldBytes`: an event's share of `queuedResponseBytes` (worked out once, when queued).
@@ -320,6 +323,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             case .stopping where !pendingStart:
                 pendingStart = true
                 resetPushPath()
+                enqueueLocked(.queuedStart(true))
             case .stopping:
                 throw SpeechClientError(.invalidState, "a start is already queued behind the pending stop")
             case .starting, .listening:
@@ -346,6 +350,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 }
             case .stopping where pendingStart:
                 pendingStart = false
+                enqueueLocked(.queuedStart(false))
             default:
                 throw SpeechClientError(.invalidState, "there is no context to stop (state \(state))")
             }
@@ -384,7 +389,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             guard case .push = options.audio else {
                 throw SpeechClientError(.invalidState, "push_audio needs a client whose source is pushed audio")
             }
-            return state == .starting || state == .listening
+            return acceptsPushLocked
         }
         guard accepting, !frames.isEmpty else { return }
         if options.pushWaitMilliseconds > 0, case .push(let rate, let channels) = options.audio {
@@ -423,7 +428,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         let (chunks, idleWorker) = lock.withLock { () -> (Chunker.Chunks, ClientWorker?) in
             // A stop came while this push waited for room: the context has ended, and its tail
             // with it; these frames came after and are not taken (as a push after stop is not).
-            guard !closing, state == .starting || state == .listening else { return (Chunker.Chunks(), nil) }
+            guard !closing, acceptsPushLocked else { return (Chunker.Chunks(), nil) }
             let chunks = pushLock.withLock { () -> Chunker.Chunks in
                 guard let converter = pushPath?.converter else { return Chunker.Chunks() }
                 let samples = converter.process(int16: frames)
@@ -452,6 +457,16 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             idleWorker.audioLock.unlock()
         }
     }
+
+    /// Pushed audio is taken in a context (or while listening), and for a start queued behind
+    /// the pending stop: a push-to-talk pressed again while the server still finishes the last
+    /// utterance. Dropped there, the first words of the next one were lost.
+    private var acceptsPushLocked: Bool {
+        state == .starting || state == .listening || (state == .stopping && pendingStart)
+    }
+
+    /// Whether a start is queued behind the pending stop and has not begun (the worker asks).
+    var hasQueuedStart: Bool { lock.withLock { state == .stopping && pendingStart } }
 
     /// Pushed samples queued for the worker and not taken yet (counted by the push wait only).
     let pushedNotTaken = Atomic<Int>(0)

@@ -180,6 +180,48 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(log.lines.filter { $0.hasPrefix("stop") } == ["stop ctx-1", "stop ctx-2"])
     }
 
+    /// Push-to-talk pressed again while the server still finishes the last utterance: the start
+    /// is queued behind the stop (STOPPING), and what is pushed from then on is for its
+    /// context, held until it opens. It was dropped (the client was not in a context): the
+    /// first words of the second utterance were lost. A stop cancels the queued start and
+    /// its audio with it.
+    @Test func audioPushedForAStartQueuedBehindAStopGoesIntoItsContext() throws {
+        let log = EventLog()
+        // The stop's answer (the first context's end) comes 300 ms after it is sent.
+        let service = FakeRecognitionService(.init(answerDelayMilliseconds: 300, wordsFromAudio: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        [Int16](repeating: 1000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.stop()
+        try client.start()  // queued: the first context is still finishing
+        #expect(client.currentState == .stopping)
+        [Int16](repeating: 2000, count: 1600 * 2).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        #expect(log.waitFor(timeoutMs: 5000) { $0.contains("start ctx-2") }, "\(log.lines)")
+        [Int16](repeating: 3000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("segment final") }
+        #expect(lines == ["start ctx-1", "segment final a1000", "stop ctx-1",
+                          "start ctx-2", "segment final a2000 a2000 a3000", "stop ctx-2"], "\(log.lines)")
+
+        // Start queued, audio pushed, then a stop: the queued start is cancelled, and the audio
+        // pushed for it is not carried into a later context.
+        try client.start()
+        [Int16](repeating: 4000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.stop()
+        try client.start()
+        [Int16](repeating: 5000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        try client.stop()  // cancels it
+        try client.start()  // queued again
+        [Int16](repeating: 6000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        #expect(log.waitFor(timeoutMs: 5000) { $0.contains("start ctx-4") }, "\(log.lines)")
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let later = log.lines.filter { $0.hasPrefix("segment final") }.suffix(2)
+        #expect(Array(later) == ["segment final a4000", "segment final a6000"], "\(log.lines)")
+    }
+
     @Test func connectFailureGivesErrorThenStop() throws {
         let log = EventLog()
         let service = FakeRecognitionService(.init(failConnect: SpeechClientError(.network, "refused")))

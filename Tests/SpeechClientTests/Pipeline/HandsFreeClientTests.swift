@@ -231,6 +231,46 @@ import Testing
         #expect(sent == (frames + 2) / 3)  // every input sample's output: ceil(frames / 3)
     }
 
+    /// A microphone's push-to-talk pressed again while the server still finishes the last
+    /// utterance: the start is queued behind the stop, and the microphone keeps what it hears
+    /// from then on for that start's context. It kept nothing until the previous context had
+    /// ended (then dropped what it had): the first words were lost.
+    @Test func aMicrophoneKeepsWhatItHearsForAStartQueuedBehindAStop() throws {
+        let first = [Int16](repeating: 1_000, count: 1_600), second = [Int16](repeating: 2_000, count: 3_200)
+        let mic = ScriptedMicrophone(first + second)
+        let buffer = CaptureBuffer(mic)
+        // The first context's words and end come 3 s after its stop.
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, finishInBatches: (100, 3_000)))
+        let log = EventLog()
+        var o = try pushOptions()
+        o.audio = .microphone(device: "scripted")
+        let client = try Client(options: o, service: service, makeSource: { _ in buffer }, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        mic.play(upTo: first.count)
+        #expect(mic.waitUntilAllowedRead())
+        try client.stop()
+        try client.start()  // queued: the first context is still finishing
+        #expect(client.currentState == .stopping)
+        // The worker took the stop (it sent it: the microphone kept nothing more for the first
+        // context), then the queued start (the microphone keeps what it hears again).
+        let sent = { service.requests.withLock { $0.contains { if case .stop = $0 { true } else { false } } } }
+        for _ in 0..<1_000 where !sent() { usleepMs(5) }
+        #expect(sent())
+        // Well before the first context ends (3 s): the start was queued behind its stop.
+        #expect(buffer.waitUntilCollecting(timeoutMilliseconds: 1_000))
+        #expect(!log.lines.contains("stop ctx-1"))
+        mic.play(upTo: first.count + second.count)
+        #expect(mic.waitUntilAllowedRead())
+        #expect(log.waitFor(timeoutMs: 5_000) { $0.contains("start ctx-2") }, "\(log.lines)")
+        #expect(client.currentState == .listening)
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let lines = log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("segment final") }
+        #expect(lines == ["start ctx-1", "segment final a1000", "stop ctx-1", "start ctx-2", "segment final a2000 a2000", "stop ctx-2"],
+                "\(log.lines)")
+    }
+
     /// A client listening (voice activation) to `mic`, started: `mic` is to be played only
     /// from then on (a microphone keeps nothing outside a context).
     static func listening(to mic: ScriptedMicrophone, service: FakeRecognitionService, log: EventLog) throws -> Client {

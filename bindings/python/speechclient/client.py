@@ -438,7 +438,8 @@ class Client(_AsyncMixin, _Handle):
         memoryview (native byte order), array.array('h'), a numpy int16 array, or any buffer of
         format 'h'. The sample count must be a whole number of frames. bytes and writable
         contiguous buffers reach the library without a copy; others are copied once (the library
-        copies what it is given before returning). Samples pushed outside a context are dropped.
+        copies what it is given before returning). Samples pushed outside a context are dropped;
+        after a start queued behind a pending stop they are held for its context.
         InvalidStateError for a client whose audio is not PushAudio."""
         try:
             mv = memoryview(samples)

@@ -86,7 +86,11 @@ final class AudioPump {
             }
         case .microphone:
             if source == nil {
+                collectingAhead = false
                 try openMicrophone(forContext: true, log: log)
+            } else if collectingAhead {
+                // Kept since the start was queued behind the previous context's stop.
+                collectingAhead = false
             } else {
                 // Kept open since an earlier context: what it captured meanwhile is dropped.
                 (source as? CaptureBuffer)?.startCollecting()
@@ -192,9 +196,29 @@ final class AudioPump {
         }
     }
 
-    /// A microphone keeps nothing from now on (until the next context's start).
+    /// A microphone keeps nothing from now on (until the next context's start), unless it
+    /// collects for a start queued behind the pending stop (`collectAhead`).
     func stopCollecting() {
+        guard !collectingAhead else { return }
         (source as? CaptureBuffer)?.stopCollecting()
+    }
+
+    /// A start was queued behind the pending stop: an open microphone keeps what it hears from
+    /// now on, for that start's context (its opening keeps it: `openForContext`). Heard between
+    /// the start call and the previous context's end, it was dropped: the first words.
+    private(set) var collectingAhead = false
+
+    func collectAhead() {
+        guard let buffered = source as? CaptureBuffer else { return }
+        buffered.startCollecting()
+        collectingAhead = true
+    }
+
+    /// The queued start was cancelled (a stop) or abandoned (a suspend).
+    func stopCollectingAhead() {
+        guard collectingAhead else { return }
+        collectingAhead = false
+        stopCollecting()
     }
 
     /// The microphone's audio captured and not read yet, as chunks, without waiting, and no
@@ -210,6 +234,7 @@ final class AudioPump {
 
     /// Lets the device go (suspend) or everything (free).
     func close() {
+        collectingAhead = false
         source?.close()
         source = nil
     }

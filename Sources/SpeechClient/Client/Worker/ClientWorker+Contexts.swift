@@ -59,6 +59,7 @@ extension ClientWorker {
     func hasRoom(forSamples samples: Int) -> Bool {
         // Held for a start that waits for the previous context, they are bounded the same way.
         if deferredStart { return heldForDeferredStart.samples + samples <= supervisor.replay.capacitySamples }
+        if let held = heldForQueuedStart { return held.samples + samples <= supervisor.replay.capacitySamples }
         return (contextOpen && !stopSent ? supervisor.unfinishedSamples : 0) + samples <= supervisor.replay.capacitySamples
     }
 
@@ -262,6 +263,11 @@ extension ClientWorker {
         deferredStart = false
         let held = heldForDeferredStart
         heldForDeferredStart = HeldCommands()
+        // What was pushed for the queued start goes into its context; nothing waits otherwise
+        // (the start was cancelled, or a suspend abandoned it).
+        let queuedHeld = restart ? heldForQueuedStart : nil
+        heldForQueuedStart = nil
+        if !restart { audio.stopCollectingAhead() }
         if suspended {
             prepared?.stream.finish()
             prepared = nil
@@ -271,11 +277,23 @@ extension ClientWorker {
             }
         } else if restart && staleStop {
             startAfterStaleStop = true
+            heldForQueuedStart = queuedHeld  // still held, until that stop is taken
         } else if restart || deferred {
             handleStart()
             // Into the context it opened, or the listening it began (VOICE, WAKEWORD).
             if deferred && (contextOpen || endpointer != nil) { applyHeld(held) }
+            if let queuedHeld, contextOpen || endpointer != nil { applyHeld(queuedHeld) }
         }
+    }
+
+    /// The start that waited for a stale stop (`startAfterStaleStop`) begins, with the audio
+    /// pushed for it meanwhile.
+    func startAfterTheStaleStop() {
+        startAfterStaleStop = false
+        let queuedHeld = heldForQueuedStart
+        heldForQueuedStart = nil
+        handleStart()
+        if let queuedHeld, contextOpen || endpointer != nil { applyHeld(queuedHeld) }
     }
 
     /// The audio and the stop the application made for a start that waited for the previous
@@ -291,20 +309,32 @@ extension ClientWorker {
     /// is finishing (which took no more audio and would drop it). Returns false when there is
     /// no waiting start.
     func holdForDeferredStart(chunks: Chunker.Chunks, stop: Bool) -> Bool {
+        if !deferredStart, !stop, var held = heldForQueuedStart {
+            // Audio for a start queued behind the pending stop (a stop cancels that start
+            // instead: none comes here for it).
+            hold(chunks, in: &held)
+            heldForQueuedStart = held
+            return true
+        }
         guard deferredStart else { return false }
+        hold(chunks, in: &heldForDeferredStart)
+        if stop { heldForDeferredStart.stop = true }
+        return true
+    }
+
+    /// Keeps `chunks` for a start that waits, up to the replay buffer's length (then says so).
+    private func hold(_ chunks: Chunker.Chunks, in held: inout HeldCommands) {
         for c in chunks {
-            if heldForDeferredStart.samples + c.count > supervisor.replay.capacitySamples {
-                if !heldForDeferredStart.overflowed {
-                    heldForDeferredStart.overflowed = true
+            if held.samples + c.count > supervisor.replay.capacitySamples {
+                if !held.overflowed {
+                    held.overflowed = true
                     client?.emit(.error(SpeechClientError(.network, "the server has not finished the previous context; audio pushed for the next one beyond the replay buffer (\(options.replayBufferMilliseconds) ms) is being dropped")))
                 }
                 continue
             }
-            heldForDeferredStart.samples += c.count
-            heldForDeferredStart.chunks.append(c)
+            held.samples += c.count
+            held.chunks.append(c)
         }
-        if stop { heldForDeferredStart.stop = true }
-        return true
     }
 
     /// The context ends once the user's stop was sent and every lane has finished.

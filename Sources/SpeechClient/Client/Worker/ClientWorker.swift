@@ -79,6 +79,10 @@ final class ClientWorker: @unchecked Sendable {
     /// A start queued behind a stop begins when that stop, queued before it and meant for the
     /// context that has ended since, is taken (`endContext`).
     var startAfterStaleStop = false
+    /// What the application pushed for a start it queued behind the pending stop
+    /// (`Client.Command.queuedStart`), held until that start opens its context; nil when no
+    /// such start waits.
+    var heldForQueuedStart: HeldCommands?
     var suspended = false
     private var lastActivity = Clock.monotonicNanos()
     /// A suspend came while a context was open: SUSPENDED is reported when that context ends.
@@ -278,7 +282,7 @@ final class ClientWorker: @unchecked Sendable {
     /// since that may connect and log in, and a push never waits for those (the header's
     /// promise). The worker takes them then.
     func takesDirectWithoutBlocking(_ chunks: Chunker.Chunks) -> Bool {
-        if deferredStart || !contextOpen || stopSent || prepared != nil { return true }
+        if deferredStart || heldForQueuedStart != nil || !contextOpen || stopSent || prepared != nil { return true }
         return !supervisor.mayRotate(before: chunks)
     }
 
@@ -341,8 +345,7 @@ final class ClientWorker: @unchecked Sendable {
         case .stop:
             if startAfterStaleStop {
                 // The stop of the context that ended; the start queued behind it begins now.
-                startAfterStaleStop = false
-                handleStart()
+                startAfterTheStaleStop()
             } else if !holdForDeferredStart(chunks: Chunker.Chunks(), stop: true) {
                 endpointer != nil ? stopListening(auto: false) : sendStop()
             }
@@ -355,11 +358,21 @@ final class ClientWorker: @unchecked Sendable {
             }
         case .pushEnd(let rest):
             if startAfterStaleStop {
-                startAfterStaleStop = false
-                handleStart()
+                startAfterTheStaleStop()
             } else if !holdForDeferredStart(chunks: rest, stop: true) {
                 for c in rest { take(c) }
                 endpointer != nil ? stopListening(auto: false) : sendStop()
+            }
+        case .queuedStart(let queued):
+            if queued {
+                // Unless it began already (the context before it ended while this waited).
+                guard client?.hasQueuedStart == true else { break }
+                heldForQueuedStart = HeldCommands()
+                // A microphone keeps what it hears from now on, for that start's context.
+                audio.collectAhead()
+            } else {
+                heldForQueuedStart = nil
+                audio.stopCollectingAhead()
             }
         case .suspend: handleSuspend()
         case .resume: handleResume()
@@ -436,6 +449,8 @@ final class ClientWorker: @unchecked Sendable {
         deferredStart = false
         heldForDeferredStart = HeldCommands()
         startAfterStaleStop = false
+        heldForQueuedStart = nil
+        audio.stopCollectingAhead()
         if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
         endpointer = nil
         closeWake()
