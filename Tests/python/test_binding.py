@@ -607,6 +607,110 @@ def test_breaking_out_of_a_stream_removes_the_reader_and_the_next_stream_is_not_
         assert updates[0].code == sc.Status.NETWORK
 
 
+def test_a_stream_left_while_its_start_was_queued_does_not_break_the_next_stream(silent_server, cache_dir):
+    """Stream A left early (its context STOPPING), stream B begun (its start queued behind A's
+    stop) and left before A ended: the stop for B only cancelled its queued start, which brings
+    no StopEvent. The count of contexts left early stayed at one for good, and every later
+    stream's updates went to the shared queue: stream C got nothing and timed out (without a
+    timeout it waited for ever). Once the client is idle, no such StopEvent is to come."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        with silent_push_client(silent_server, cache_dir) as c:
+            a = c.stream()
+            await a.__anext__()
+            await a.aclose()
+            assert c.state == sc.State.STOPPING
+            b = c.stream()
+            first = asyncio.ensure_future(b.__anext__())
+            await until(lambda: has_reader(loop, c.event_fd))
+            first.cancel()
+            try:
+                await first
+            except asyncio.CancelledError:
+                pass
+            await b.aclose()
+            await reset_until_idle(silent_server, c)
+            list(c.updates(timeout=5))  # A's error and stop, left to the shared queue
+            got = []
+
+            async def consume():
+                async for u in c.stream(timeout=10):
+                    got.append(u)
+            task = asyncio.ensure_future(consume())
+            await until(lambda: has_reader(loop, c.event_fd))
+            assert silent_server.wait_for_connection()
+            await reset_until_idle(silent_server, c)
+            await asyncio.wait_for(task, 20)
+            return got
+
+    got = without_states(asyncio.run(asyncio.wait_for(run(), 60)))
+    assert [type(u) for u in got] == [sc.ErrorEvent, sc.StopEvent], got
+
+
+def test_an_aupdates_that_raises_as_it_begins_leaves_no_inbox_behind(cache_dir):
+    """aupdates() registered its inbox, then watched the event fd, which raises a callback's
+    saved exception: the exception went out, the inbox stayed registered, and every later
+    update went into it, read by nobody and unbounded, instead of to updates()."""
+    raised = []
+
+    def boom(update):
+        if not raised:  # the first context's error only
+            raised.append(update)
+            raise RuntimeError("from on_error")
+
+    async def run():
+        c = sc.Client("grpc://127.0.0.1:1", app_id="a", audio=sc.PushAudio(), device_id=DEVICE_ID,
+                      cache_dir=cache_dir, delivery="application", on_error=boom)
+        try:
+            c.start()
+            for _ in range(500):  # until the error callback has run, its exception saved
+                try:
+                    c.dispatch()
+                except RuntimeError:
+                    pass
+                if c._callback_error is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert c._callback_error is not None
+            with pytest.raises(RuntimeError, match="from on_error"):
+                async for _ in c.aupdates(timeout=10):
+                    pass
+            assert not c._async_sinks
+            c.start()  # a second context: its updates reach updates()
+            return without_states(c.updates(timeout=20))
+        finally:
+            c.close()
+
+    updates = asyncio.run(asyncio.wait_for(run(), 60))
+    assert [type(u) for u in updates][-2:] == [sc.ErrorEvent, sc.StopEvent], updates
+
+
+def test_a_stream_awaited_by_two_tasks_at_once_refuses_the_second(silent_server, cache_dir):
+    """Two tasks awaiting one Stream's next update: the inbox has one waiter, so the second
+    replaced the first, which never woke (a hang, with updates waiting). The second is refused,
+    as an async generator refuses it, and the first goes on."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        with silent_push_client(silent_server, cache_dir) as c:
+            st = c.stream(timeout=20)
+            got = [await st.__anext__()]  # CONNECTING: the context is starting, and stays so
+            waiting = asyncio.ensure_future(st.__anext__())
+            for _ in range(5):  # the task runs to its wait for the next update
+                await asyncio.sleep(0)
+            assert has_reader(loop, c.event_fd) and not waiting.done()
+            with pytest.raises(sc.InvalidStateError, match="another task is already awaiting"):
+                await asyncio.wait_for(st.__anext__(), 2)
+            assert not waiting.done()
+            await reset_until_idle(silent_server, c)
+            got.append(await waiting)  # the first task's stream still works
+            async for u in st:
+                got.append(u)
+            return got
+
+    got = asyncio.run(asyncio.wait_for(run(), 60))
+    assert [type(u) for u in without_states(got)] == [sc.ErrorEvent, sc.StopEvent], got
+
+
 @needs_state_and_delivery
 def test_updates_after_the_streams_stop_are_not_lost(silent_server, cache_dir):
     """A start queued from the loop body: its events come after the stream's stop, often in the

@@ -64,11 +64,14 @@ class _AsyncMixin:
         for old in taken_over:  # one still iterated (against the rule) raises
             self._wake_sink(old)
         reader = None
-        if self.delivery == n.Delivery.APPLICATION and self._handle is not None:
-            reader = self._watch_event_fd(loop)
         seen_stop = False
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
+            # Inside the try: event_fd raises a callback's saved exception (or InvalidStateError
+            # while another thread closes the client), and the sink registered above must go
+            # with it; left registered, every later update went to its unread inbox, unbounded.
+            if self.delivery == n.Delivery.APPLICATION and self._handle is not None:
+                reader = self._watch_event_fd(loop)
             while True:
                 self._raise_callback_error()
                 if sink not in self._async_sinks:
@@ -383,6 +386,7 @@ class Stream:
         self._stopped = False  # that StopEvent has been received (hands-free: the listening ended)
         self._done = False
         self._hands_free = client.activation != n.Activation.MANUAL
+        self._awaited = False  # an __anext__ is running (one at a time, as an async generator)
 
     def __repr__(self) -> str:
         what = "done" if self._done else "running" if self._begun else "not started"
@@ -404,6 +408,11 @@ class Stream:
     async def __anext__(self) -> Update:
         if self._done:
             raise StopAsyncIteration
+        if self._awaited:
+            # One waiter per inbox: a second replaced the first, which then never woke.
+            raise InvalidStateError(n.Status.INVALID_STATE,
+                                    "stream(): another task is already awaiting this stream's next update")
+        self._awaited = True
         try:
             if not self._begun:
                 self._begun = True
@@ -413,6 +422,8 @@ class Stream:
         except BaseException:  # StopAsyncIteration, errors, cancellation: clean up at once
             self._finish()
             raise
+        finally:
+            self._awaited = False
 
     async def _wait_for_abandoned_listening(self) -> None:
         """A hands-free stream() left early has no StopEvent to mark the end of its listening:
@@ -469,6 +480,13 @@ class Stream:
         # What is pending from before belongs to earlier contexts: dispatched now, it goes to the
         # shared queue (or to a context left early), not to this stream.
         c._dispatch_all()
+        if c._abandoned and c._idle_now():
+            # Idle with every callback run: no context left early still has a StopEvent to
+            # come. A stop that cancelled a start queued behind another context's stop brings
+            # none, and the count stayed up: every later stream's updates went to the shared
+            # queue, and the stream waited for ever.
+            with c._cond:
+                c._abandoned = 0
         self._loop, self._thread = loop, threading.get_ident()
         self._inbox = _Inbox(loop)
         sink = (loop, self._inbox, self._thread)
