@@ -385,17 +385,49 @@ import Glibc
         #expect(!b.isWaiting)
         b.wait()
         #expect(b.isWaiting)
+        // Bounded in audio, whatever the chunk length: 20 ms chunks (a bound in chunks held 12 s).
+        let chunk = 320, fits = ActivationBacklog.maxSamples / chunk
         var said = 0
-        for i in 0..<(ActivationBacklog.maxChunks + 5) where b.append([Int16(truncatingIfNeeded: i)]) { said += 1 }
+        for i in 0..<(fits + 5) where b.append([Int16](repeating: Int16(truncatingIfNeeded: i), count: chunk)) { said += 1 }
         #expect(said == 1)
+        #expect(b.heldSamples == fits * chunk)
         b.close()
         let (chunks, closed) = b.take()
-        #expect(closed && chunks.count == ActivationBacklog.maxChunks)
+        #expect(closed && chunks.count == fits)
         // The oldest went: the newest are kept, in order.
-        #expect(chunks.first == [5] && chunks.last == [Int16(ActivationBacklog.maxChunks + 4)])
+        #expect(chunks.first?.first == 5 && chunks.last?.first == Int16(truncatingIfNeeded: fits + 4))
         #expect(!b.isWaiting)
         b.wait()
         #expect(b.take().closed == false)
+    }
+
+    /// Two activations while the previous context finishes: each is taken as its own context,
+    /// in order, with its own audio and end. They were one (joined, the silence between cut
+    /// out, its words' times early by it, no stop between them).
+    @Test func activationsThatWaitAreTakenOneAtATime() {
+        var b = ActivationBacklog()
+        b.wait()
+        _ = b.append([1])
+        _ = b.append([2])
+        b.close()
+        b.wait()
+        _ = b.append([3])
+        #expect(b.count == 2 && b.heldSamples == 3)
+        let first = b.take()
+        #expect(first.chunks == [[1], [2]] && first.closed)
+        #expect(b.isWaiting)
+        _ = b.append([4])  // the second is still going on
+        let second = b.take()
+        #expect(second.chunks == [[3], [4]] && !second.closed)
+        #expect(!b.isWaiting && b.heldSamples == 0)
+        // An ended activation whose audio was all dropped for room is not kept: it has nothing.
+        b.wait()
+        _ = b.append([Int16](repeating: 7, count: 100))
+        b.close()
+        b.wait()
+        _ = b.append([Int16](repeating: 8, count: ActivationBacklog.maxSamples))
+        #expect(b.count == 1)
+        #expect(b.take().chunks.first?.first == 8)
     }
 
     // MARK: WakeListener

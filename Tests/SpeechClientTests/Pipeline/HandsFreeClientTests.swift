@@ -53,6 +53,28 @@ import Testing
         #expect(client.currentState == .idle)
     }
 
+    /// Two utterances heard while the server still finishes the first one's context: each
+    /// waits, and each gets a context of its own, in order. The second joined the first waiting
+    /// one: one context for both, no stop between them, the silence between cut out (its
+    /// words' times early by it).
+    @Test func utterancesThatWaitForThePreviousContextGetAContextEach() throws {
+        let log = EventLog()
+        // Each context's final words and end come 1 s after its stop.
+        let service = FakeRecognitionService(.init(finishInBatches: (100, 1_000)))
+        let client = try Client(options: try Self.options(.voice), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        var g = Signals.Noise()
+        Self.push(client, Self.utterance(&g) + Self.utterance(&g, leadingNoise: 0) + Self.utterance(&g, leadingNoise: 0))
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let lines = log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("listen a") || $0.hasPrefix("listen d") }
+        #expect(lines.filter { $0.hasPrefix("listen") }.count == 6, "\(lines)")
+        #expect(lines.filter { !$0.hasPrefix("listen") } == ["start ctx-1", "stop ctx-1", "start ctx-2", "stop ctx-2", "start ctx-3", "stop ctx-3"],
+                "\(lines)")
+        #expect(client.currentState == .idle)
+    }
+
     @Test func listeningStaysOnBetweenContextsAndAudioOutsideContextsIsHeard() throws {
         let log = EventLog()
         let client = try Client(options: try Self.options(.voice), service: FakeRecognitionService(), handler: log.handler)
@@ -322,6 +344,58 @@ import Testing
         }
         #expect(sent == 800, "\(log.lines.filter { !$0.hasPrefix("listen s") })")
         #expect(log.lines.contains("start ctx-2") && log.lines.last == "stop ctx-2", "\(log.lines)")
+    }
+
+    /// A suspend in the middle of an activation: it ends with what the microphone captured and
+    /// the worker had not taken yet. Closing the source first dropped it (here the last 50 ms).
+    @Test func aSuspendInTheMiddleOfAnActivationKeepsWhatTheMicrophoneCapturedLast() throws {
+        var g = Signals.Noise()
+        let last = [Int16](repeating: 7_777, count: 800)  // under a chunk: it waits for more audio
+        let said = Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 1_000, dbfs: -25, &g)
+        let mic = ScriptedMicrophone(said + last)
+        let service = FakeRecognitionService()
+        let log = EventLog()
+        let client = try Self.listening(to: mic, service: service, log: log)
+        defer { try? client.close() }
+        mic.play(upTo: said.count)
+        #expect(mic.waitUntilAllowedRead())
+        #expect(log.waitFor(timeoutMs: 5_000) { $0.contains("start ctx-1") }, "\(log.lines)")
+        mic.play(upTo: said.count + last.count)
+        #expect(mic.waitUntilAllowedRead())
+        try client.suspend()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let sent = service.requests.withLock { requests in
+            requests.reduce(0) { n, r in
+                guard case .audio(let samples) = r else { return n }
+                return n + samples.filter { $0 == 7_777 }.count
+            }
+        }
+        #expect(sent == 800, "\(log.lines.filter { !$0.hasPrefix("listen s") })")
+        #expect(log.lines.last == "stop ctx-1", "\(log.lines)")
+    }
+
+    /// A suspend while an activation waits for the previous context: its speech cannot be
+    /// transcribed (the connection goes), and an error says so. It was dropped silently.
+    @Test func aSuspendWhileAnActivationWaitsSaysItsSpeechWasNotTranscribed() throws {
+        let errors = Locked<[String]>([])
+        let log = EventLog()
+        // The first context's end comes 3 s after its stop: the second activation waits.
+        let service = FakeRecognitionService(.init(finishInBatches: (100, 3_000)))
+        let client = try Client(options: try Self.options(.voice), service: service, handler: { client, event in
+            if case .error(let e) = event { errors.withLock { $0.append(e.message) } }
+            log.handler(client, event)
+        })
+        defer { try? client.close() }
+        try client.start()
+        var g = Signals.Noise()
+        Self.push(client, Self.utterance(&g) + Self.utterance(&g, leadingNoise: 0))
+        #expect(log.waitFor(timeoutMs: 5_000) { $0.filter { $0 == "listen activate" }.count == 2 }, "\(log.lines)")
+        #expect(!log.lines.contains("stop ctx-1"))
+        try client.suspend()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let said = errors.withLock { $0 }
+        #expect(said.count == 1 && said[0].hasPrefix("the client was suspended while 1 activation(s) ("), "\(said)")
+        #expect(log.lines.filter { $0.hasPrefix("start") } == ["start ctx-1"], "\(log.lines)")
     }
 
     /// A stop while listening with no activation open: the microphone's last audio, the start

@@ -101,7 +101,8 @@ final class ClientWorker: @unchecked Sendable {
 
     // Hands-free listening (issue 8): between a start and a stop the audio goes through the
     // endpointer, which opens and closes contexts. An activation that begins while the previous
-    // context is still finishing waits in `backlog` (bounded by the maximum activation).
+    // context is still finishing waits in `backlog` (each as its own context, 60 s of audio
+    // at most).
     var endpointer: Endpointer?
     /// Samples taken since the start (positions of listen and level events).
     var audioSamples = 0
@@ -451,9 +452,20 @@ final class ClientWorker: @unchecked Sendable {
         startAfterStaleStop = false
         heldForQueuedStart = nil
         audio.stopCollectingAhead()
+        if endpointer?.isActive == true {
+            // An activation in progress ends with what the microphone captured and the worker
+            // had not taken yet (the chunk in progress, the resampler's tail): closing the
+            // source first dropped them, up to a chunk of its last words. (`stopListening`.)
+            for c in audio.takeCapturedAndStop() { take(c, toWakeService: false) }
+            for c in audio.drain() { take(c, toWakeService: false) }
+        }
         if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
         endpointer = nil
         closeWake()
+        if backlog.isWaiting {
+            // Speech that waited for the previous context: not transcribed, and said so.
+            client?.emit(.error(SpeechClientError(.network, "the client was suspended while \(backlog.count) activation(s) (\(SpeechAudio.secondsText(samples: backlog.heldSamples)) s of speech) waited for the previous context to finish: not transcribed")))
+        }
         backlog.clear()
         if contextOpen && !stopSent { sendStop() }
         if case .microphone = options.audio { audio.close() }
