@@ -570,7 +570,11 @@ SPC_API spc_status spc_options_set_insecure_tls(spc_options *options, int insecu
 
 /* Audio from an ALSA capture device, by name; NULL means "default". This is the default
 ** source. The device's own rate and channel count are negotiated and converted. The names to
-** give are listed by spc_audio_devices(). */
+** give are listed by spc_audio_devices(). A context's audio begins when the library takes
+** its start, a moment after spc_client_start(): with the device open already (prepare-on-init,
+** or an earlier context), up to about 100 ms heard before the call may be in it; a device
+** opened by the start gives audio once open (some take a few hundred ms). Nothing is kept
+** between contexts, except for a start queued behind a pending stop (spc_client_start()). */
 SPC_API spc_status spc_options_set_audio_microphone(spc_options *options, const char *device);
 
 /* The ALSA capture devices, as `arecord -L` lists them: each name can be given to
