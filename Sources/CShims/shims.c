@@ -48,6 +48,8 @@ void speechclient_shim_ssl_ctx_set_nonblocking_modes(struct ssl_ctx_st *ctx) {
     /* A peer that goes away without close_notify is a lost connection (HTTP/2 and gRPC notice
        a truncated exchange themselves), not a TLS failure: SSL_read reports it as a close. */
     SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+    /* HTTP/2 forbids renegotiation (RFC 9113 9.2.1): a server's request for one is refused. */
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
 }
 
 /* OpenSSL writes to its socket with write(2), without MSG_NOSIGNAL: writing into a connection

@@ -160,6 +160,14 @@ class Connection:
         time.sleep(0.05)
         self.ok(sid, headers)
 
+    def goaway_calm_thrice(self, sid, headers):
+        # Three GOAWAY ENHANCE_YOUR_CALM frames on one connection, then the answer.
+        self.flush()
+        for _ in range(3):
+            self.sock.sendall(struct.pack(">I", 8)[1:] + bytes([7, 0]) + struct.pack(">III", 0, sid, 11))
+        time.sleep(0.05)
+        self.ok(sid, headers)
+
     def wrong_content_type(self, sid, headers):
         self.conn.send_headers(sid, [(":status", "200"), ("content-type", "text/html")])
         self.conn.send_data(sid, b"<html>hello</html>", end_stream=True)
@@ -203,6 +211,16 @@ class Connection:
         self.conn.send_headers(sid, ok_headers())
         self.blackhole = True
 
+    def early_hints(self, sid, headers):
+        """An informational 103 before the response, as HTTP allows (RFC 9113 8.1)."""
+        self.conn.send_headers(sid, [(":status", "103"), ("link", "</x>; rel=preload")])
+        self.ok(sid, headers)
+
+    def ok_then_blackhole(self, sid, headers):
+        """Answers the call, then the connection goes silent (a NAT that forgot it while idle)."""
+        self.ok(sid, headers)
+        self.blackhole = True
+
 
 SCENARIOS = {
     "TrailersOnly": Connection.trailers_only,
@@ -219,6 +237,7 @@ SCENARIOS = {
     "HTTP503": Connection.http503,
     "HTTP413": Connection.http413,
     "GoAwayCalm": Connection.goaway_calm,
+    "GoAwayCalmThrice": Connection.goaway_calm_thrice,
     "WrongContentType": Connection.wrong_content_type,
     "HugeHeaders": Connection.huge_headers,
     "HugeTrailers": Connection.huge_trailers,
@@ -227,6 +246,8 @@ SCENARIOS = {
     "Silent": Connection.silent,
     "StopReading": Connection.stop_reading_scenario,
     "Blackhole": Connection.blackhole_scenario,
+    "OkThenBlackhole": Connection.ok_then_blackhole,
+    "EarlyHints": Connection.early_hints,
 }
 
 

@@ -25,6 +25,30 @@ def without_states(updates):
     return [u for u in updates if not isinstance(u, sc.StateEvent)]
 
 
+def test_a_client_idle_between_contexts_uses_no_cpu(server, cache_dir):
+    """After a context the connection stays open for the next one, with no stream on it. Its
+    keepalive timer was due at once, for ever (the last receipt was long past): the event loop
+    spun, half a core for as long as the client waited (2.7 CPU s over 6 s idle here). A
+    1 s keepalive interval makes the spin start within the test; the bound is loose on
+    purpose: it tells a busy loop (seconds) from an idle one (milliseconds)."""
+    with sc.Client(url=server.url, app_id="py", audio=sc.PushAudio(), cache_dir=cache_dir,
+                   keepalive=(1000, 500)) as c:
+        c.start()
+        c.push(bytes(16000))
+        c.stop()
+        list(c.updates(timeout=30))
+        assert c.wait_idle(5)
+        t0 = time.process_time()
+        time.sleep(4)
+        used = time.process_time() - t0
+        assert used < 0.5, f"{used:.2f} CPU s over 4 s idle"
+        c.start()  # the connection still works
+        c.push(bytes(16000))
+        c.stop()
+        updates = without_states(c.updates(timeout=30))
+        assert isinstance(updates[-1], sc.StopEvent) and not any(isinstance(u, sc.ErrorEvent) for u in updates)
+
+
 def test_wav_file_transcribed(server, synthesize, cache_dir):
     wav = synthesize("turn on the kitchen lights")
     with sc.Client(url=server.url, app_id="py", audio=sc.WavFile(wav), cache_dir=cache_dir) as c:

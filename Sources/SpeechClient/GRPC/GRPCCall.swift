@@ -196,8 +196,11 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     func http2Headers(_ headers: [(name: String, value: String)], endStream: Bool) {
         guard !finished else { return }
         if !gotHeaders {
-            gotHeaders = true
             let httpStatus = headers.first { $0.name == ":status" }?.value ?? ""
+            // An informational answer (100 Continue, 103 Early Hints) comes before the response
+            // (RFC 9113 8.1): not the response. Taken as one, it failed the call as HTTP 1xx.
+            if httpStatus.count == 3, httpStatus.hasPrefix("1"), !endStream { return }
+            gotHeaders = true
             if httpStatus != "200" {
                 let grpc = GRPCStatus.fromHTTPStatus(Int(httpStatus) ?? 0)
                 var e = GRPCStatus.error(status: grpc, message: "HTTP status \(httpStatus) instead of 200 from \(peer)", path: path)

@@ -57,6 +57,8 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     private var lastReceiveNanos: UInt64 = 0
     private var pingSentNanos: UInt64?
     private var keepaliveTimer: UInt64?
+    /// A GOAWAY ENHANCE_YOUR_CALM was taken (its keepalive lesson is learnt once per connection).
+    private var calmed = false
 
     /// Outbound bytes above which nghttp2 is not asked for more frames until the socket drains.
     private static let outputHighWater = 256 * 1024
@@ -140,7 +142,7 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         }
         guard id > 0 else { throw HTTP2Connection.error("nghttp2_submit_request", id, peer: peer) }
         streams[id] = delegate
-        if streams.count == 1 { lastReceiveNanos = Clock.monotonicNanos() }
+        if streams.count == 1 { keepaliveResumes() }
         scheduleFlush()
         return id
     }
@@ -237,8 +239,11 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
                 outOffset += n
                 if outOffset == out.count { out.removeAll(keepingCapacity: out.count <= 1 << 20); outOffset = 0 }
                 continue
-            case .wouldBlock:
-                setWantsWritable(true)
+            case .wouldBlock(let wantRead):
+                // TLS may need to read before it can write: wait for readable data (a read
+                // flushes after it), not for a writable socket, which is writable at once and
+                // turned the wait into a spin.
+                setWantsWritable(!wantRead)
                 return
             case .closed:
                 fail(SpeechClientError(.network, "the connection to \(peer) was closed by the server"))
@@ -315,8 +320,29 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
 
     // MARK: keepalive (loop thread)
 
+    /// The first stream after an idle spell. A connection that has received nothing for a
+    /// keepalive interval is probed at once: a peer gone silent while it was idle (a NAT that
+    /// forgot it, a host switched off) then fails this stream within the keepalive timeout.
+    /// The clock of the last receipt was set to now instead: every call on the dead connection
+    /// waited for its own timeout, each reconnect attempt took the same connection again, and a
+    /// PING in flight counted as answered.
+    private func keepaliveResumes() {
+        guard let session, settings.keepaliveIntervalMilliseconds > 0, !closed else { return }
+        let now = Clock.monotonicNanos()
+        let interval = UInt64(settings.keepaliveIntervalMilliseconds) * 1_000_000
+        if pingSentNanos == nil && now >= lastReceiveNanos &+ interval,
+           nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil) == 0 {
+            pingSentNanos = now
+        }
+        if keepaliveTimer == nil { armKeepalive() }
+    }
+
+    /// Arms the keepalive timer while streams are open or a PING is unanswered. Not for an idle
+    /// connection: its due time, a receipt long past, was always now, and the timer fired again
+    /// and again (half a core, for as long as the client waited between contexts).
     private func armKeepalive() {
         guard settings.keepaliveIntervalMilliseconds > 0, !closed else { return }
+        guard !streams.isEmpty || pingSentNanos != nil else { return }
         let interval = UInt64(settings.keepaliveIntervalMilliseconds) * 1_000_000
         let timeout = UInt64(max(settings.keepaliveTimeoutMilliseconds, 1)) * 1_000_000
         let now = Clock.monotonicNanos()
@@ -396,7 +422,12 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
             // nghttp2 with REFUSED_STREAM, the others may finish, and are told so they can move.
             usable.store(false, ordering: .releasing)
             let goaway = frame.pointee.goaway
-            if goaway.error_code == 11 { onEnhanceYourCalm?() }  // ENHANCE_YOUR_CALM: too many pings
+            // ENHANCE_YOUR_CALM: too many pings. Once per connection: each such frame doubled
+            // the pool's interval, and a handful on one connection made it an hour.
+            if goaway.error_code == 11 && !calmed {
+                calmed = true
+                onEnhanceYourCalm?()
+            }
             let last = goaway.last_stream_id
             for (id, delegate) in streams.sorted(by: { $0.key < $1.key }) where id <= last {
                 delegate.http2GoingAway()

@@ -136,6 +136,18 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(pool.nextKeepaliveIntervalMilliseconds == 58_028)
     }
 
+    /// Three ENHANCE_YOUR_CALM frames on one connection double the interval once: each doubled
+    /// it, and a handful made it an hour (a dead peer then went unnoticed that long).
+    @Test func enhanceYourCalmRepeatedOnOneConnectionDoublesTheKeepaliveOnce() throws {
+        let settings = HTTP2Settings(keepaliveIntervalMilliseconds: 29_015)
+        let ch = try channel(configuration: .init(http2: settings))
+        let reply = try ch.unary(path: "/fault.Fault/GoAwayCalmThrice", metadata: [], request: [], timeoutMilliseconds: 5000)
+        #expect(reply == Array("ok".utf8))
+        let pool = ConnectionPool.shared(host: "127.0.0.1", port: UInt16(try faultServer().port), useTLS: false,
+                                         tls: TLSSettings(), settings: settings)
+        #expect(pool.nextKeepaliveIntervalMilliseconds == 58_030)
+    }
+
     @Test func wrongContentTypeIsRejected() throws {
         let e = try unaryError("WrongContentType")
         #expect(e?.code == .parse)
@@ -233,6 +245,30 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(e?.code == .network)
         #expect(e?.message.contains("stopped reading") == true, "\(String(describing: e))")
         #expect(sent * 3205 < 65_535 + limit + 20 * 3205, "the call failed late: after \(sent) chunks")
+    }
+
+    /// A connection that went silent while idle (no reset: a NAT that forgot it) is probed
+    /// when the next call opens on it, and fails within the keepalive timeout. The clock of
+    /// the last receipt was reset by the open, so each call waited a whole interval more (in
+    /// real settings past its own start timeout, attempt after attempt on the same connection).
+    @Test func aConnectionSilentSinceItWasIdleIsProbedWhenACallOpensOnIt() throws {
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 2_000,
+                                                                       keepaliveTimeoutMilliseconds: 300)))
+        #expect(try unaryError("OkThenBlackhole", channel: ch) == nil)
+        usleepMs(2_200)  // idle past the keepalive interval (and nothing received)
+        let events = EventCollector()
+        _ = try ch.openStreamingCall(path: "/fault.Fault/Silent", metadata: []) { events.handle($0) }
+        let closed = events.waitClosed(seconds: 1.5)  // before: at 2.3 s (the interval, then the timeout)
+        let e = closed ?? nil
+        #expect(e?.code == .network)
+        #expect(e?.message.contains("PING") == true, "\(String(describing: e))")
+    }
+
+    /// A 103 Early Hints before the response is not the response: the call goes on. It failed
+    /// as "HTTP status 103 instead of 200".
+    @Test func anInformationalAnswerBeforeTheResponseIsSkipped() throws {
+        let e = try unaryError("EarlyHints")
+        #expect(e == nil, "\(String(describing: e))")
     }
 
     @Test func keepalivePingTimeoutDetectsADeadPeer() throws {
