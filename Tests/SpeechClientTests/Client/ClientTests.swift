@@ -222,6 +222,33 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(Array(later) == ["segment final a4000", "segment final a6000"], "\(log.lines)")
     }
 
+    /// A file sent to a server that never takes the audio (its flow-control window stays shut,
+    /// while the connection answers PINGs): the stream counts as lost after the finish timeout
+    /// and is retried, and the context fails once the attempts run out. The file waited for
+    /// its stream to drain for ever (no stop yet, so no finish timeout either).
+    @Test func aFileWhoseServerNeverTakesTheAudioFailsInsteadOfWaitingForEver() throws {
+        let samples = (0..<16_000 * 3).flatMap { AudioFixtures.le16(UInt16(truncatingIfNeeded: ($0 % 100) * 200)) }
+        let path = AudioFixtures.writeTemp(AudioFixtures.wav(data: samples), name: "never-drains.wav")
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(neverDrains: true))
+        var o = try pushOptions()
+        o.audio = .file(path: path)
+        o.finishTimeoutMilliseconds = 300
+        o.reconnectAttempts = 1
+        o.reconnectInitialDelayMilliseconds = 10
+        let errors = Locked<[String]>([])
+        let client = try Client(options: o, service: service, handler: { c, e in
+            if case .error(let error) = e { errors.withLock { $0.append(error.message) } }
+            log.handler(c, e)
+        })
+        defer { try? client.close() }
+        try client.start()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let said = errors.withLock { $0 }
+        #expect(said.count == 1 && said[0].contains("reconnection failed after 1 attempt(s) (the server took none of the audio sent on its stream for 0.3 s"), "\(said)")
+        #expect(service.streamsOpened.load(ordering: .relaxed) == 2)
+    }
+
     @Test func connectFailureGivesErrorThenStop() throws {
         let log = EventLog()
         let service = FakeRecognitionService(.init(failConnect: SpeechClientError(.network, "refused")))

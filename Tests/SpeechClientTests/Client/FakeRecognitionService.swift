@@ -78,6 +78,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// from another thread, the end of the stream with `error` (a server that fails a
         /// stream while finishing it: a Wyoming `error` event, a gRPC status).
         var failStopOnStream: (stream: Int, error: SpeechClientError, afterMilliseconds: Int)?
+        /// Every stream's send backlog stays full (a server whose flow-control window never
+        /// reopens): its notice of room never comes.
+        var neverDrains = false
     }
 
     let behaviour: Behaviour
@@ -319,8 +322,8 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
         guard let loop else { return state.withLock { $0.closed = true } }
         loop.executeAndWait { self.state.withLock { $0.closed = true } }
     }
-    var backlogBytes: Int { 0 }
-    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { false }
+    var backlogBytes: Int { service.behaviour.neverDrains ? 1 << 30 : 0 }
+    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { service.behaviour.neverDrains }
     var serverAcknowledgesStart: Bool { !service.behaviour.ownStarted }
 }
 

@@ -63,6 +63,17 @@ extension ClientWorker {
         return (contextOpen && !stopSent ? supervisor.unfinishedSamples : 0) + samples <= supervisor.replay.capacitySamples
     }
 
+    /// Whether the live stream `generation`, with `backlog` bytes not yet taken by the server,
+    /// has taken none for the finish timeout (its backlog never fell in that time).
+    func sendStalled(generation gen: Int, backlog: Int) -> Bool {
+        let now = Clock.monotonicNanos()
+        guard let watch = sendWatch, watch.generation == gen, backlog >= watch.backlog else {
+            sendWatch = (gen, backlog, now)
+            return false
+        }
+        return now &- watch.since >= finishTimeoutNanos
+    }
+
     /// Reads one block from the source into the context; at the end of a file, stops it.
     /// A file is read as fast as the server takes it: while the stream's backlog is above
     /// `LaneSupervisor.backlogLimit`, or the audio in flight (not yet final) fills the replay
@@ -103,9 +114,20 @@ extension ClientWorker {
                 stall(waitingFor: supervisor.lanes.replayingStreams)
                 return
             }
-            if unsent > LaneSupervisor.backlogLimit, let stream = supervisor.lanes.liveStream {
+            if unsent > LaneSupervisor.backlogLimit, let stream = supervisor.lanes.liveStream, let gen = supervisor.lanes.live {
+                if sendStalled(generation: gen, backlog: unsent) {
+                    // The server took none of it for the finish timeout: its flow-control window
+                    // stayed shut (a hung application behind a live connection, which answers
+                    // PINGs). Lost, as a stream that never finishes is; the file waited for ever.
+                    sendWatch = nil
+                    handleStream(.closed(SpeechClientError(.timeout, "the server took none of the audio sent on its stream for \(SpeechAudio.secondsText(Double(options.finishTimeoutMilliseconds) / 1000)) s (its flow-control window stayed closed)",
+                                                           grpcStatus: GRPCStatus.unavailable)), generation: gen)
+                    return
+                }
                 stall(waitingFor: [stream])
                 if stalledUntil != nil { return }
+            } else {
+                sendWatch = nil
             }
         }
         // A microphone is not waited for in a read, which held the worker (its audio lock, the

@@ -49,6 +49,9 @@ final class ClientWorker: @unchecked Sendable {
     var stalledUntil: UInt64?
     /// A stall is a wait for a notice; this bounds it should one be lost.
     static let stallSafetyNanos: UInt64 = 50_000_000
+    /// The live stream a file waits for to drain, its backlog then, and since when it has not
+    /// fallen below that (`sendStalled`).
+    var sendWatch: (generation: Int, backlog: Int, since: UInt64)?
     /// The worker looks at a microphone again after this even if its capture thread never said
     /// a chunk was there (it says so when the capture ends, too).
     static let microphoneSafetyNanos: UInt64 = 500_000_000
@@ -217,7 +220,7 @@ final class ClientWorker: @unchecked Sendable {
                       supervisor.lanes.nextFinishDeadline(timeout: finishTimeoutNanos))
     }
 
-    private var finishTimeoutNanos: UInt64 { UInt64(options.finishTimeoutMilliseconds) * 1_000_000 }
+    var finishTimeoutNanos: UInt64 { UInt64(options.finishTimeoutMilliseconds) * 1_000_000 }
 
     static func earliest(_ a: UInt64?, _ b: UInt64?) -> UInt64? {
         guard let a else { return b }
