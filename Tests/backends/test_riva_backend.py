@@ -217,4 +217,6 @@ def test_a_lost_connection_after_finals_without_word_times_replays_only_what_fol
     assert not errors, errors
     assert all(w.start_ms == -1 for f in finals for w in f.words), "the server gave word times"
     got = wt.normalize_words(" ".join(f.transcript for f in finals))
-    assert got == (first + " " + second).split(), [f.transcript for f in finals]
+    # Each sentence once (before, the first came twice), allowing Whisper a word or two.
+    assert got.count("kitchen") == 1 and got.count("report") == 1, [f.transcript for f in finals]
+    assert wt.word_errors((first + " " + second).split(), got) <= 2, [f.transcript for f in finals]
