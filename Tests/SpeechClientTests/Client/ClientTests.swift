@@ -61,6 +61,11 @@ func pushOptions(chunkMs: Int = 100) throws -> ClientOptions {
 }
 
 /// 300 ms (3 chunks) pushed, then the end of the audio; returns once the client is idle.
+/// Pushes `samples` samples of the one value `value` (the fake service's words name them).
+func push(_ client: Client, value: Int16, samples: Int = 1_600) {
+    [Int16](repeating: value, count: samples).withUnsafeBufferPointer { try? client.pushAudio($0) }
+}
+
 func pushThreeChunksAndEnd(_ client: Client) throws {
     let samples = [Int16](repeating: 1000, count: 16_000 * 3 / 10)
     samples.withUnsafeBufferPointer { try? client.pushAudio($0) }
@@ -192,13 +197,13 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
         defer { try? client.close() }
         try client.start()
-        [Int16](repeating: 1000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        push(client, value: 1000)
         try client.stop()
         try client.start()  // queued: the first context is still finishing
         #expect(client.currentState == .stopping)
-        [Int16](repeating: 2000, count: 1600 * 2).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        push(client, value: 2000, samples: 1600 * 2)
         #expect(log.waitFor(timeoutMs: 5000) { $0.contains("start ctx-2") }, "\(log.lines)")
-        [Int16](repeating: 3000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        push(client, value: 3000)
         try client.pushEnd()
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))
         let lines = log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("segment final") }
@@ -208,13 +213,13 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         // Start queued, audio pushed, then a stop: the queued start is cancelled, and the audio
         // pushed for it is not carried into a later context.
         try client.start()
-        [Int16](repeating: 4000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        push(client, value: 4000)
         try client.stop()
         try client.start()
-        [Int16](repeating: 5000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        push(client, value: 5000)
         try client.stop()  // cancels it
         try client.start()  // queued again
-        [Int16](repeating: 6000, count: 1600).withUnsafeBufferPointer { try? client.pushAudio($0) }
+        push(client, value: 6000)
         #expect(log.waitFor(timeoutMs: 5000) { $0.contains("start ctx-4") }, "\(log.lines)")
         try client.pushEnd()
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))

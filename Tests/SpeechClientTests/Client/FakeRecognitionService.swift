@@ -100,6 +100,17 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
 
     init(_ behaviour: Behaviour = Behaviour()) { self.behaviour = behaviour }
 
+    /// How many of the audio samples sent, on every stream, equal `value` (a test marks the
+    /// audio it follows with a value no other audio has).
+    func samplesSent(equalTo value: Int16) -> Int {
+        requests.withLock { requests in
+            requests.reduce(0) { n, r in
+                guard case .audio(let samples) = r else { return n }
+                return n + samples.filter { $0 == value }.count
+            }
+        }
+    }
+
     /// `answersInTurn`: the turns handed out (at the stops) and the answers done.
     let turnsTaken = Atomic<Int>(0)
     let turnsDone = Atomic<Int>(0)

@@ -336,12 +336,7 @@ import Testing
         #expect(mic.waitUntilAllowedRead())
         try client.stop()
         #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
-        let sent = service.requests.withLock { requests in
-            requests.reduce(0) { n, r in
-                guard case .audio(let samples) = r else { return n }
-                return n + samples.filter { $0 == 7_777 }.count
-            }
-        }
+        let sent = service.samplesSent(equalTo: 7_777)
         #expect(sent == 800, "\(log.lines.filter { !$0.hasPrefix("listen s") })")
         #expect(log.lines.contains("start ctx-2") && log.lines.last == "stop ctx-2", "\(log.lines)")
     }
@@ -364,12 +359,7 @@ import Testing
         #expect(mic.waitUntilAllowedRead())
         try client.suspend()
         #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
-        let sent = service.requests.withLock { requests in
-            requests.reduce(0) { n, r in
-                guard case .audio(let samples) = r else { return n }
-                return n + samples.filter { $0 == 7_777 }.count
-            }
-        }
+        let sent = service.samplesSent(equalTo: 7_777)
         #expect(sent == 800, "\(log.lines.filter { !$0.hasPrefix("listen s") })")
         #expect(log.lines.last == "stop ctx-1", "\(log.lines)")
     }
