@@ -175,9 +175,19 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         if !closed { flush() }
     }
 
+    /// Reads what the socket holds, at most `EventLoop.readsPerWake` buffers: a server that
+    /// sends faster than the loop parses (frames that cost it nothing) must not keep the shared
+    /// loop, its timers and the other connections waiting. What is left is read on the next turn
+    /// (a posted continuation: TLS may hold decrypted bytes the socket's readiness does not show).
     private func readAvailable() {
         guard let session else { return }
+        var reads = 0
         while !closed {
+            if reads == EventLoop.readsPerWake {
+                readingContinues()
+                return
+            }
+            reads += 1
             switch io.read(into: readBuffer) {
             case .bytes(let n):
                 lastReceiveNanos = Clock.monotonicNanos()
@@ -201,6 +211,14 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
                 fail(error)
                 return
             }
+        }
+    }
+
+    private func readingContinues() {
+        loop.post { [self] in
+            guard !self.closed else { return }
+            self.readAvailable()
+            if !self.closed { self.flush() }
         }
     }
 

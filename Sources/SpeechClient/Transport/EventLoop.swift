@@ -97,6 +97,10 @@ final class EventLoop: @unchecked Sendable {
 
     private static let instance = Locked<EventLoop?>(nil)
 
+    /// Buffers a connection reads in one wake before it yields the loop to timers and the
+    /// other connections (and continues on the next turn).
+    static let readsPerWake = 16
+
     /// The process-wide loop, started on first use.
     static func shared() throws(SpeechClientError) -> EventLoop {
         try instance.withLock { (slot) throws(SpeechClientError) -> EventLoop in

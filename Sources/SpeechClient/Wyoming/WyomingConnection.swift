@@ -108,8 +108,11 @@ final class WyomingConnection: EventLoopHandler, @unchecked Sendable {
     /// senders stall at `LaneSupervisor.backlogLimit`.
     static let maxUnsentBytes = 8 * 1024 * 1024
 
+    /// Reads what the socket holds, at most `EventLoop.readsPerWake` buffers: the rest waits
+    /// for the next turn (the socket stays readable, so the loop comes back), and a server that
+    /// floods does not keep the shared loop from its timers and other connections.
     private func readAvailable() {
-        while !isClosed {
+        for _ in 0..<EventLoop.readsPerWake where !isClosed {
             let result = readBuffer.withUnsafeMutableBytes { io.read(into: $0) }
             switch result {
             case .bytes(let n):
