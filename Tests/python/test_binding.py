@@ -14,6 +14,7 @@ import pytest
 
 import speechclient as sc
 from speechclient import _native
+from speechclient.client import MAX_BUFFERED_UPDATES
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -709,6 +710,141 @@ def test_a_stream_awaited_by_two_tasks_at_once_refuses_the_second(silent_server,
 
     got = asyncio.run(asyncio.wait_for(run(), 60))
     assert [type(u) for u in without_states(got)] == [sc.ErrorEvent, sc.StopEvent], got
+
+
+@needs_state_and_delivery
+def test_a_stream_left_beside_an_aupdates_does_not_queue_its_updates_twice(silent_server, cache_dir):
+    """With an aupdates() running, a stream()'s updates go to both. The stream left with updates
+    unread put them in the shared queue although the aupdates() had them already: a later
+    updates() got that context's error and stop a second time."""
+    async def run():
+        with silent_push_client(silent_server, cache_dir) as c:
+            got = []
+
+            async def consume():
+                async for u in c.aupdates(timeout=20):
+                    got.append(u)
+                    if isinstance(u, sc.StopEvent):
+                        return
+            consumer = asyncio.ensure_future(consume())
+            await until(lambda: c._async_sinks)  # registered before the stream begins
+            st = c.stream(timeout=20)
+            await st.__anext__()  # CONNECTING
+            assert silent_server.wait_for_connection()
+            silent_server.close_all()  # the error and the stop, into both inboxes
+            await asyncio.wait_for(consumer, 20)
+            await st.aclose()  # left with them unread
+            return got, list(c._queue)
+
+    got, queued = asyncio.run(asyncio.wait_for(run(), 60))
+    assert [type(u) for u in without_states(got)] == [sc.ErrorEvent, sc.StopEvent], got
+    assert without_states(queued) == [], queued
+
+
+def test_an_aupdates_ended_by_a_close_from_another_thread_yields_the_last_updates(cache_dir):
+    """close() from another thread between the iterator's look at its empty inbox and its look
+    at the handle: the callbacks the close waited for put their updates in the inbox, and the
+    iterator, finding the handle gone, ended without them (they went to the shared queue)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_error(update):  # runs before its update is handed on
+        entered.set()
+        release.wait(10)
+
+    async def run():
+        c = push_client(cache_dir=cache_dir, on_error=slow_error)
+        take, closers = c._take, []
+
+        def take_then_close(inbox):
+            item = take(inbox)
+            if item is None and not closers:
+                assert entered.wait(10)  # the error callback is running, its update not handed on
+                closers.append(threading.Thread(target=c.close))
+                closers[0].start()
+                release.set()
+                closers[0].join(10)  # closed: the error's update is in the inbox now
+                assert c.closed
+            return item
+        c._take = take_then_close
+        c.start()
+        try:
+            return [u async for u in c.aupdates(timeout=10)]
+        finally:
+            release.set()
+            c.close()
+
+    seen = asyncio.run(asyncio.wait_for(run(), 30))
+    assert sc.ErrorEvent in [type(u) for u in seen], seen
+
+
+@needs_state_and_delivery
+def test_a_reader_removal_scheduled_from_another_thread_runs_before_close_frees_the_fd(cache_dir):
+    """A Stream finished on another thread removes its loop's reader through that loop
+    (call_soon_threadsafe). close() freed the client without waiting for it: the event fd was
+    closed with the removal still to run, and once a new descriptor took the number, the late
+    removal unwatched that one. close() now waits for the removal first."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    order = []
+    try:
+        c = push_client(cache_dir=cache_dir, delivery="application")
+        remove_reader = loop.remove_reader
+        loop.remove_reader = lambda fd: (order.append("removed"), remove_reader(fd))[1]
+
+        async def watch():
+            return c._watch_event_fd(asyncio.get_running_loop())
+        reader = asyncio.run_coroutine_threadsafe(watch(), loop).result(10)
+        gate = threading.Event()
+        loop.call_soon_threadsafe(gate.wait, 10)  # the loop is busy for a while
+        c._unwatch_event_fd(reader)  # from this thread: scheduled on the loop's
+        free = _native.spc_client_free
+
+        def recording_free(handle):
+            order.append("freed")
+            return free(handle)
+        _native.spc_client_free = recording_free
+        try:
+            closer = threading.Thread(target=c.close)
+            closer.start()
+            time.sleep(0.2)  # an old close() frees meanwhile
+            gate.set()
+            closer.join(10)
+        finally:
+            _native.spc_client_free = free
+        assert c.closed
+    finally:
+        gate_set = locals().get("gate")
+        if gate_set is not None:
+            gate_set.set()
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()
+    assert order == ["removed", "freed"], order
+
+
+def test_an_iterator_that_stops_reading_keeps_a_bounded_inbox(cache_dir):
+    """An aupdates() whose task stops reading (awaiting something else) while the client goes on:
+    its inbox grew without bound. It keeps the newest MAX_BUFFERED_UPDATES, as the shared
+    queue does."""
+    async def run():
+        c = push_client(cache_dir=cache_dir)
+        try:
+            waiting = asyncio.ensure_future(c.aupdates(timeout=10).__anext__())
+            await until(lambda: c._async_sinks)
+            inbox = c._async_sinks[0][1]
+            # As the callback thread hands them on, with the iterator's task not running meanwhile.
+            for i in range(MAX_BUFFERED_UPDATES + 100):
+                c._emit(sc.LevelEvent(-20.0, i), "level")
+            held = len(inbox.items), inbox.items[-1]
+            waiting.cancel()
+            return held
+        finally:
+            c.close()
+
+    held, newest = asyncio.run(asyncio.wait_for(run(), 60))
+    assert held == MAX_BUFFERED_UPDATES
+    assert newest == sc.LevelEvent(-20.0, MAX_BUFFERED_UPDATES + 99)
 
 
 @needs_state_and_delivery

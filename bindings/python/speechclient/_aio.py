@@ -11,10 +11,10 @@ import ctypes
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, AsyncIterable, AsyncIterator, Deque, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, AsyncIterable, AsyncIterator, Deque, Iterable, List, Optional, Set, Tuple, Union
 
 from . import _native as n
-from ._handle import _IDLE_POLL_S, _WAIT_SLICE_S, _Buffer, _next_wait
+from ._handle import MAX_BUFFERED_UPDATES, _IDLE_POLL_S, _WAIT_SLICE_S, _Buffer, _next_wait
 from .errors import InvalidArgumentError, InvalidStateError, SpeechTimeoutError
 from .types import PushAudio, StopEvent, Update
 
@@ -35,6 +35,8 @@ class _AsyncMixin:
         super().__init__()
         self._async_sinks: List[_Sink] = []
         self._readers: List[_Reader] = []
+        # Reader removals scheduled on another thread's loop, not run yet (close() waits for them).
+        self._pending_removals: List[threading.Event] = []
         self._stream_sink: Optional[_Sink] = None  # the running stream()'s, at most one
         # Waits for the idle event outside any iterator (a stream() behind an abandoned one).
         self._idle_waiters: List[Tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
@@ -52,7 +54,9 @@ class _AsyncMixin:
         the loop watches the event fd and runs the callbacks itself. It starts nothing; stream()
         starts a context and ends with its stop event. One consumer at a time: a new aupdates()
         (or updates()) takes over from an earlier one left but not yet closed (its unread
-        updates come first); one still iterated then raises InvalidStateError."""
+        updates come first); one still iterated then raises InvalidStateError. An iterator
+        whose task stops reading keeps the newest MAX_BUFFERED_UPDATES unread, as the shared
+        queue does."""
         loop = asyncio.get_running_loop()
         inbox = _Inbox(loop)
         sink = (loop, inbox, threading.get_ident())
@@ -80,6 +84,10 @@ class _AsyncMixin:
                 item = self._take(inbox)
                 if item is None:
                     if self._handle is None:
+                        # Closed (maybe from another thread since the take): every callback has
+                        # run by now, and the last ones may have put updates in the inbox.
+                        if inbox.items:
+                            continue
                         return
                     if self._may_end(seen_stop):
                         seen_stop = True  # a hands-free listening ended: that counts as its stop
@@ -207,10 +215,24 @@ class _AsyncMixin:
         try:
             if loop.is_closed():
                 return
-            if thread == threading.get_ident():
+            if thread == threading.get_ident() or not loop.is_running():
                 loop.remove_reader(fd)
-            else:  # a Stream collected on another thread
-                loop.call_soon_threadsafe(loop.remove_reader, fd)
+            else:  # a Stream collected on another thread: removed on the loop's, and close()
+                # waits for that before the fd can be closed and its number reused (a removal
+                # run later would unwatch the descriptor that took the number).
+                removed = threading.Event()
+                with self._cond:
+                    self._pending_removals.append(removed)
+
+                def remove() -> None:
+                    try:
+                        loop.remove_reader(fd)
+                    finally:
+                        removed.set()
+                        with self._cond:
+                            if removed in self._pending_removals:
+                                self._pending_removals.remove(removed)
+                loop.call_soon_threadsafe(remove)
         except Exception:
             pass
 
@@ -221,6 +243,9 @@ class _AsyncMixin:
         this waits for that (a second at most: that loop may itself be waiting for this close)."""
         with self._cond:
             readers, self._readers = self._readers, []
+            pending, self._pending_removals = self._pending_removals, []
+        for removed in pending:  # scheduled on a loop's thread by _unwatch_event_fd
+            removed.wait(1.0)
         for loop, fd, thread in readers:
             try:
                 if loop.is_closed():
@@ -267,7 +292,11 @@ class _AsyncMixin:
 
     def _take(self, inbox: "_Inbox") -> Optional[Update]:
         with self._cond:
-            return inbox.items.popleft() if inbox.items else None
+            if not inbox.items:
+                return None
+            item = inbox.items.popleft()
+            inbox.also_delivered.discard(id(item))
+            return item
 
     def _wake_sink(self, sink: "_Sink") -> None:
         loop, inbox, thread = sink
@@ -328,7 +357,13 @@ class _Inbox:
     is cancelled leaves every item in place (asyncio.wait_for on Queue.get may not)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.items: Deque[Update] = collections.deque()
+        # Bounded as the shared queue is: an iterator that stops reading (its task awaiting
+        # something else) while the client goes on does not grow without bound; past
+        # MAX_BUFFERED_UPDATES unread, the oldest go.
+        self.items: Deque[Update] = collections.deque(maxlen=MAX_BUFFERED_UPDATES)
+        # ids of the updates in `items` that an aupdates() inbox received too (a stream()'s
+        # inbox only): alive while in `items`, so an id names one update.
+        self.also_delivered: Set[int] = set()
         self._loop = loop
         self._waiter: Optional["asyncio.Future[None]"] = None
         self._woken = False
@@ -515,6 +550,8 @@ class Stream:
                     self._finish()  # updates after the stop go to the shared queue
                 return item
             if c._handle is None:
+                if inbox.items:  # put there by the callbacks of a close from another thread
+                    continue
                 raise StopAsyncIteration
             if self._hands_free and c._may_end(True):
                 if inbox.items:  # dispatched while looking: yield them first
@@ -556,6 +593,11 @@ class Stream:
             leftovers = list(inbox.items) if inbox is not None else []
             if inbox is not None:
                 inbox.items.clear()
+                # What an aupdates() running beside this stream received too is that consumer's
+                # already (read, or handed on when it ends): queued again, it came twice.
+                also = inbox.also_delivered
+                leftovers = [x for x in leftovers if id(x) not in also]
+                also.clear()
             if leftovers:  # not lost: for updates()/aupdates()
                 c._queue.extend(leftovers)
                 c._cond.notify_all()

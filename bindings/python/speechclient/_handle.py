@@ -25,6 +25,11 @@ from .types import Entity, ErrorEvent, Intent, LevelEvent, ListenEvent, Segment,
 if TYPE_CHECKING:
     from .client import Client
 
+#: Updates kept for updates()/aupdates() while nobody reads them, and in each async iterator's
+#: inbox; beyond that the oldest are dropped (a client used only through its callbacks, or an
+#: iterator that stopped reading, does not grow without bound).
+MAX_BUFFERED_UPDATES = 10_000
+
 # The longest single wait inside the library, so that Ctrl-C and close() from another thread
 # are noticed.
 _WAIT_SLICE_S = 0.25

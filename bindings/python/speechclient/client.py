@@ -42,17 +42,13 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, Mapping, Opti
 
 from . import _native as n
 from ._aio import Stream, _AsyncMixin
-from ._handle import (_IDLE_POLL_S, _VAD_RANGES, _WAIT_SLICE_S, _activation, _next_wait, _Buffer, _c_path, _c_string,
+from ._handle import (MAX_BUFFERED_UPDATES, _IDLE_POLL_S, _VAD_RANGES, _WAIT_SLICE_S, _activation, _next_wait, _Buffer, _c_path, _c_string,
                       _check_option, _Handle, _option_error, _status_text, _u32, _vad_settings, copy_segment)
 from .errors import InvalidArgumentError, InvalidStateError, SpeechClientError, error_for
 from .types import (AudioSource, AudioStream, ErrorEvent, LevelEvent, ListenEvent, Microphone, PushAudio, Segment,
                     StartEvent, StateEvent, StopEvent, Update, WavFile)
 
 __all__ = ["Client", "Stream", "MAX_BUFFERED_UPDATES", "copy_segment"]
-
-#: Updates kept for updates()/aupdates() while nobody reads them; beyond that the oldest are
-#: dropped (a client used only through its callbacks does not grow without bound).
-MAX_BUFFERED_UPDATES = 10_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -724,7 +720,12 @@ class Client(_AsyncMixin, _Handle):
             # Into the inboxes under the same lock that chose them: an iterator that ends or
             # begins meanwhile then sees it in its inbox or in the shared queue, in order.
             for sink in sinks:
-                sink[1].items.append(update)
+                items = sink[1].items
+                if len(items) == items.maxlen:  # the oldest goes: so does its mark
+                    sink[1].also_delivered.discard(id(items[0]))
+                items.append(update)
+            if len(sinks) > 1 and sinks[-1] is self._stream_sink:  # an aupdates() has it too
+                sinks[-1][1].also_delivered.add(id(update))
         for sink in sinks:
             self._wake_sink(sink)
 
