@@ -43,6 +43,7 @@ public func spc_options_last_error(_ options: OpaquePointer?) -> UnsafePointer<C
 private func setCallback(_ options: OpaquePointer?, _ body: (inout CCallbacks) -> Void) -> spc_status {
     guard let handle = OptionsHandle.from(options) else { return SPC_ERROR_INVALID_ARGUMENT }
     body(&handle.callbacks)
+    handle.lastError = nil  // a setter that succeeded: "" (as every other setter)
     return SPC_OK
 }
 

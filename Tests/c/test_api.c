@@ -525,6 +525,10 @@ static void test_option_values(void) {
     CHECK(strstr(spc_options_last_error(o), "100-600000") != NULL);
     CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 10000), SPC_OK);
     CHECK(strcmp(spc_options_last_error(o), "") == 0);
+    /* So do the callback setters (they left the last failure's message). */
+    CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 99), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_segment_cb(o, NULL, NULL), SPC_OK);
+    CHECK(strcmp(spc_options_last_error(o), "") == 0);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)99), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)5), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_log_level(o, (spc_log_level)-1), SPC_ERROR_INVALID_ARGUMENT);

@@ -92,6 +92,11 @@ class Connection:
                                                 ("grpc-message", "not%20found%3A%20caf%C3%A9%20%E2%9C%93 100%")]),
                                end_stream=True)
 
+    def status_out_of_range(self, sid, headers):
+        """A status gRPC does not define (a proxy or a broken server): clients take it as UNKNOWN."""
+        self.conn.send_headers(sid, ok_headers([("grpc-status", "99"), ("grpc-message", "no such code")]),
+                               end_stream=True)
+
     def one_byte_frames(self, sid, headers):
         self.conn.send_headers(sid, ok_headers())
         self.flush()
@@ -224,6 +229,7 @@ class Connection:
 
 SCENARIOS = {
     "TrailersOnly": Connection.trailers_only,
+    "StatusOutOfRange": Connection.status_out_of_range,
     "OneByteFrames": Connection.one_byte_frames,
     "Truncated": Connection.truncated,
     "UnavailableAfterOne": Connection.unavailable_after_one,

@@ -230,7 +230,9 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
                     fail(SpeechClientError(.parse, "\(peer) sent an invalid grpc-status '\(value)' for \(path)", grpcStatus: GRPCStatus.internal))
                     return
                 }
-                status = s
+                // Codes past 16 are not gRPC's: UNKNOWN, as gRPC's own clients take them (the
+                // header promises 0-16 from spc_error_grpc_status()).
+                status = s <= GRPCStatus.unauthenticated ? s : GRPCStatus.unknown
             } else if name == "grpc-message" {
                 statusMessage = GRPCStatus.percentDecode(value).shownFromServer()
             }

@@ -49,6 +49,15 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(e?.message.contains("not found: caf\u{e9} \u{2713} 100%") == true, "\(String(describing: e))")
     }
 
+    /// A status past 16 is none of gRPC's: UNKNOWN (2), as gRPC's clients take it; passed on as
+    /// it came, spc_error_grpc_status() gave 99 where the header promises 0-16.
+    @Test func aStatusGRPCDoesNotDefineIsUnknown() throws {
+        let e = try unaryError("StatusOutOfRange")
+        #expect(e?.code == .api)
+        #expect(e?.grpcStatus == 2, "\(String(describing: e))")
+        #expect(e?.message.contains("no such code") == true, "\(String(describing: e))")
+    }
+
     @Test func oneByteDataFramesAreReassembled() throws {
         let (messages, closed) = try stream("OneByteFrames")
         #expect(closed == .some(nil))
