@@ -286,6 +286,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     /// Chunks changed the words since they were last delivered.
     private var tentativeDue = false
     private var resultTimer: UInt64?
+    private var describeProbe: UInt64?
     /// The segment the next transcript is (one per end of speech the server sends).
     private var segment: Int32 = 0
     /// `audio-stop` is out; `describe` after it (its `info` is the end); transcripts since and
@@ -364,7 +365,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
             // transcript handled between this call and that would otherwise go without `describe`.
             connection.send([WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(WyomingAudio.milliseconds(samplesSent, rate: sampleRate)))])]) { [self] in
                 stopWritten = true
-                if endpoints.isSeen { sendDescribe() }
+                if endpoints.isSeen { sendDescribe() } else { armDescribeProbe() }
                 armResultTimer()
             }
         }
@@ -495,7 +496,30 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     private func cancelResultTimer() {
         if let t = resultTimer { loop.cancelTimer(t) }
         resultTimer = nil
+        if let t = describeProbe { loop.cancelTimer(t) }
+        describeProbe = nil
     }
+
+    /// A server not yet seen to end utterances by itself gets `describe` only after its first
+    /// transcript (one that transcribes once and closes may reset a connection with a
+    /// `describe` unread). But a server with its own voice detection says nothing at all at
+    /// `audio-stop` when it heard no speech: with no transcript for a while, `describe` is sent
+    /// anyway, and its `info` ends the stream. Without it, such a context (a cough that opened
+    /// it, silence only) waited for the finish timeout, then was replayed, and failed minutes
+    /// later as not transcribed. Harmless to a server still transcribing: events are answered
+    /// in order, so the `info` comes after its transcript, or the close after the transcript
+    /// ends the stream as usual.
+    private func armDescribeProbe() {
+        guard describeProbe == nil else { return }
+        describeProbe = loop.addTimer(milliseconds: Self.describeProbeMilliseconds) { [self] in
+            describeProbe = nil
+            guard !connection.isClosed, transcriptsSinceStop == 0 else { return }
+            sendDescribe()
+        }
+    }
+
+    /// How long after `audio-stop` without a transcript `describe` is sent anyway.
+    static let describeProbeMilliseconds = 3_000
 
     private func deliver(_ event: StreamEvent) {
         if cancelled.load(ordering: .acquiring) { return }

@@ -330,6 +330,27 @@ import Testing
         #expect(seconds < 10, "\(seconds) s: the end waited for a transcript that was never coming")
     }
 
+    /// A server with its own voice detection says nothing at audio-stop when it heard no speech.
+    /// A client that had not yet seen it end an utterance sent no describe then: the context
+    /// (silence only: a cough opened it) waited for the finish timeout (60 s), was replayed, and
+    /// failed minutes later as not transcribed. It ends within the describe probe now.
+    @Test func aContextWithoutSpeechEndsAgainstAServerWithItsOwnVoiceDetection() throws {
+        let server = try peer("Endpointing")
+        defer { server.stop() }
+        let log = EventLog()
+        let client = try Client(options: try options("wyoming://127.0.0.1:\(server.port)"), handler: log.handler)
+        defer { try? client.close() }
+        let t0 = Clock.monotonicNanos()
+        try client.start()
+        let silence = [Int16](repeating: 0, count: 1600)
+        for _ in 0..<20 { silence.withUnsafeBufferPointer { try? client.pushAudio($0) } }  // 2 s
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 20_000), "\(log.lines)\n\(server.log)")
+        let seconds = Double(Clock.monotonicNanos() - t0) / 1e9
+        #expect(log.lines.map { $0.split(separator: " ")[0] } == ["start", "stop"], "\(log.lines)")
+        #expect(seconds < Double(WyomingStream.describeProbeMilliseconds) / 1000 + 3, "\(seconds) s")
+    }
+
     /// A server that takes one utterance per connection (as wyoming-faster-whisper with
     /// --vad-endpointing): its transcript comes 0.4 s after its end of speech, by when the
     /// client has pushed about 4 s more (10x real time), which it ignores, and audio-stop closes
