@@ -714,7 +714,11 @@ SPC_API spc_status spc_options_set_keepalive(spc_options *options, uint32_t inte
 ** audio of the context not yet final (sent and not finished by the server, or held during a
 ** reconnection) plus these frames would outgrow the replay buffer, so that a stream lost at any
 ** moment loses nothing (as a WAV file never gets further ahead). When the frames do not fit in
-** time it returns SPC_ERROR_TIMEOUT and takes none of them: push them again. Called from one of
+** time it returns SPC_ERROR_TIMEOUT and takes none of them: push them again. A push longer than
+** a quarter of the buffer (a whole recording in one call) is taken in slices of that length, each
+** waiting for room: only the first slice's wait can fail it; once part is taken, a slice that
+** finds no room in time is taken anyway (since 0.11; before, such a push never fit, and timed out
+** on every retry). Called from one of
 ** the client's own callbacks it never waits. When the library's worker is held up for longer (a
 ** connect, a login) the room cannot be known: after the wait the frames are taken (since 0.11;
 ** audio that then outgrows the buffer is reported lost). 0 (the default): never wait; audio
@@ -837,8 +841,11 @@ SPC_API spc_status spc_client_new(const spc_options *options, spc_client **out_c
 ** not called), a connect or login in progress is abandoned (free does not wait for its
 ** timeout), the audio source and connections are closed, callbacks already queued are
 ** delivered, the client's work on the library's shared threads ends and its callback thread is
-** joined. No callback of this client runs after it returns. NULL returns SPC_OK. From inside
-** one of the client's own callbacks it returns SPC_ERROR_INVALID_STATE and frees nothing. */
+** joined. A context freed while open whose segments had words delivers them once more, final,
+** before free returns (words the server never confirmed have spc_segment_word_is_final() 0), so
+** nothing heard is dropped without a trace. No callback of this client runs after it returns.
+** NULL returns SPC_OK. From inside one of the client's own callbacks it returns
+** SPC_ERROR_INVALID_STATE and frees nothing. */
 SPC_API spc_status spc_client_free(spc_client *client);
 
 /* Requests a new audio context. Returns at once; the start callback fires when the server has
@@ -874,7 +881,8 @@ SPC_API spc_status spc_client_start(spc_client *client);
 SPC_API spc_status spc_client_stop(spc_client *client);
 
 /* Closes the microphone and the connections, keeping the login. An open context is stopped
-** first (its results still arrive). A context the server has not opened yet (a connect or login
+** first (its results still arrive), with pushed audio still buffered sent first, as
+** spc_client_stop() does (since 0.11; before, the chunk in progress was dropped). A context the server has not opened yet (a connect or login
 ** still in progress) is abandoned at once: its stop callback fires, with no start and no error
 ** callback, and the audio pushed into it is dropped. The client state is SUSPENDED at once; the
 ** state callback's SUSPENDED comes once the connection is let go: after the last results and
@@ -910,8 +918,11 @@ SPC_API spc_status spc_client_push_audio(spc_client *client, const int16_t *fram
                                          size_t frame_count);
 
 /* Marks the end of the pushed audio for the current context: what is buffered is sent and the
-** context stops by itself, as when a WAV file ends. Not a push client, or no context:
-** SPC_ERROR_INVALID_STATE. */
+** context stops by itself, as when a WAV file ends. In STOPPING with a start queued behind the
+** pending stop, it ends that start's context: the context opens with the audio pushed for it
+** and stops at once (since 0.11; before, SPC_ERROR_INVALID_STATE, and the fallback, a stop,
+** cancelled the queued start with its audio); audio pushed after it is not taken. Not a push
+** client, or no context: SPC_ERROR_INVALID_STATE. */
 SPC_API spc_status spc_client_push_end(spc_client *client);
 
 /* Blocks until the client is IDLE or SUSPENDED with no start queued and every callback for the

@@ -245,7 +245,8 @@ static const struct row table[] = {
     {"push_audio(NULL, 0)", call_push_empty, {OK, OK, OK, OK, OK, OK, OK}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
     {"push_audio(NULL, 5)", call_push_null, {BAD, BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
     {"push_audio(SIZE_MAX frames)", call_push_huge, {BAD, BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
-    {"push_end", call_push_end, {NO, OK, OK, NO, NO, NO, OK},
+    /* With a start queued behind the pending stop it ends that start's context (since 0.11). */
+    {"push_end", call_push_end, {NO, OK, OK, NO, OK, NO, OK},
      {SAME, SPC_STATE_STOPPING, ENDING, SAME, SAME, SAME, ENDING}},
     {"get_state(NULL)", call_get_state_null, {BAD, BAD, BAD, BAD, BAD, BAD, BAD}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},
     {"wait_idle(0)", call_wait_zero, {OK, TO, TO, TO, TO, OK, TO}, {SAME, SAME, SAME, SAME, SAME, SAME, SAME}},

@@ -24,6 +24,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         /// A start was queued behind the pending stop (true): the audio from now on is for its
         /// context, held until it opens; or that queued start was cancelled by a stop (false).
         case queuedStart(Bool)
+        /// push_end for the start queued behind the pending stop: the push path's tail, then
+        /// the end of that context as soon as it opens.
+        case queuedStartEnds(Chunker.Chunks)
         case suspend
         case resume
         /// `heldBytes`: an event's share of `queuedResponseBytes` (worked out once, when queued).
@@ -47,6 +50,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     private let lock: ConditionLock
     private var state = ClientState.idle
     private var pendingStart = false
+    /// push_end came for the start queued behind the pending stop: that context ends as soon
+    /// as it opens (it begins STOPPING).
+    private var queuedStartEnded = false
     private var commands = FIFO<Command>()
     /// Starts, and stops (or push ends), queued for the worker and not taken yet. Guarded by
     /// `lock`; the worker reads them inside a `transition` closure (which runs under it) when a
@@ -350,6 +356,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 }
             case .stopping where pendingStart:
                 pendingStart = false
+                queuedStartEnded = false
                 enqueueLocked(.queuedStart(false))
             default:
                 throw SpeechClientError(.invalidState, "there is no context to stop (state \(state))")
@@ -361,8 +368,18 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         try lock.withLock { () throws(SpeechClientError) in
             try checkOpen()
             guard state != .suspended else { throw SpeechClientError(.invalidState, "the client is already suspended") }
+            if case .push = options.audio, state == .starting || state == .listening {
+                // The context is stopped first: with the audio still in the push path, as a
+                // stop sends it (dropped, it clipped the last words before a suspend).
+                let tail = takePushTailLocked()
+                if !tail.isEmpty {
+                    if options.pushWaitMilliseconds > 0 { pushedNotTaken.add(tail.sampleCount, ordering: .relaxed) }
+                    enqueueLocked(.audio(tail))
+                }
+            }
             state = .suspended
             pendingStart = false
+            queuedStartEnded = false
             idleOwed = options.reportIdle
             // A connect or login in progress gives up now instead of at its deadline. Before
             // the command is queued: the worker resets the cancellation when it takes the
@@ -392,49 +409,79 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             return acceptsPushLocked
         }
         guard accepting, !frames.isEmpty else { return }
-        if options.pushWaitMilliseconds > 0, case .push(let rate, let channels) = options.audio {
-            // The samples these frames become at 16 kHz (the chunk in progress is counted above).
-            let count = frames.count / max(channels, 1) * SpeechAudio.sampleRate / max(rate, 1)
-            if !isOnCallbackThread, let w = lock.withLock({ worker }) {
-                // Backpressure (issue 18): wait, within the limit, while the audio not yet final would
-                // outgrow the replay buffer (a reconnection, a server falling behind), so a loss at any
-                // moment loses nothing. Not from a callback: that would wait for itself.
-                let deadline = Clock.monotonicNanos() + UInt64(options.pushWaitMilliseconds) * 1_000_000
-                // The worker holds `audioLock` for a whole step, a connect or a login among
-                // them: it is waited for until the deadline only. Not had by then, the room
-                // cannot be known and the push is taken as it is (audio that then outgrows the
-                // replay buffer is reported lost where it is dropped); it waited for the connect.
-                var fits = true
-                if w.audioLock.lock(untilMonotonicNanos: deadline) {
-                    while !w.hasRoom(forSamples: count + SpeechAudio.samples(milliseconds: options.chunkMilliseconds) + pushedNotTaken.load(ordering: .relaxed)) {
-                        let now = Clock.monotonicNanos()
-                        if now >= deadline || lock.withLock({ closing }) { fits = false; break }
-                        // In slices: a free or a queued command is seen within 50 ms.
-                        _ = w.audioLock.wait(untilMonotonicNanos: min(deadline, now + 50_000_000))
-                    }
-                    w.audioLock.unlock()
-                }
-                if !fits {
-                    // Not taken (nothing was converted yet): the caller may push these frames again.
-                    throw SpeechClientError(.timeout, "the pushed audio did not fit within \(options.pushWaitMilliseconds) ms: the audio not yet final fills the replay buffer (\(options.replayBufferMilliseconds) ms); push it again")
-                }
-            }
+        guard options.pushWaitMilliseconds > 0, case .push(let rate, let inputChannels) = options.audio else {
+            _ = takePushed(frames)
+            return
         }
+        // With backpressure, in slices of a quarter of the replay buffer, each waiting for room:
+        // a push longer than the buffer (a whole recording in one call) could never fit at once,
+        // and timed out on every retry. Only the first slice's wait fails the push (nothing is
+        // taken then); once part is taken, a later slice that finds no room in time is taken
+        // anyway, as when the worker is held up (audio that then outgrows the buffer is
+        // reported lost), so that a push never half succeeds.
+        let channels = max(inputChannels, 1)
+        let sliceLength = max(1, options.replayBufferMilliseconds * max(rate, 1) / 4000) * channels
+        var offset = 0
+        while offset < frames.count {
+            let end = frames.count - offset > sliceLength ? offset + sliceLength : frames.count
+            let slice = UnsafeBufferPointer(rebasing: frames[offset..<end])
+            if !waitForRoom(forPushed: slice, rate: rate, channels: channels) && offset == 0 {
+                // Not taken (nothing was converted yet): the caller may push these frames again.
+                throw SpeechClientError(.timeout, "the pushed audio did not fit within \(options.pushWaitMilliseconds) ms: the audio not yet final fills the replay buffer (\(options.replayBufferMilliseconds) ms); push it again")
+            }
+            guard takePushed(slice) else { return }  // a stop came meanwhile: the rest is not taken either
+            offset = end
+        }
+    }
+
+    /// Backpressure (issue 18): waits, up to the push wait, while the audio not yet final plus
+    /// `frames` would outgrow the replay buffer (a reconnection, a server falling behind), so a
+    /// loss at any moment loses nothing. Not from a callback: that would wait for itself. False
+    /// when they did not fit in time.
+    private func waitForRoom(forPushed frames: UnsafeBufferPointer<Int16>, rate: Int, channels: Int) -> Bool {
+        guard !isOnCallbackThread, let w = lock.withLock({ worker }) else { return true }
+        // The samples these frames become at 16 kHz, and the chunk in progress; at most the whole
+        // buffer (then the wait is for everything sent to be final), so that a long chunk beside
+        // a short buffer can still fit.
+        let needed = min(frames.count / channels * SpeechAudio.sampleRate / max(rate, 1)
+                            + SpeechAudio.samples(milliseconds: options.chunkMilliseconds),
+                         SpeechAudio.samples(milliseconds: options.replayBufferMilliseconds))
+        let deadline = Clock.monotonicNanos() + UInt64(options.pushWaitMilliseconds) * 1_000_000
+        // The worker holds `audioLock` for a whole step, a connect or a login among them: it is
+        // waited for until the deadline only. Not had by then, the room cannot be known and the
+        // push is taken as it is (audio that then outgrows the replay buffer is reported lost
+        // where it is dropped); it waited for the connect.
+        guard w.audioLock.lock(untilMonotonicNanos: deadline) else { return true }
+        defer { w.audioLock.unlock() }
+        // Pushed audio queued for the worker and not taken yet counts too (not capped: the
+        // worker takes it soon, and then it is counted as not final).
+        while !w.hasRoom(forSamples: needed + pushedNotTaken.load(ordering: .relaxed)) {
+            let now = Clock.monotonicNanos()
+            if now >= deadline || lock.withLock({ closing }) { return false }
+            // In slices: a free or a queued command is seen within 50 ms.
+            _ = w.audioLock.wait(untilMonotonicNanos: min(deadline, now + 50_000_000))
+        }
+        return true
+    }
+
+    /// Converts `frames` and queues them for the worker (or sends them itself, when it is
+    /// idle). False when the client no longer takes pushed audio (a stop came first).
+    private func takePushed(_ frames: UnsafeBufferPointer<Int16>) -> Bool {
         // Converted and queued in one hold of `lock`, the lock a stop or push_end takes the
         // push path's tail under. Converted first and queued after, a stop in between sent its
         // tail (later audio) and this chunk was dropped behind it: a gap before the last words;
         // and two threads pushing at once could queue their chunks in the other order.
         // Converting is computation only (no I/O), as `lock` allows.
-        let (chunks, idleWorker) = lock.withLock { () -> (Chunker.Chunks, ClientWorker?) in
+        let (accepted, chunks, idleWorker) = lock.withLock { () -> (Bool, Chunker.Chunks, ClientWorker?) in
             // A stop came while this push waited for room: the context has ended, and its tail
             // with it; these frames came after and are not taken (as a push after stop is not).
-            guard !closing, acceptsPushLocked else { return (Chunker.Chunks(), nil) }
+            guard !closing, acceptsPushLocked else { return (false, Chunker.Chunks(), nil) }
             let chunks = pushLock.withLock { () -> Chunker.Chunks in
                 guard let converter = pushPath?.converter else { return Chunker.Chunks() }
                 let samples = converter.process(int16: frames)
                 return pushPath?.chunker.append(samples) ?? Chunker.Chunks()
             }
-            guard !chunks.isEmpty else { return (chunks, nil) }
+            guard !chunks.isEmpty else { return (true, chunks, nil) }
             // While the worker is idle (no command queued or in hand, its audio lock free), this
             // thread sends the chunks itself: one thread hand-off less per chunk. The worker's
             // lock is only tried, never waited for, so a push never blocks on a connect or a
@@ -443,26 +490,34 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             // overtake them. Taken directly after `lock` is let go: a command queued meanwhile
             // waits for the audio lock held until then.
             if commands.isEmpty, !workerBusy, !workerScheduled, let w = worker, w.takesDirect, w.audioLock.tryLock() {
-                if w.takesDirectWithoutBlocking(chunks) { return (chunks, w) }
+                if w.takesDirectWithoutBlocking(chunks) { return (true, chunks, w) }
                 w.audioLock.unlock()
             }
             if options.pushWaitMilliseconds > 0 {
                 pushedNotTaken.add(chunks.sampleCount, ordering: .relaxed)
             }
             enqueueLocked(.audio(chunks))
-            return (chunks, nil)
+            return (true, chunks, nil)
         }
         if let idleWorker {
             idleWorker.takeDirect(chunks)
             idleWorker.audioLock.unlock()
         }
+        return accepted
     }
 
     /// Pushed audio is taken in a context (or while listening), and for a start queued behind
     /// the pending stop: a push-to-talk pressed again while the server still finishes the last
     /// utterance. Dropped there, the first words of the next one were lost.
     private var acceptsPushLocked: Bool {
-        state == .starting || state == .listening || (state == .stopping && pendingStart)
+        state == .starting || state == .listening || (state == .stopping && pendingStart && !queuedStartEnded)
+    }
+
+    /// The worker begins the start queued behind the pending stop (inside a `transition`,
+    /// under `lock`): whether push_end already ended it (it then begins STOPPING).
+    func takeQueuedStartEndedLocked() -> Bool {
+        defer { queuedStartEnded = false }
+        return queuedStartEnded
     }
 
     /// Whether a start is queued behind the pending stop and has not begun (the worker asks).
@@ -476,6 +531,15 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             try checkOpen()
             guard case .push = options.audio else {
                 throw SpeechClientError(.invalidState, "push_end needs a client whose source is pushed audio")
+            }
+            if state == .stopping && pendingStart && !queuedStartEnded {
+                // The start queued behind the pending stop (push-to-talk pressed and released
+                // while the server still finishes the last utterance): its context ends as soon
+                // as it opens, with everything pushed for it. Refused, an application fell back
+                // on stop(), which cancels the queued start, and the utterance was lost.
+                queuedStartEnded = true
+                enqueueLocked(.queuedStartEnds(takePushTailLocked()))
+                return
             }
             guard state == .starting || state == .listening else {
                 throw SpeechClientError(.invalidState, "there is no context to end (state \(state))")

@@ -227,6 +227,69 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(Array(later) == ["segment final a4000", "segment final a6000"], "\(log.lines)")
     }
 
+    /// push_end for the start queued behind the pending stop (push-to-talk pressed and released
+    /// while the server still finishes the last utterance): that context opens with what was
+    /// pushed for it and ends at once. It was refused (no context), and an application's
+    /// fallback, stop(), cancelled the queued start: the whole utterance was lost.
+    @Test func aPushEndForAQueuedStartEndsItsContextOnceItOpens() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(answerDelayMilliseconds: 300, wordsFromAudio: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        push(client, value: 1000)
+        try client.stop()
+        try client.start()  // queued: the first context is still finishing
+        push(client, value: 2000, samples: 1600 + 800)  // a chunk and a half: the half is the tail
+        try client.pushEnd()
+        #expect(client.currentState == .stopping)
+        push(client, value: 2500)  // after its end: not taken
+        #expect(throws: SpeechClientError.self) { try client.pushEnd() }  // ended already
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines.filter { $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("segment final") }
+        #expect(lines == ["start ctx-1", "segment final a1000", "stop ctx-1",
+                          "start ctx-2", "segment final a2000 a2000", "stop ctx-2"], "\(log.lines)")
+        #expect(service.samplesSent(equalTo: 2000) == 2400)
+        #expect(service.samplesSent(equalTo: 2500) == 0)
+    }
+
+    /// A suspend stops the open context with the pushed audio still in the push path (the chunk
+    /// in progress), as a stop does: it was dropped, the last words before the suspend with it.
+    @Test func aSuspendSendsThePushedAudioStillBuffered() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(wordsFromAudio: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") }, "\(log.lines)")
+        push(client, value: 1000, samples: 1600 + 800)
+        try client.suspend()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(service.samplesSent(equalTo: 1000) == 2400, "\(log.lines)")
+    }
+
+    /// With a push wait, one push longer than the replay buffer (a whole recording in one call)
+    /// could never fit: it timed out on every retry, taking nothing. It goes in slices now.
+    @Test func aPushLongerThanTheReplayBufferIsTakenWithAPushWait() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(wordsFromAudio: true))
+        var o = try pushOptions()
+        o.pushWaitMilliseconds = 300
+        o.replayBufferMilliseconds = 1000
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") }, "\(log.lines)")
+        let recording = [Int16](repeating: 700, count: 16_000 * 3)  // 3 s, three times the buffer
+        let code: SpeechClientError.Code? = recording.withUnsafeBufferPointer { b in
+            do throws(SpeechClientError) { try client.pushAudio(b); return nil } catch { return error.code }
+        }
+        #expect(code == nil)
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        #expect(service.samplesSent(equalTo: 700) == 16_000 * 3, "\(log.lines)")
+    }
+
     /// A file sent to a server that never takes the audio (its flow-control window stays shut,
     /// while the connection answers PINGs): the stream counts as lost after the finish timeout
     /// and is retried, and the context fails once the attempts run out. The file waited for

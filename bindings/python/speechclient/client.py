@@ -501,7 +501,9 @@ class Client(_AsyncMixin, _Handle):
 
     def push_end(self) -> None:
         """Marks the end of the pushed audio: the context stops by itself, as a WAV file's does.
-        A partial frame kept from the last push() is dropped."""
+        For a start queued behind a pending stop, that start's context ends once it opens, with
+        what was pushed for it (library 0.11). A partial frame kept from the last push() is
+        dropped."""
         with self._push_lock:
             self._push_rest = b""
         self._call("push_end()", n.spc_client_push_end)

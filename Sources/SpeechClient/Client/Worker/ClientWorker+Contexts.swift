@@ -272,7 +272,8 @@ extension ClientWorker {
                 return
             }
             if pending && startQueued {
-                state = .starting
+                // Begins STOPPING when push_end already ended it (its end is held with its audio).
+                state = (client?.takeQueuedStartEndedLocked() ?? false) ? .stopping : .starting
                 restart = true
                 // A stop still queued was made before that start, for the context that just
                 // ended: taken later, it would stop the next one (and drop its audio).
@@ -341,6 +342,16 @@ extension ClientWorker {
         guard deferredStart else { return false }
         hold(chunks, in: &heldForDeferredStart)
         if stop { heldForDeferredStart.stop = true }
+        return true
+    }
+
+    /// push_end for the start queued behind the pending stop, not begun yet: its tail joins what
+    /// is held, and the context ends once it opens. False when there is no such start waiting.
+    func endHeldForQueuedStart(with tail: Chunker.Chunks) -> Bool {
+        guard var held = heldForQueuedStart else { return false }
+        hold(tail, in: &held)
+        held.stop = true
+        heldForQueuedStart = held
         return true
     }
 

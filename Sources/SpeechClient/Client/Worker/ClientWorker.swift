@@ -378,6 +378,12 @@ final class ClientWorker: @unchecked Sendable {
                 heldForQueuedStart = nil
                 audio.stopCollectingAhead()
             }
+        case .queuedStartEnds(let tail):
+            if !endHeldForQueuedStart(with: tail) {
+                // That start began before this was taken: its context is open, and ends now.
+                for c in tail { take(c) }
+                endpointer != nil ? stopListening(auto: false) : sendStop()
+            }
         case .suspend: handleSuspend()
         case .resume: handleResume()
         case .stream(let event, let gen, _):
