@@ -8,7 +8,7 @@ Methods:
   /test.Echo/Fail       unary: request "<code> <message>" -> aborts with that status
   /test.Echo/Sleep      unary: sleeps int(request) ms, then echoes
 
-Usage: grpc_echo_server.py [--tls CERT KEY]; prints "PORT <n>" once listening on 127.0.0.1,
+Usage: grpc_echo_server.py [--max-concurrent-streams N] [--tls CERT KEY | --ipv6]; prints "PORT <n>" once listening on 127.0.0.1,
 then serves until stdin closes (so a test that dies takes the server with it).
 """
 import sys
@@ -52,8 +52,13 @@ def main():
         "Fail": grpc.unary_unary_rpc_method_handler(fail),
         "Sleep": grpc.unary_unary_rpc_method_handler(sleep),
     }
+    max_streams = 2000
+    if "--max-concurrent-streams" in sys.argv:  # what the server's SETTINGS allow per connection
+        i = sys.argv.index("--max-concurrent-streams")
+        max_streams = int(sys.argv[i + 1])
+        del sys.argv[i:i + 2]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64),
-                         options=[("grpc.max_concurrent_streams", 2000)],
+                         options=[("grpc.max_concurrent_streams", max_streams)],
                          maximum_concurrent_rpcs=None)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),))
     if len(sys.argv) == 4 and sys.argv[1] == "--tls":

@@ -174,7 +174,10 @@ public final class GRPCChannel: GRPCCalling, Sendable {
         }
         let headers = try requestHeaders(path: path, metadata: metadata, timeoutMilliseconds: timeoutMilliseconds)
         var lastError: SpeechClientError?
-        for _ in 0..<2 {
+        var tries = 0
+        var takenMeanwhile = 0
+        while tries < 2 {
+            tries += 1
             try cancellation?.check()
             let connection: HTTP2Connection
             do throws(SpeechClientError) {
@@ -200,6 +203,13 @@ public final class GRPCChannel: GRPCCalling, Sendable {
             }
             guard let error else { return call }
             lastError = error
+            // Another call took the connection's last stream between lookup and use: the pool
+            // gives another (or opens one).
+            if connection.isUsable && !connection.hasRoomForStream && takenMeanwhile < 16 {
+                takenMeanwhile += 1
+                tries -= 1
+                continue
+            }
             // The connection went away between lookup and use: one more try on a new one.
             if connection.isUsable { break }
         }

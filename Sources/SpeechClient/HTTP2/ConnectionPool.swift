@@ -1,8 +1,10 @@
 import Synchronization
 
-/// The shared HTTP/2 connection to one server (host, port, TLS settings, HTTP/2 settings):
-/// opened on first use by the first caller (others wait for that attempt and share its result),
-/// replaced when it fails or receives GOAWAY. One pool per key for the whole process.
+/// The shared HTTP/2 connections to one server (host, port, TLS settings, HTTP/2 settings):
+/// one, opened on first use by the first caller (others wait for that attempt and share its
+/// result), replaced when it fails or receives GOAWAY; another beside it when every one has as
+/// many streams open as the server allows (its SETTINGS_MAX_CONCURRENT_STREAMS: 128 behind
+/// nginx, 100 behind HAProxy, by default). One pool per key for the whole process.
 /// Sendable: `lock` guards the connection state below; `key` is immutable and `pools` is `Locked`.
 final class ConnectionPool: @unchecked Sendable {
     private struct Key: Hashable {
@@ -28,7 +30,9 @@ final class ConnectionPool: @unchecked Sendable {
     private let key: Key
     // Guarded by `lock`.
     private let lock = ConditionLock()
-    private var current: HTTP2Connection?
+    /// Usable when last looked at, oldest first (the first with room is taken, so later ones
+    /// empty and close with the server's idle timeout).
+    private var connections: [HTTP2Connection] = []
     private var connecting = false
     private var attempt: UInt64 = 0
     private var lastFailure: (attempt: UInt64, error: SpeechClientError)?
@@ -54,7 +58,8 @@ final class ConnectionPool: @unchecked Sendable {
         let next = try lock.withLock { () throws(SpeechClientError) -> Next in
             var waitedFor: UInt64?
             while true {
-                if let c = current, c.isUsable { return .use(c) }
+                connections.removeAll { !$0.isUsable }
+                if let c = connections.first(where: { $0.hasRoomForStream }) { return .use(c) }
                 if let w = waitedFor, let failure = lastFailure, failure.attempt == w { throw failure.error }
                 if !connecting {
                     connecting = true
@@ -109,7 +114,7 @@ final class ConnectionPool: @unchecked Sendable {
                 throw SpeechClientError(.network, "the connection to \(key.host):\(key.port) closed as it opened")
             }
             lock.withLock {
-                current = connection
+                connections.append(connection)
                 connecting = false
             }
             lock.broadcast()

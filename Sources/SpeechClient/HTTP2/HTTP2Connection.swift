@@ -19,7 +19,9 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     private let settings: HTTP2Settings
     private let io: any ByteStream
     private var session: OpaquePointer?
-    private var streams: [Int32: any HTTP2StreamDelegate] = [:]
+    private var streams: [Int32: any HTTP2StreamDelegate] = [:] {
+        didSet { openStreamCount.store(streams.count, ordering: .releasing) }
+    }
     private var pendingHeaders: [Int32: [(name: String, value: String)]] = [:]
     private var pendingHeaderBytes: [Int32: Int] = [:]
     /// Streams reset for a header block over the limit: their close names it (issue 23 item 3:
@@ -32,6 +34,16 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     /// False once the connection received GOAWAY, failed or closed: new calls need another.
     private let usable = Atomic<Bool>(true)
     var isUsable: Bool { usable.load(ordering: .acquiring) }
+
+    /// The streams open, and the server's SETTINGS_MAX_CONCURRENT_STREAMS (nginx allows 128 by
+    /// default, HAProxy 100): atomics, so the pool can pick a connection with room from any
+    /// thread. A request past the limit is not refused by nghttp2 but parked until a stream
+    /// closes: a context's stream waited there, its audio queuing, until its start timed out.
+    private let openStreamCount = Atomic<Int>(0)
+    private let peerStreamLimit = Atomic<Int>(Int(UInt32.max))
+    var hasRoomForStream: Bool {
+        openStreamCount.load(ordering: .acquiring) < peerStreamLimit.load(ordering: .acquiring)
+    }
 
     // Output: bytes from nghttp2 not yet accepted by the socket.
     private var out: [UInt8] = []
@@ -119,6 +131,10 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     func openStream(headers: [(String, String)], delegate: any HTTP2StreamDelegate) throws(SpeechClientError) -> Int32 {
         guard let session, !closed, isUsable else {
             throw SpeechClientError(.network, "the connection to \(peer) is closing")
+        }
+        let limit = peerStreamLimit.load(ordering: .relaxed)
+        guard streams.count < limit else {
+            throw SpeechClientError(.network, "\(peer) allows \(limit) concurrent streams on a connection, all in use")
         }
         // One buffer for all names and values; nghttp2 copies them during submit.
         var blob: [UInt8] = []
@@ -453,6 +469,12 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         case NGHTTP2_PING.rawValue:
             if hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 { pingSentNanos = nil }
         case NGHTTP2_SETTINGS.rawValue:
+            if hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0, let session {
+                // Applied by nghttp2 before this callback. A limit lowered below the streams
+                // open leaves those running; new ones go to another connection.
+                let limit = nghttp2_session_get_remote_settings(session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
+                peerStreamLimit.store(Int(limit), ordering: .releasing)
+            }
             if !answered && hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 {
                 answered = true
                 firstBytes = []

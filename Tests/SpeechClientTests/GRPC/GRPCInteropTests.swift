@@ -34,6 +34,31 @@ private func channel(_ peer: PeerProcess, host: String = "127.0.0.1",
         } throws: { ($0 as? SpeechClientError)?.code == .network }
     }
 
+    /// A server that allows 2 streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS; nginx
+    /// allows 128 and HAProxy 100 by default) and 5 calls open at once: each is answered at
+    /// once. nghttp2 parks a request past the limit until a stream closes: every client of a
+    /// process shares the connection, and past ~50 clients a context's stream waited there,
+    /// its audio queuing, until its start timed out and its words were lost.
+    @Test func callsPastTheServersStreamLimitGoToAnotherConnection() throws {
+        let peer = try PeerProcess(script: "grpc_echo_server.py", arguments: ["--max-concurrent-streams", "2"])
+        let ch = try channel(peer)
+        var calls: [(any GRPCStreamingCall, EventCollector)] = []
+        for i in 0..<5 {
+            let events = EventCollector()
+            let call = try ch.openStreamingCall(path: "/test.Echo/Bidi", metadata: []) { events.handle($0) }
+            call.send([UInt8(i)])
+            calls.append((call, events))
+        }
+        for (i, (_, events)) in calls.enumerated() {
+            #expect(events.wait(seconds: 3) { !$0.messages.isEmpty }, "call \(i) was not answered while the others stayed open")
+            #expect(events.messages.first == [UInt8(i)])
+        }
+        for (call, events) in calls {
+            call.halfClose()
+            #expect(events.waitClosed() == .some(nil))
+        }
+    }
+
     @Test func unaryEcho() throws {
         let ch = try channel(echoServer())
         for size in [0, 1, 3200, 70_000, 1_000_000] {
