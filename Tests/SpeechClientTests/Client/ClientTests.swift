@@ -317,6 +317,32 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(service.streamsOpened.load(ordering: .relaxed) == 2)
     }
 
+    /// A lost stream's audio replayed on a stream whose server takes none of it (a hung handler
+    /// behind a connection that answers PINGs; its flow-control window stays shut): no clock
+    /// ran for a lane while it replayed (its stop, which starts the finish clock, waits for the
+    /// replay), so a file waited for ever. The replay is given up after the finish timeout, and
+    /// the next stream carries it: every chunk once.
+    @Test func aReplayWhoseServerTakesNoneOfItIsRetriedOnAnotherStream() throws {
+        // 10 s; chunk k (100 ms) is the constant 1001 + k, its word "a<1001+k>".
+        let samples = (0..<100).flatMap { k in [UInt8]((0..<1600).flatMap { _ in AudioFixtures.le16(UInt16(1001 + k)) }) }
+        let path = AudioFixtures.writeTemp(AudioFixtures.wav(data: samples), name: "replay-stall.wav")
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failAfterChunks: (80, SpeechClientError(.network, "reset")),
+                                                   failFirstStreamOnly: true, wordsFromAudio: true, neverDrainsStream: 2))
+        var o = try pushOptions()
+        o.audio = .file(path: path)
+        o.finishTimeoutMilliseconds = 300
+        o.reconnectInitialDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000), "\(log.lines)")
+        let words = log.lines.filter { $0.hasPrefix("segment final") }.flatMap { $0.split(separator: " ").dropFirst(2).map(String.init) }
+        #expect(words == (1001...1100).map { "a\($0)" }, "\(log.lines)")
+        #expect(!log.lines.contains { $0.hasPrefix("error") }, "\(log.lines)")
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 3)
+    }
+
     @Test func connectFailureGivesErrorThenStop() throws {
         let log = EventLog()
         let service = FakeRecognitionService(.init(failConnect: SpeechClientError(.network, "refused")))

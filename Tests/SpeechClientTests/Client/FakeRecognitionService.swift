@@ -81,6 +81,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         /// Every stream's send backlog stays full (a server whose flow-control window never
         /// reopens): its notice of room never comes.
         var neverDrains = false
+        /// Only this stream (1-based) never drains (as `neverDrains`).
+        var neverDrainsStream: Int?
     }
 
     let behaviour: Behaviour
@@ -135,7 +137,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams,
                           mayFail: behaviour.failStream.map { $0 == n } ?? (n == 1 || !behaviour.failFirstStreamOnly), name: "s\(n)",
                           ignoreStop: behaviour.ignoreStop || behaviour.ignoreStopOnStream == n,
-                          failStop: behaviour.failStopOnStream.flatMap { $0.stream == n ? ($0.error, $0.afterMilliseconds) : nil })
+                          failStop: behaviour.failStopOnStream.flatMap { $0.stream == n ? ($0.error, $0.afterMilliseconds) : nil },
+                          neverDrains: behaviour.neverDrains || behaviour.neverDrainsStream == n)
     }
 }
 
@@ -155,10 +158,13 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let name: String
     private let ignoreStop: Bool
     private let failStop: (SpeechClientError, Int)?
+    private let neverDrains: Bool
 
     init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void, reject: Bool,
-         mayFail: Bool = true, name: String = "s1", ignoreStop: Bool = false, failStop: (SpeechClientError, Int)? = nil) {
+         mayFail: Bool = true, name: String = "s1", ignoreStop: Bool = false, failStop: (SpeechClientError, Int)? = nil,
+         neverDrains: Bool = false) {
         self.failStop = failStop
+        self.neverDrains = neverDrains
         self.service = service
         self.handler = handler
         self.reject = reject
@@ -333,8 +339,8 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
         guard let loop else { return state.withLock { $0.closed = true } }
         loop.executeAndWait { self.state.withLock { $0.closed = true } }
     }
-    var backlogBytes: Int { service.behaviour.neverDrains ? 1 << 30 : 0 }
-    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { service.behaviour.neverDrains }
+    var backlogBytes: Int { neverDrains ? 1 << 30 : 0 }
+    func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { neverDrains }
     var serverAcknowledgesStart: Bool { !service.behaviour.ownStarted }
 }
 

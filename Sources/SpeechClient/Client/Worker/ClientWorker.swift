@@ -217,7 +217,8 @@ final class ClientWorker: @unchecked Sendable {
     /// and a finish due.
     private var laneDeadlines: UInt64? {
         Self.earliest(Self.earliest(supervisor.lanes.nextMoveDeadline, supervisor.lanes.nextStartDeadline),
-                      supervisor.lanes.nextFinishDeadline(timeout: finishTimeoutNanos))
+                      Self.earliest(supervisor.lanes.nextFinishDeadline(timeout: finishTimeoutNanos),
+                                    supervisor.lanes.nextReplayStallDeadline(timeout: finishTimeoutNanos)))
     }
 
     var finishTimeoutNanos: UInt64 { UInt64(options.finishTimeoutMilliseconds) * 1_000_000 }
@@ -249,6 +250,16 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
+    /// A lane whose replay the server has taken none of for the finish timeout (its send backlog
+    /// never fell: a hung handler behind a connection that still answers PINGs) is lost: a file
+    /// waited for it for ever, and a microphone's audio aged out of the replay buffer unsaid.
+    private func expireStalledReplays(now: UInt64) {
+        for gen in supervisor.lanes.replayStalled(at: now, timeout: finishTimeoutNanos) {
+            handleStream(.closed(SpeechClientError(.timeout, "the server took none of the audio replayed on its stream for \(SpeechAudio.secondsText(Double(options.finishTimeoutMilliseconds) / 1000)) s (its flow-control window stayed closed)",
+                                                   grpcStatus: GRPCStatus.unavailable)), generation: gen)
+        }
+    }
+
     /// What the worker does between commands: reconnect, replay, pump the source, move a lane
     /// off a closing connection, close an idle stream.
     private func idleStep(idleDeadline: UInt64?) {
@@ -258,6 +269,8 @@ final class ClientWorker: @unchecked Sendable {
             expireUnacknowledgedStarts(now: now)
         } else if let due = supervisor.lanes.nextFinishDeadline(timeout: finishTimeoutNanos), now >= due {
             expireUnfinished(now: now)
+        } else if let due = supervisor.lanes.nextReplayStallDeadline(timeout: finishTimeoutNanos), now >= due {
+            expireStalledReplays(now: now)
         } else if let due = supervisor.reconnection.due, now >= due.at {
             supervisor.attemptReconnect(host: self)
         } else if replaying || pumping {

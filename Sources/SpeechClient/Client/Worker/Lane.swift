@@ -18,6 +18,20 @@ struct Lane {
     /// The next sample to send from the replay buffer; nil once caught up (live audio then goes
     /// straight out, and a lane with an end has sent its stop).
     var cursor: Int?
+    /// While its replay waits for its stream to drain: the smallest send backlog seen, and
+    /// since when it has not fallen below that (`noteReplayBacklog`). A server that stopped
+    /// reading (a hung handler behind a live connection, which answers PINGs) is found by it:
+    /// no other clock runs for a replaying lane (its stop, which starts the finish clock, goes
+    /// out only once the replay is out).
+    var replayStall: (backlog: Int, since: UInt64)?
+
+    /// The replay is held back by a send backlog of `backlog` bytes at `now`: a backlog that fell
+    /// is progress (the clock starts again); one that did not keeps the clock running.
+    mutating func noteReplayBacklog(_ backlog: Int, now: UInt64) {
+        if let stall = replayStall, backlog >= stall.backlog { return }
+        replayStall = (backlog, now)
+    }
+
     /// The server's audio_context, from its `started`.
     var serverContext: String?
     /// Audio its replay skipped (the buffer dropped it before it was sent: said lost), where in

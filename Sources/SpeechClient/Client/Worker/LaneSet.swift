@@ -190,6 +190,17 @@ struct LaneSet {
         for i in entries.indices where entries[i].lane.startDue != .max { next = min(next ?? .max, entries[i].lane.startDue) }
         return next
     }
+    /// When the first replay held back by a backlog that has not fallen is due to be given up.
+    func nextReplayStallDeadline(timeout: UInt64) -> UInt64? {
+        var next: UInt64?
+        for e in entries { if let stall = e.lane.replayStall { next = min(next ?? .max, stall.since &+ timeout) } }
+        return next
+    }
+    /// The lanes whose replay has not moved for `timeout`: their server took none of it.
+    func replayStalled(at now: UInt64, timeout: UInt64) -> [Int] {
+        entries.filter { e in e.lane.replayStall.map { now >= $0.since &+ timeout } ?? false }.map { $0.generation }
+    }
+
     /// When the `finished` of the first lane in audio order is due (since when it is awaited
     /// plus `timeout`). Only that lane's clock runs: a server working through a context's
     /// streams in order (one Whisper model, a small machine) answers a later stream only after

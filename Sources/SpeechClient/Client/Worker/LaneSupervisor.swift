@@ -689,7 +689,13 @@ final class LaneSupervisor {
             let live = gen == lanes.live && !host.liveAudioEnded
             let done = lanes.update(gen) { lane -> Bool in
                 // Checked first: this runs each time the worker looks while the stream drains.
-                guard let cursor = lane.cursor, lane.stream.backlogBytes <= Self.backlogLimit else { return false }
+                guard let cursor = lane.cursor else { return false }
+                let backlog = lane.stream.backlogBytes
+                guard backlog <= Self.backlogLimit else {
+                    lane.noteReplayBacklog(backlog, now: now)
+                    return false
+                }
+                lane.replayStall = nil
                 let target = lane.end ?? replay.endSample
                 // The buffer dropped audio the lane had still to send (it filled while the
                 // stream drained): skipped, and said, not skipped quietly.
