@@ -93,6 +93,23 @@ import Glibc
         #expect(p.cut(in: loud, streamBytes: 0, sentSamples: 0, moveBy: 5, now: 5)?.why.contains("GOAWAY") == true)
     }
 
+    /// Moving off a connection going away: 200 ms pauses at first, shorter ones as the drain
+    /// deadline nears (under 5 s left: 100 ms; under 2 s: 40 ms, a gap between two words).
+    /// Held at 200 ms, continuous speech was cut where the deadline fell, inside a word.
+    @Test func theDrainDeadlineNearingTakesAShorterPause() {
+        // 20 ms of speech, a 60 ms gap between words, 20 ms of speech.
+        let gap = [Int16](repeating: 8_000, count: 320) + [Int16](repeating: 10, count: 960) + [Int16](repeating: 8_000, count: 320)
+        let second: UInt64 = 1_000_000_000
+        var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
+        for left: UInt64 in [9, 6, 4] {
+            #expect(p.cut(in: gap, streamBytes: 0, sentSamples: 0, moveBy: 100 * second, now: (100 - left) * second) == nil, "\(left) s left")
+            p.reset()
+        }
+        let cut = p.cut(in: gap, streamBytes: 0, sentSamples: 0, moveBy: 100 * second, now: 99 * second)
+        #expect(cut.map { (320..<1_280).contains($0.offset) } == true, "\(String(describing: cut))")
+        #expect(cut?.why.contains("GOAWAY") == true)
+    }
+
     @Test func aPauseIsAlsoQuietAgainstTheSpeechBeforeIt() {
         // A noisy room: nothing is under the absolute threshold, but 25 dB under the speech is a pause.
         var p = RotationPolicy(budgetBytes: 100_000, contextLimitMilliseconds: 300_000)
