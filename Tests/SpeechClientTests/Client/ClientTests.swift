@@ -936,6 +936,29 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(lines.last == "stop ctx-1", "\(lines)")
     }
 
+    /// A context that fails while an earlier stream of it still finishes (its stop sent, its
+    /// server not answering): that stream is let go (reset) with the context. It was left open,
+    /// read by nobody, holding its connection (a Wyoming or Riva socket) for as long as the
+    /// server kept it, past spc_client_free.
+    @Test func aFailedContextLetsGoOfTheStreamsStillFinishing() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failAfterChunks: (5, SpeechClientError(.api, "refused", grpcStatus: 3)),
+                                                   failStream: 2, ignoreStopOnStream: 1))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536  // the first stream moves at 2 s (no pause in this audio)
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }
+        for _ in 0..<30 { loud.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        #expect(log.waitFor { $0.contains("error api") }, "\(log.lines)")
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
+        // The first stream (stopped, its stop never answered) is let go with the context.
+        #expect(service.cancelledStreams.withLock { $0 }.contains("s1"), "\(service.cancelledStreams.withLock { $0 })")
+    }
+
     /// A server slower than real time answers a stop over longer than the finish timeout, its
     /// finals going further into the audio all along: it is waited for. Before, the stream was
     /// cut at the timeout and replayed (a second stream, the server loaded more); with the

@@ -96,6 +96,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     /// Streams opened and not yet half-closed, cancelled or failed, and the most there were at
     /// once: what a server's limit on concurrent calls would see.
     let streamsOpenNow = Atomic<Int>(0)
+    /// The streams the client cancelled (reset), by name ("s1", ...).
+    let cancelledStreams = Locked<[String]>([])
     let mostStreamsOpenAtOnce = Atomic<Int>(0)
     /// Context ids are numbered across streams, as a server numbers them (ctx-1, ctx-2, ...).
     let contextsStarted = Atomic<Int>(0)
@@ -335,6 +337,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     }
 
     func cancel() {
+        service.cancelledStreams.withLock { $0.append(name) }
         countEnded()
         guard let loop else { return state.withLock { $0.closed = true } }
         loop.executeAndWait { self.state.withLock { $0.closed = true } }

@@ -103,7 +103,10 @@ final class LaneSupervisor {
         epoch += 1
         serverAnswered = false
         reconnection.reset()
-        for lane in lanes.removeAll() where !lane.stopSent { lane.stream.cancel() }
+        // Every lane left is let go, those still finishing too: nothing would read their results
+        // any more, and a stream whose server never answers held its connection (a Wyoming or
+        // Riva socket) and itself for ever, even past spc_client_free.
+        for lane in lanes.removeAll() { lane.stream.cancel() }
         replay.reset()
     }
 
