@@ -293,6 +293,8 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
     /// before it; a transcript ended an utterance (before `audio-stop`, or after it from a server
     /// that may ignore what follows its end of speech).
     private var stopWritten = false
+    /// Where `audio-stop` fell (ms of audio sent), once it is written.
+    private var stopMilliseconds = 0
     private var describeSent = false
     private var transcriptsSinceStop = 0
     private var transcriptsBeforeStop = 0
@@ -328,6 +330,11 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         // audio is sent again on a new stream (`.ignoredAfterEndpoint`).
         connection.onPeerGone = { [self] in
             guard transcriptsSinceStop > 0 || (stopWritten && endpointed) else { return false }
+            // More than one transcript on this connection: a server that transcribes all it is
+            // sent, whose end is the `info` answering `describe`. Gone before it, it was lost
+            // (a crash, a restart) with the audio after its last end of speech untranscribed:
+            // taken as the end, those words were lost without an error. A loss replays them.
+            if transcriptsSinceStop + transcriptsBeforeStop > 1 { return false }
             if transcriptsSinceStop == 0 {
                 endpoints.noteOnePerConnection()
                 if !toldIgnoresTheRest && !endpoints.isContinuous { deliver(.ignoredAfterEndpoint) }
@@ -363,8 +370,10 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
         case .stop:
             // Whether the server endpoints is read on the loop, once the stop is out: a
             // transcript handled between this call and that would otherwise go without `describe`.
-            connection.send([WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(WyomingAudio.milliseconds(samplesSent, rate: sampleRate)))])]) { [self] in
+            let at = WyomingAudio.milliseconds(samplesSent, rate: sampleRate)
+            connection.send([WyomingEvent(type: "audio-stop", data: ["timestamp": .number(Double(at))])]) { [self] in
                 stopWritten = true
+                stopMilliseconds = at
                 if endpoints.isSeen { sendDescribe() } else { armDescribeProbe() }
                 armResultTimer()
             }
@@ -423,7 +432,15 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
                 return
             }
             if !words.isEmpty {
-                deliver(.response(SLUResponse(audioContext: contextId, segmentId: segment, payload: .finalTranscript(words, confidence: -1))))
+                var final = SLUResponse(audioContext: contextId, segmentId: segment, payload: .finalTranscript(words, confidence: -1))
+                // After audio-stop the server had heard all the audio: the worker finds the pause
+                // that ended this utterance in it (before audio-stop, `.endpointed` does), so a
+                // loss replays only what follows. Not the first from a server that may ignore what
+                // follows its end of speech: `.endpointed` below places that one.
+                if stopWritten && !(transcriptsSinceStop == 0 && !endpointed && endpoints.mayIgnoreTheRest) {
+                    final.heardMilliseconds = Int32(clamping: stopMilliseconds)
+                }
+                deliver(.response(final))
             }
             segment += 1
             partial = StreamedTranscript()

@@ -187,7 +187,24 @@ import Synchronization
         #expect(l.awaitingFinishSince == nil)
     }
 
-    /// Only the first lane in audio order has its finish clock running; the lane that becomes
+    /// A final whose words have no times (Wyoming, Riva without word offsets) restarts the
+    /// clock too, within the same bound: a Wyoming server slower than real time, sent a stream
+    /// ahead, answers its utterances one by one after the stop, and the lane was cut at the
+    /// finish timeout while they still came, then replayed (its utterances came twice).
+    @Test func untimedFinalsRestartTheFinishClockWithinBounds() {
+        var l = lane(start: 0)
+        l.bytes = Lane.audioBytes(samples: 3 * 16_000)  // 3 s carried
+        l.untimedFinalArrived(now: 5)  // before the stop: nothing to restart
+        #expect(l.awaitingFinishSince == nil)
+        l.stop()
+        let stopped = l.finishClockStarted
+        l.untimedFinalArrived(now: stopped + 1_000)
+        #expect(l.awaitingFinishSince == stopped + 1_000)
+        l.untimedFinalArrived(now: stopped + 100_000_000_000)
+        #expect(l.awaitingFinishSince == stopped + 30_000_000_000)
+    }
+
+    /// Only the first lane in audio order has its finish clock running; the lane that becomes    /// Only the first lane in audio order has its finish clock running; the lane that becomes
     /// first starts its clock afresh.
     @Test func onlyTheFirstLaneHasAFinishDeadline() {
         var set = LaneSet()

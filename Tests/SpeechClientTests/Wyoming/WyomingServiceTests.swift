@@ -392,6 +392,18 @@ import Testing
         expectEachUtteranceOnce(run, count: 4)
     }
 
+    /// The same with the audio sent ahead (a file, or pushed faster than the server works): the
+    /// transcripts come after the client's audio-stop, and the connection is lost after the
+    /// fourth. Those transcripts said nothing of where their utterances ended (Wyoming words
+    /// have no times, and only an end of speech before audio-stop was located), so the new
+    /// stream replayed the whole stream and utterances 1-4 came twice.
+    @Test func aStreamLostAfterTranscriptsThatFollowedItsStopReplaysOnlyWhatFollowsThem() throws {
+        let run = try runUtterances("Endpointing", ["--endpoint-delay", "0.2", "--reset-after-transcripts", "4"],
+                                    count: 6, silenceChunks: 10, paced: false)
+        #expect(run.serverLog.contains("reset after 4 transcript"), "\(run.serverLog)")
+        expectEachUtteranceOnce(run, count: 6)
+    }
+
     /// A server taking one utterance per connection, its connection reset right after its
     /// transcript: the stream carried nothing more than that utterance (it ended at the pause),
     /// so its loss is no loss. With no reconnection allowed, the context goes on; before, it

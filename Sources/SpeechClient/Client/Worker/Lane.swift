@@ -171,6 +171,17 @@ struct Lane {
         awaitingFinishSince = min(now, finishClockStarted &+ UInt64(carried) * Lane.maxFinishWaitPerAudio * 1_000_000)
     }
 
+    /// A final whose words have no times: where it ends is not known, but the server finished an
+    /// utterance, so it is still working through the lane's audio (a Wyoming server slower than
+    /// real time, sent a stream ahead, answers its utterances one by one after the stop). The
+    /// clock restarts, within the same bound as for timed finals: before, the lane was cut at
+    /// the finish timeout while transcripts still came, and replayed.
+    mutating func untimedFinalArrived(now: UInt64) {
+        guard awaitingFinishSince != nil else { return }
+        let carried = SpeechAudio.milliseconds(samples: bytes / SpeechAudio.bytesPerSample)
+        awaitingFinishSince = min(now, finishClockStarted &+ UInt64(carried) * Lane.maxFinishWaitPerAudio * 1_000_000)
+    }
+
     static let finalsRestartingTheFinishClockMilliseconds = 1000
     /// A server recognising a tenth of real time is still waited for; a stream of 28 s (the
     /// default budget) is ended at most 280 s plus the finish timeout after its clock started.

@@ -283,6 +283,12 @@ final class LaneSupervisor {
             // Counted against its ends of speech (`serverEndpointed`); not those it drops.
             lanes.update(gen) { if !$0.dropsLaterResults { $0.finalsArrived += 1 } }
             guard let last = words.lazy.map(\.endMilliseconds).max() else { return }
+            if last < 0 {
+                // Words without times (Wyoming, Riva without word offsets): each final is an
+                // utterance the server finished, so it is still at work.
+                lanes.update(gen) { $0.untimedFinalArrived(now: now) }
+                return
+            }
             end = last
         default: return
         }
