@@ -50,9 +50,11 @@
 **   - Every fallible function returns spc_status; SPC_OK is 0. Values are never renumbered or
 **     reused. spc_status_str() turns one into static text.
 **   - Every destructor (_free) accepts NULL and does nothing with it.
-**   - Strings passed in are copied before the call returns. Strings handed out are owned by the
-**     object they came from and live as long as it (for callback arguments: until the callback
-**     returns), unless a function says otherwise.
+**   - Strings passed in are UTF-8 (paths and device names too) and are copied before the call
+**     returns; invalid UTF-8 is refused with SPC_ERROR_INVALID_ARGUMENT (since 0.11; before, it
+**     was repaired, and a path in another encoding named a file never given). Strings handed
+**     out are owned by the object they came from and live as long as it (for callback
+**     arguments: until the callback returns), unless a function says otherwise.
 **   - Booleans are int: 0 is false, anything else true.
 **   - Passing a NULL handle or pointer where one is required returns
 **     SPC_ERROR_INVALID_ARGUMENT; it never crashes. Passing a pointer that was already freed, or

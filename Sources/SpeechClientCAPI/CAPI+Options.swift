@@ -49,8 +49,8 @@ private func setCallback(_ options: OpaquePointer?, _ body: (inout CCallbacks) -
 
 /// For setters whose string is required.
 private func required(_ p: UnsafePointer<CChar>?) throws(SpeechClientError) -> String {
-    guard let p else { throw SpeechClientError(.invalidArgument, "a required string argument is NULL") }
-    return String(cStringOrEmpty: p)
+    guard let text = try optionalString(p) else { throw SpeechClientError(.invalidArgument, "a required string argument is NULL") }
+    return text
 }
 
 @c @implementation
@@ -60,17 +60,17 @@ public func spc_options_set_server_url(_ options: OpaquePointer?, _ url: UnsafeP
 
 @c @implementation
 public func spc_options_set_identity_url(_ options: OpaquePointer?, _ url: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setIdentityServer(optionalString(url)) }
+    update(options) { (o) throws(SpeechClientError) in try o.setIdentityServer(try optionalString(url)) }
 }
 
 @c @implementation
 public func spc_options_set_app_id(_ options: OpaquePointer?, _ appId: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setAppId(optionalString(appId)) }
+    update(options) { (o) throws(SpeechClientError) in try o.setAppId(try optionalString(appId)) }
 }
 
 @c @implementation
 public func spc_options_set_project_id(_ options: OpaquePointer?, _ projectId: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setProjectId(optionalString(projectId)) }
+    update(options) { (o) throws(SpeechClientError) in try o.setProjectId(try optionalString(projectId)) }
 }
 
 @c @implementation
@@ -80,22 +80,22 @@ public func spc_options_set_language(_ options: OpaquePointer?, _ language: Unsa
 
 @c @implementation
 public func spc_options_set_model(_ options: OpaquePointer?, _ model: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setModel(optionalString(model)) }
+    update(options) { (o) throws(SpeechClientError) in try o.setModel(try optionalString(model)) }
 }
 
 @c @implementation
 public func spc_options_set_device_id(_ options: OpaquePointer?, _ deviceId: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setDeviceId(optionalString(deviceId)) }
+    update(options) { (o) throws(SpeechClientError) in try o.setDeviceId(try optionalString(deviceId)) }
 }
 
 @c @implementation
 public func spc_options_set_cache_dir(_ options: OpaquePointer?, _ path: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setPath(optionalString(path), for: \.cacheDir, what: "the cache directory") }
+    update(options) { (o) throws(SpeechClientError) in try o.setPath(try optionalString(path), for: \.cacheDir, what: "the cache directory") }
 }
 
 @c @implementation
 public func spc_options_set_ca_file(_ options: OpaquePointer?, _ path: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setPath(optionalString(path), for: \.caFile, what: "the CA file") }
+    update(options) { (o) throws(SpeechClientError) in try o.setPath(try optionalString(path), for: \.caFile, what: "the CA file") }
 }
 
 @c @implementation
@@ -105,7 +105,7 @@ public func spc_options_set_insecure_tls(_ options: OpaquePointer?, _ insecure: 
 
 @c @implementation
 public func spc_options_set_audio_microphone(_ options: OpaquePointer?, _ device: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setAudio(.microphone(device: optionalString(device) ?? "default")) }
+    update(options) { (o) throws(SpeechClientError) in try o.setAudio(.microphone(device: try optionalString(device) ?? "default")) }
 }
 
 @c @implementation
@@ -262,13 +262,13 @@ public func spc_options_set_activation(_ options: OpaquePointer?, _ mode: spc_ac
 
 @c @implementation
 public func spc_options_set_wakeword(_ options: OpaquePointer?, _ phrase: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setWakeword(optionalString(phrase)) }
+    update(options) { (o) throws(SpeechClientError) in try o.setWakeword(try optionalString(phrase)) }
 }
 
 @c @implementation
 public func spc_options_set_wakeword_url(_ options: OpaquePointer?, _ url: UnsafePointer<CChar>?,
                                          _ name: UnsafePointer<CChar>?) -> spc_status {
-    update(options) { (o) throws(SpeechClientError) in try o.setWakeService(optionalString(url), name: optionalString(name)) }
+    update(options) { (o) throws(SpeechClientError) in try o.setWakeService(try optionalString(url), name: try optionalString(name)) }
 }
 
 @c @implementation

@@ -1,4 +1,7 @@
 import CSpeechClientAPI
+#if canImport(Glibc)
+import Glibc
+#endif
 import SpeechClient
 
 // The objects behind the C handles, and the conversions between them. Each handle is an
@@ -83,9 +86,25 @@ func status(_ body: () throws(SpeechClientError) -> Void) -> spc_status {
     }
 }
 
-/// A C string argument, or nil for NULL.
-func optionalString(_ p: UnsafePointer<CChar>?) -> String? {
-    p.map { String(cStringOrEmpty: $0) }
+/// A C string argument, or nil for NULL. Invalid UTF-8 is refused, naming where: repaired
+/// (U+FFFD for each bad byte), a Linux path such as "caf\xE9.wav" in Latin-1 was opened under a
+/// name that was never given, and the error named that name.
+func optionalString(_ p: UnsafePointer<CChar>?) throws(SpeechClientError) -> String? {
+    guard let p else { return nil }
+    if let text = String(validatingCString: p) { return text }
+    let bytes = UnsafeRawBufferPointer(start: p, count: strlen(p))
+    // The first byte that starts no valid sequence.
+    var bad = 0
+    while bad < bytes.count {
+        let b = bytes[bad]
+        let length = b < 0x80 ? 1 : b >> 5 == 0b110 ? 2 : b >> 4 == 0b1110 ? 3 : b >> 3 == 0b11110 ? 4 : 0
+        guard length > 0, bad + length <= bytes.count,
+              String(validating: bytes[bad..<(bad + length)], as: UTF8.self) != nil else { break }
+        bad += length
+    }
+    bad = min(bad, max(bytes.count - 1, 0))
+    let shown = String(decoding: bytes, as: UTF8.self)
+    throw SpeechClientError(.invalidArgument, "'\(shown)' is not valid UTF-8 (byte \(bad) is 0x\(String(bytes[bad], radix: 16))): strings and paths are taken as UTF-8")
 }
 
 /// Empty strings constant for NULL-handle accessors.

@@ -525,6 +525,12 @@ static void test_option_values(void) {
     CHECK(strstr(spc_options_last_error(o), "100-600000") != NULL);
     CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 10000), SPC_OK);
     CHECK(strcmp(spc_options_last_error(o), "") == 0);
+    /* Strings are UTF-8: invalid bytes are refused, named, not repaired (a Latin-1 path was
+    ** opened as "caf\uFFFD.wav", a name never given). Since 0.11. */
+    CHECK_STATUS(spc_options_set_audio_file(o, "/tmp/caf\xE9.wav"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(spc_options_last_error(o), "not valid UTF-8 (byte 8 is 0xe9)") != NULL);
+    CHECK_STATUS(spc_options_set_cache_dir(o, "/tmp/\xff"), SPC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(spc_options_set_app_id(o, "caf\xC3\xA9"), SPC_OK); /* valid UTF-8 is taken */
     /* So do the callback setters (they left the last failure's message). */
     CHECK_STATUS(spc_options_set_drain_timeout_ms(o, 99), SPC_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(spc_options_set_segment_cb(o, NULL, NULL), SPC_OK);
