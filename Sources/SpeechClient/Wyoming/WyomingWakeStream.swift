@@ -7,6 +7,9 @@ enum WakeEvent: Sendable {
     case detection(name: String, sample: Int?)
     /// The connection ended (the service closed it, failed, or broke the protocol).
     case closed(SpeechClientError)
+    /// A lost service was tried again off the worker (`WakeListener`): it answered (nil), or
+    /// not (why).
+    case probed(SpeechClientError?)
 }
 
 /// A Wyoming wake-word service (wyoming-openwakeword, wyoming-porcupine, ...) listening to the

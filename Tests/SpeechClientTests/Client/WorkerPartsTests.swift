@@ -468,4 +468,49 @@ import Glibc
         #expect(line.isEmpty)
         #expect(events.withLock { $0 } == 0)
     }
+
+    /// A lost service that went silent (it accepts and never answers: a hung process, a host
+    /// dropping packets) is tried again off the worker: a chunk heard meanwhile returns at once,
+    /// and the probe's failure comes back as an event. The worker connected itself, and each
+    /// try held it (the open context's audio, the application's stop) for the connect timeout.
+    /// Once a probe finds the service answering, the next chunk connects.
+    @Test func aLostWakeServiceIsProbedOffTheWorker() throws {
+        let silent = try PeerProcess(script: "wyoming_fault_server.py", arguments: ["--scenario", "NoInfo"])
+        defer { silent.stop() }
+        let probed = Locked<[SpeechClientError?]>([])
+        let w = WakeListener(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(silent.port)"), name: nil,
+                             connectTimeoutMilliseconds: 1_500, applicationDriven: false, cancellation: Cancellation(),
+                             retryNanos: 0) { event, _ in
+            if case .probed(let failure) = event { probed.withLock { $0.append(failure) } }
+        }
+        w.lost()
+        let t0 = Clock.monotonicNanos()
+        guard case .stillDown = w.hear([0, 0], at: 0) else { Issue.record("not still down"); return }
+        _ = w.hear([0, 0], at: 2)  // a probe is running: not another
+        #expect(Clock.monotonicNanos() - t0 < 500_000_000, "a chunk waited \((Clock.monotonicNanos() - t0) / 1_000_000) ms for the service")
+        let deadline = Clock.monotonicNanos() + 5_000_000_000
+        while probed.withLock({ $0.isEmpty }) && Clock.monotonicNanos() < deadline { usleep(10_000) }
+        let answers = probed.withLock { $0 }
+        #expect(answers.count == 1 && answers.first??.code == .timeout, "\(answers)")
+        #expect(w.probed(answers.first ?? nil).contains("still unavailable"))
+
+        // A service that answers: the probe says so, and the next chunk connects.
+        let service = try PeerProcess(script: "wyoming_fault_server.py", arguments: ["--scenario", "WakeLongName"])
+        defer { service.stop() }
+        let back = Locked<[SpeechClientError?]>([])
+        let v = WakeListener(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(service.port)"), name: nil,
+                             connectTimeoutMilliseconds: 1_500, applicationDriven: false, cancellation: Cancellation(),
+                             retryNanos: 0) { event, _ in
+            if case .probed(let failure) = event { back.withLock { $0.append(failure) } }
+        }
+        v.lost()
+        _ = v.hear([0, 0], at: 0)
+        let until = Clock.monotonicNanos() + 5_000_000_000
+        while back.withLock({ $0.isEmpty }) && Clock.monotonicNanos() < until { usleep(10_000) }
+        #expect(back.withLock { $0.count == 1 && $0[0] == nil }, "\(back.withLock { $0 })")
+        _ = v.probed(nil)
+        guard case .back = v.hear([0, 0], at: 4) else { Issue.record("not connected after the probe answered"); return }
+        #expect(v.isConnected)
+        v.close()
+    }
 }

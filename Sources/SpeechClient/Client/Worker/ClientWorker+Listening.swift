@@ -151,7 +151,7 @@ extension ClientWorker {
 
     /// Every chunk heard while listening goes to the service (see `WakeListener`).
     private func hearForWake(_ chunk: [Int16], at: Int, on wake: WakeListener) {
-        if !wake.isConnected { client?.flushDeferredWake() }  // it may reconnect (blocking)
+        if !wake.isConnected { client?.flushDeferredWake() }  // it may reconnect (blocking, briefly)
         switch wake.hear(chunk, at: at) {
         case .sent: break
         case .back(let line): client?.log(.info, line)
@@ -189,6 +189,8 @@ extension ClientWorker {
         case .closed(let error):
             wake?.lost()
             reportWakeLost(error)
+        case .probed(let failure):
+            if let line = wake?.probed(failure), !line.isEmpty { client?.log(.debug, line) }
         }
     }
 
