@@ -942,7 +942,9 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
     /// server kept it, past spc_client_free.
     @Test func aFailedContextLetsGoOfTheStreamsStillFinishing() throws {
         let log = EventLog()
-        let service = FakeRecognitionService(.init(failAfterChunks: (5, SpeechClientError(.api, "refused", grpcStatus: 3)),
+        // Stream 2 breaks the protocol (a failure that ends the context at once, not one that
+        // waits for the stream before it, as a server's refusal does).
+        let service = FakeRecognitionService(.init(failAfterChunks: (5, SpeechClientError(.parse, "malformed", grpcStatus: 13)),
                                                    failStream: 2, ignoreStopOnStream: 1))
         var o = try pushOptions()
         o.streamBudgetBytes = 65_536  // the first stream moves at 2 s (no pause in this audio)
@@ -952,11 +954,44 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(log.waitFor { $0.contains("start ctx-1") })
         let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }
         for _ in 0..<30 { loud.withUnsafeBufferPointer { try? client.pushAudio($0) } }
-        #expect(log.waitFor { $0.contains("error api") }, "\(log.lines)")
+        #expect(log.waitFor { $0.contains("error parse") }, "\(log.lines)")
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
         // The first stream (stopped, its stop never answered) is let go with the context.
         #expect(service.cancelledStreams.withLock { $0 }.contains("s1"), "\(service.cancelledStreams.withLock { $0 })")
+    }
+
+    /// A later stream of a context refused by the server (an error that is not retried: a
+    /// Wyoming `error` event, a gRPC refusal) while the stream before it still finishes: the
+    /// context fails once that one has finished, its words confirmed. The failure ended the
+    /// context at once: the earlier stream's final words, still to come, were dropped (its
+    /// tentative ones delivered unconfirmed; a Wyoming server, which sends none, lost them all).
+    @Test func aLaterStreamRefusedWaitsForTheWordsOfTheOneBeforeIt() throws {
+        let log = EventLog()
+        let confirmed = Locked<[Bool]>([])
+        // The first stream answers its stop slowly (its words in 4 batches 200 ms apart); the
+        // second is refused at its fifth chunk, at once.
+        let service = FakeRecognitionService(.init(failAfterChunks: (5, SpeechClientError(.api, "refused", grpcStatus: 3)),
+                                                   failStream: 2, finishInBatches: (5, 200)))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536  // the first stream moves at 2 s (no pause in this audio)
+        let client = try Client(options: o, service: service, handler: { c, e in
+            if case .segment(let s) = e, s.isFinal { confirmed.withLock { $0.append(s.words.allSatisfy { $0.isFinal }) } }
+            log.handler(c, e)
+        })
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }
+        for _ in 0..<30 { loud.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        #expect(log.waitFor { $0.contains("error api") }, "\(log.lines)")
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        let lines = log.lines
+        // The first stream's words, final and confirmed (from its stop's answer), before the error.
+        let first = lines.firstIndex { $0.hasPrefix("segment final w1 ") }
+        let error = lines.firstIndex(of: "error api")
+        #expect(first != nil && error != nil && first! < error!, "\(lines)")
+        #expect(confirmed.withLock { $0.first } == true, "\(confirmed.withLock { $0 }) \(lines)")
     }
 
     /// A server slower than real time answers a stop over longer than the finish timeout, its

@@ -34,6 +34,8 @@ extension ClientWorker {
             if supervisor.dropsResult(response, lane: gen) { return }
         }
         if supervisor.isHeld(gen) {
+            // Failed already, its failure waiting for the lane before it: nothing more of it counts.
+            if supervisor.lanes.read(gen, { $0.failedWhileHeld != nil }) == true { return }
             switch event {
             case .response(let response):
                 if case .started = response.payload { supervisor.laneAcknowledged(gen) }  // applied later
@@ -46,6 +48,17 @@ extension ClientWorker {
                 return
             case .closed(nil):
                 supervisor.setEndedWhileHeld(gen, true)
+                return
+            case .closed(let error?) where error.code == .api && supervisor.waitsBehindEarlierAudio(gen):
+                // The server's refusal or `error` event ends the context, while an earlier lane
+                // still finishes: it waits for that lane's words (at most its finish timeout).
+                // The stream is let go now (nothing more is read from it); its audio stays in the
+                // replay buffer. Not a bound the client enforces (held results, a malformed
+                // answer): that ends the context at once, as a server that misbehaves must not
+                // make it wait.
+                stream.cancel()
+                supervisor.setFailedWhileHeld(gen, error)
+                client?.log(.info, "a stream of context \(contextId) failed (\(error.message)); the context ends once the stream before it has finished")
                 return
             default:
                 break
@@ -160,6 +173,11 @@ extension ClientWorker {
             if supervisor.waitsBehindEarlierAudio(gen) { return }
             if let response = lane.held.pop() {
                 handleResponse(response, lane: gen)
+                continue
+            }
+            if let failure = lane.failedWhileHeld {
+                supervisor.setFailedWhileHeld(gen, nil)
+                handleStream(.closed(failure), generation: gen)
                 continue
             }
             guard lane.endedWhileHeld else { return }

@@ -118,6 +118,13 @@ struct Lane {
     /// The server ended the stream cleanly while its responses were held: once they are
     /// applied, a lane still open without `finished` was lost after all.
     var endedWhileHeld = false
+    /// The stream failed, with an error that fails the context (not retried), while an earlier
+    /// lane still finished: the failure waits for it (`ClientWorker.releaseHeld`). Taken at once,
+    /// the context ended with the earlier lane, whose transcript still to come was dropped, and
+    /// the error named only this lane's audio.
+    var failedWhileHeld: SpeechClientError?
+    /// It ended (cleanly or not) while its responses were held.
+    var endsWhileHeld: Bool { endedWhileHeld || failedWhileHeld != nil }
 
     init(stream: any RecognitionStream, start: Int, end: Int?, replayFrom: Int?) {
         self.stream = stream

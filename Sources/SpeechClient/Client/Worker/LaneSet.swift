@@ -154,7 +154,7 @@ struct LaneSet {
 
     /// Some lane holds responses not applied yet (or an end behind them).
     var holdsResponses: Bool {
-        for i in entries.indices where !entries[i].lane.held.isEmpty || entries[i].lane.endedWhileHeld { return true }
+        for i in entries.indices where !entries[i].lane.held.isEmpty || entries[i].lane.endsWhileHeld { return true }
         return false
     }
     /// The responses held across the lanes, in bytes (bounded by `Lane.maxHeldBytes`).

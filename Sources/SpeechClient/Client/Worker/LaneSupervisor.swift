@@ -226,7 +226,7 @@ final class LaneSupervisor {
     /// lane held is applied at the end of that step: meanwhile a result taken on the receiving
     /// thread went ahead of the lane's held `started`, and the context failed as malformed.
     func isHeld(_ gen: Int) -> Bool {
-        guard let (start, holding) = lanes.read(gen, { ($0.start, !$0.held.isEmpty || $0.endedWhileHeld) }) else { return false }
+        guard let (start, holding) = lanes.read(gen, { ($0.start, !$0.held.isEmpty || $0.endsWhileHeld) }) else { return false }
         return holding || lanes.hasEarlier(than: gen) || reconnection.holdsAudio(before: start)
     }
 
@@ -297,6 +297,7 @@ final class LaneSupervisor {
 
     /// The server ended a held lane's stream cleanly (or that was dealt with: `false`).
     func setEndedWhileHeld(_ gen: Int, _ ended: Bool) { lanes.update(gen) { $0.endedWhileHeld = ended } }
+    func setFailedWhileHeld(_ gen: Int, _ failure: SpeechClientError?) { lanes.update(gen) { $0.failedWhileHeld = failure } }
 
     /// The connection of a lane is going away: the live lane moves to a new stream at its next
     /// pause, by `moveBy`. Returns whether that was set now (not before, and the lane is live).
@@ -366,7 +367,7 @@ final class LaneSupervisor {
     func isAllFinal(_ gen: Int) -> Bool {
         lanes.read(gen) { lane in
             guard let end = lane.end, lane.start < end, lane.floor >= end else { return false }
-            return lane.held.isEmpty && !lane.endedWhileHeld
+            return lane.held.isEmpty && !lane.endsWhileHeld
         } ?? false
     }
 
