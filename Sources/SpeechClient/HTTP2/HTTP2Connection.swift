@@ -20,7 +20,10 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     private let io: any ByteStream
     private var session: OpaquePointer?
     private var streams: [Int32: any HTTP2StreamDelegate] = [:] {
-        didSet { openStreamCount.store(streams.count, ordering: .releasing) }
+        didSet {
+            openStreamCount.store(streams.count, ordering: .releasing)
+            idleSinceNanos.store(streams.isEmpty ? Clock.monotonicNanos() : 0, ordering: .releasing)
+        }
     }
     private var pendingHeaders: [Int32: [(name: String, value: String)]] = [:]
     private var pendingHeaderBytes: [Int32: Int] = [:]
@@ -44,6 +47,12 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     var hasRoomForStream: Bool {
         openStreamCount.load(ordering: .acquiring) < peerStreamLimit.load(ordering: .acquiring)
     }
+    /// The last `openStream` was refused for the limit (read inside the same loop work).
+    private(set) var refusedForStreamLimit = false
+    /// Since when no stream is open (monotonic ns; 0 while some are): the pool closes a
+    /// connection opened beside another for a burst once it stayed idle.
+    private let idleSinceNanos = Atomic<UInt64>(Clock.monotonicNanos())
+    var idleSince: UInt64 { idleSinceNanos.load(ordering: .acquiring) }
 
     // Output: bytes from nghttp2 not yet accepted by the socket.
     private var out: [UInt8] = []
@@ -133,7 +142,8 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
             throw SpeechClientError(.network, "the connection to \(peer) is closing")
         }
         let limit = peerStreamLimit.load(ordering: .relaxed)
-        guard streams.count < limit else {
+        refusedForStreamLimit = streams.count >= limit
+        guard !refusedForStreamLimit else {
             throw SpeechClientError(.network, "\(peer) allows \(limit) concurrent streams on a connection, all in use")
         }
         // One buffer for all names and values; nghttp2 copies them during submit.
@@ -230,13 +240,19 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         }
     }
 
+    /// One continuation at a time: the socket's readiness reads it too each turn, and a
+    /// continuation posted by every read that used its budget piled up (n of them at turn n).
     private func readingContinues() {
+        if readContinuationPending { return }
+        readContinuationPending = true
         loop.post { [self] in
+            self.readContinuationPending = false
             guard !self.closed else { return }
             self.readAvailable()
             if !self.closed { self.flush() }
         }
     }
+    private var readContinuationPending = false
 
     /// Coalesces the writes of everything queued during one loop turn into one flush.
     private func scheduleFlush() {
@@ -298,6 +314,12 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         guard on != wantsWritable, !closed else { return }
         wantsWritable = on
         loop.modify(fd: io.fd, events: EPOLLIN.rawValue | (on ? EPOLLOUT.rawValue : 0))
+    }
+
+    /// Closes the connection if no stream is open (the pool's idle connections; loop thread).
+    func closeIfIdle() {
+        guard streams.isEmpty, !closed else { return }
+        fail(SpeechClientError(.network, "the connection to \(peer) was closed (idle)"))
     }
 
     /// Ends the connection: every open stream fails with `error`, the socket and session go.

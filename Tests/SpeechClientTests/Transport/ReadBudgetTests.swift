@@ -100,6 +100,35 @@ private func aTimerFires(on loop: EventLoop) -> Bool {
         #expect(stillUp, "the connection failed on frames HTTP/2 says to ignore")
     }
 
+    /// A flood that goes on: the loop's turns stay short. Each read that used its budget posted
+    /// a continuation, while the socket's readiness read it too: n readers at turn n, so turns
+    /// (and a timer's lateness) grew with the flood's length (72 ms after 6 s here).
+    @Test func anHTTP2FloodThatGoesOnKeepsTheLoopsTurnsShort() throws {
+        let loop = try EventLoop.shared()
+        let settings: [UInt8] = [0, 0, 0, 0x4, 0, 0, 0, 0, 0]
+        let unknownFrame: [UInt8] = [0, 0x03, 0xf7, 0xfa, 0, 0, 0, 0, 0] + [UInt8](repeating: 0x55, count: 1015)
+        let io = try FloodingStream(prefix: settings, repeating: unknownFrame)
+        let connection = HTTP2Connection(io: io, loop: loop, peer: "flooding server", settings: HTTP2Settings())
+        let started = loop.executeAndWait { () -> String? in
+            do throws(SpeechClientError) { try connection.start(); return nil } catch { return error.message }
+        }
+        try #require(started == nil, "\(started ?? "")")
+        usleep(6_000_000)
+        // Three timers 20 ms away, one after the other: the latest of them.
+        var latest: UInt64 = 0
+        for _ in 0..<3 {
+            let fired = OneShot<UInt64>()
+            let asked = Clock.monotonicNanos()
+            loop.execute { _ = loop.addTimer(milliseconds: 20) { fired.set(Clock.monotonicNanos()) } }
+            let at = fired.wait(untilMonotonicNanos: asked + 3_000_000_000) ?? (asked + 3_000_000_000)
+            latest = max(latest, at - asked - 20_000_000)
+        }
+        io.flooding.store(false, ordering: .relaxed)
+        loop.executeAndWait { connection.fail(SpeechClientError(.network, "test over")) }
+        // 0 ms late here, 72 ms before the fix (growing with the flood).
+        #expect(latest < 30_000_000, "a timer fired \(latest / 1_000_000) ms late after 6 s of flooding")
+    }
+
     @Test func aWyomingServerThatNeverStopsSendingDoesNotKeepTheLoopFromItsTimers() throws {
         let loop = try EventLoop.shared()
         let io = try FloodingStream(prefix: [], repeating: WyomingEvent(type: "ping").encoded())
