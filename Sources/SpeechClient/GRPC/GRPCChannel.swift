@@ -197,15 +197,16 @@ public final class GRPCChannel: GRPCCalling, Sendable {
                                 maxReceiveMessageBytes: configuration.maxReceiveMessageBytes,
                                 maxQueuedSendBytes: configuration.maxQueuedSendBytes, handler: handler)
             let message = initialMessage
-            let error = loop.executeAndWait {
-                call.start(on: connection, headers: headers, initialMessage: message, endOfBody: endOfBody,
-                           timeoutMilliseconds: timeoutMilliseconds)
+            let (error, full) = loop.executeAndWait { () -> (SpeechClientError?, Bool) in
+                let error = call.start(on: connection, headers: headers, initialMessage: message, endOfBody: endOfBody,
+                                       timeoutMilliseconds: timeoutMilliseconds)
+                return (error, error != nil && connection.refusedForStreamLimit)
             }
             guard let error else { return call }
             lastError = error
             // Another call took the connection's last stream between lookup and use: the pool
             // gives another (or opens one).
-            if connection.isUsable && !connection.hasRoomForStream && takenMeanwhile < 16 {
+            if full && takenMeanwhile < 16 {
                 takenMeanwhile += 1
                 tries -= 1
                 continue

@@ -59,6 +59,7 @@ final class ConnectionPool: @unchecked Sendable {
             var waitedFor: UInt64?
             while true {
                 connections.removeAll { !$0.isUsable }
+                closeIdleExtraConnectionsLocked(loop: loop)
                 if let c = connections.first(where: { $0.hasRoomForStream }) { return .use(c) }
                 if let w = waitedFor, let failure = lastFailure, failure.attempt == w { throw failure.error }
                 if !connecting {
@@ -113,6 +114,12 @@ final class ConnectionPool: @unchecked Sendable {
             if !connection.isUsable {
                 throw SpeechClientError(.network, "the connection to \(key.host):\(key.port) closed as it opened")
             }
+            if !connection.hasRoomForStream {
+                // SETTINGS_MAX_CONCURRENT_STREAMS 0 (a server refusing work, as the RFC allows
+                // under load): no stream can open on it, and opening more would only pile up.
+                throw SpeechClientError(.network, "\(key.host):\(key.port) allows no streams on a new connection (SETTINGS_MAX_CONCURRENT_STREAMS 0)",
+                                        grpcStatus: GRPCStatus.unavailable)
+            }
             lock.withLock {
                 connections.append(connection)
                 connecting = false
@@ -132,6 +139,26 @@ final class ConnectionPool: @unchecked Sendable {
             throw error
         }
     }
+
+    /// Connections opened beside the first for a burst past the server's stream limit are closed
+    /// once idle for `idleExtraNanos`: the first stays (a client's next context), the others held
+    /// sockets for good (servers such as grpc-go and Riva close no idle connection by default).
+    private func closeIdleExtraConnectionsLocked(loop: EventLoop) {
+        guard connections.count > 1 else { return }
+        let now = Clock.monotonicNanos()
+        var kept: [HTTP2Connection] = [connections[0]]
+        for c in connections.dropFirst() {
+            let idle = c.idleSince
+            if idle != 0 && now &- idle > Self.idleExtraNanos {
+                loop.execute { c.closeIfIdle() }
+            } else {
+                kept.append(c)
+            }
+        }
+        connections = kept
+    }
+
+    static let idleExtraNanos: UInt64 = 30_000_000_000
 
     /// Waits for the server's answer until the connect deadline, in slices so that a
     /// cancellation is seen within 50 ms. nil: the server answered.

@@ -59,6 +59,21 @@ private func channel(_ peer: PeerProcess, host: String = "127.0.0.1",
         }
     }
 
+    /// A server that allows no stream at all (SETTINGS_MAX_CONCURRENT_STREAMS 0, as the RFC
+    /// allows under load): the call fails at once, UNAVAILABLE, naming it. nghttp2 held the
+    /// request for ever (until the call's deadline), and connections opened for it piled up.
+    @Test func aServerAllowingNoStreamFailsTheCallAtOnce() throws {
+        let peer = try PeerProcess(script: "grpc_echo_server.py", arguments: ["--max-concurrent-streams", "0"])
+        let began = Clock.monotonicNanos()
+        #expect {
+            _ = try channel(peer).unary(path: "/test.Echo/Unary", metadata: [], request: [1], timeoutMilliseconds: 5000)
+        } throws: { error in
+            guard let e = error as? SpeechClientError else { return false }
+            return e.grpcStatus == 14 && e.message.contains("allows no streams")
+        }
+        #expect(Clock.monotonicNanos() - began < 3_000_000_000)
+    }
+
     @Test func unaryEcho() throws {
         let ch = try channel(echoServer())
         for size in [0, 1, 3200, 70_000, 1_000_000] {
