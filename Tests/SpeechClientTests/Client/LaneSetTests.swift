@@ -204,7 +204,32 @@ import Synchronization
         #expect(l.awaitingFinishSince == stopped + 30_000_000_000)
     }
 
-    /// Only the first lane in audio order has its finish clock running; the lane that becomes    /// Only the first lane in audio order has its finish clock running; the lane that becomes
+    /// A replay held back by its stream's backlog is given up after the timeout only for the
+    /// first lane in audio order (a server serving a context's streams one at a time reads a
+    /// later one only once the earlier one is done), and its clock starts afresh when it
+    /// becomes the first; a lane caught up has no clock. Every lane's clock ran before: a
+    /// healthy later stream of such a server was cut and replayed, again and again.
+    @Test func onlyTheFirstLanesStalledReplayIsGivenUp() {
+        var set = LaneSet()
+        set.add(lane(start: 0), generation: 1, live: false)
+        set.add(lane(start: 100, replayFrom: 100), generation: 2, live: true)
+        set[2]?.noteReplayBacklog(1_000_000, now: 10)
+        set[2]?.noteReplayBacklog(1_000_000, now: 50)  // not fallen: the clock runs from 10
+        #expect(set[2]?.replayStall?.since == 10)
+        #expect(set.nextReplayStallDeadline(timeout: 100) == nil)
+        #expect(set.replayStalled(at: 1_000, timeout: 100).isEmpty)
+        set.remove(1)
+        #expect(set[2]?.replayStall == nil)  // first now: afresh
+        set[2]?.noteReplayBacklog(1_000_000, now: 2_000)
+        #expect(set.nextReplayStallDeadline(timeout: 100) == 2_100)
+        #expect(set.replayStalled(at: 2_100, timeout: 100) == [2])
+        set[2]?.noteReplayBacklog(900_000, now: 2_050)  // fallen: progress, the clock restarts
+        #expect(set.replayStalled(at: 2_100, timeout: 100).isEmpty)
+        set[2]?.cursor = nil  // caught up
+        #expect(set.nextReplayStallDeadline(timeout: 100) == nil)
+    }
+
+    /// Only the first lane in audio order has its finish clock running; the lane that becomes    /// Only the first lane in audio order has its finish clock running; the lane that becomes    /// Only the first lane in audio order has its finish clock running; the lane that becomes
     /// first starts its clock afresh.
     @Test func onlyTheFirstLaneHasAFinishDeadline() {
         var set = LaneSet()

@@ -17,7 +17,9 @@ struct Lane {
     var floor: Int
     /// The next sample to send from the replay buffer; nil once caught up (live audio then goes
     /// straight out, and a lane with an end has sent its stop).
-    var cursor: Int?
+    var cursor: Int? {
+        didSet { if cursor == nil { replayStall = nil } }  // caught up (or ended): no replay to wait for
+    }
     /// While its replay waits for its stream to drain: the smallest send backlog seen, and
     /// since when it has not fallen below that (`noteReplayBacklog`). A server that stopped
     /// reading (a hung handler behind a live connection, which answers PINGs) is found by it:

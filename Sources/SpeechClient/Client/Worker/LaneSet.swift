@@ -81,8 +81,10 @@ struct LaneSet {
     mutating func remove(_ generation: Int) -> Bool {
         let firstBefore = firstIndex.map { entries[$0].generation }
         self[generation] = nil
-        if let i = firstIndex, entries[i].generation != firstBefore, entries[i].lane.awaitingFinishSince != nil {
-            entries[i].lane.startFinishClock(at: Clock.monotonicNanos())
+        if let i = firstIndex, entries[i].generation != firstBefore {
+            if entries[i].lane.awaitingFinishSince != nil { entries[i].lane.startFinishClock(at: Clock.monotonicNanos()) }
+            // Its replay's clock too: the server may not have read it while the lane before it ran.
+            entries[i].lane.replayStall = nil
         }
         guard live == generation else { return false }
         live = nil
@@ -190,15 +192,18 @@ struct LaneSet {
         for i in entries.indices where entries[i].lane.startDue != .max { next = min(next ?? .max, entries[i].lane.startDue) }
         return next
     }
-    /// When the first replay held back by a backlog that has not fallen is due to be given up.
+    /// When the replay of the first lane in audio order, held back by a backlog that has not
+    /// fallen, is due to be given up. Only that lane's clock runs, as for `nextFinishDeadline`: a
+    /// server that serves a context's streams one at a time reads a later one only once the
+    /// earlier one is done (that lane's clock starts afresh when it becomes the first, `remove`).
     func nextReplayStallDeadline(timeout: UInt64) -> UInt64? {
-        var next: UInt64?
-        for e in entries { if let stall = e.lane.replayStall { next = min(next ?? .max, stall.since &+ timeout) } }
-        return next
+        firstIndex.flatMap { entries[$0].lane.replayStall.map { $0.since &+ timeout } }
     }
-    /// The lanes whose replay has not moved for `timeout`: their server took none of it.
+    /// The first lane in audio order when its replay has not moved for `timeout`: its server
+    /// took none of it.
     func replayStalled(at now: UInt64, timeout: UInt64) -> [Int] {
-        entries.filter { e in e.lane.replayStall.map { now >= $0.since &+ timeout } ?? false }.map { $0.generation }
+        guard let i = firstIndex, let stall = entries[i].lane.replayStall, now >= stall.since &+ timeout else { return [] }
+        return [entries[i].generation]
     }
 
     /// When the `finished` of the first lane in audio order is due (since when it is awaited
