@@ -823,6 +823,30 @@ def test_a_reader_removal_scheduled_from_another_thread_runs_before_close_frees_
     assert order == ["removed", "freed"], order
 
 
+@needs_state_and_delivery
+def test_close_on_a_loop_with_a_reader_removal_pending_on_it_does_it_at_once(cache_dir):
+    """A reader removal scheduled on a loop from another thread (a Stream finished there), then
+    close() from a coroutine on that loop: close() waited for the removal, which could not run
+    while the loop was blocked in that wait (1 s), and it ran after the fd was freed. It is done
+    inline now."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        c = push_client(cache_dir=cache_dir, delivery="application")
+        reader = c._watch_event_fd(loop)
+        fd = c.event_fd
+        t = threading.Thread(target=c._unwatch_event_fd, args=(reader,))
+        t.start()
+        t.join(10)  # scheduled on this loop, not run yet (this coroutine holds it)
+        began = time.monotonic()
+        c.close()
+        took = time.monotonic() - began
+        return took, has_reader(loop, fd)
+
+    took, watched = asyncio.run(asyncio.wait_for(run(), 30))
+    assert took < 0.5, f"close() waited {took:.2f} s for a removal this loop could not run"
+    assert not watched
+
+
 def test_an_iterator_that_stops_reading_keeps_a_bounded_inbox(cache_dir):
     """An aupdates() whose task stops reading (awaiting something else) while the client goes on:
     its inbox grew without bound. It keeps the newest MAX_BUFFERED_UPDATES, as the shared

@@ -368,9 +368,11 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         try lock.withLock { () throws(SpeechClientError) in
             try checkOpen()
             guard state != .suspended else { throw SpeechClientError(.invalidState, "the client is already suspended") }
-            if case .push = options.audio, state == .starting || state == .listening {
+            if case .push = options.audio, options.activation == .manual, state == .starting || state == .listening {
                 // The context is stopped first: with the audio still in the push path, as a
-                // stop sends it (dropped, it clipped the last words before a suspend).
+                // stop sends it (dropped, it clipped the last words before a suspend). Not while
+                // listening hands-free: there the tail would go through the voice detector,
+                // which could open a context during the suspend.
                 let tail = takePushTailLocked()
                 if !tail.isEmpty {
                     if options.pushWaitMilliseconds > 0 { pushedNotTaken.add(tail.sampleCount, ordering: .relaxed) }

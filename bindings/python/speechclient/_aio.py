@@ -35,8 +35,9 @@ class _AsyncMixin:
         super().__init__()
         self._async_sinks: List[_Sink] = []
         self._readers: List[_Reader] = []
-        # Reader removals scheduled on another thread's loop, not run yet (close() waits for them).
-        self._pending_removals: List[threading.Event] = []
+        # Reader removals scheduled on another thread's loop, not run yet (close() waits for them,
+        # or does them itself on that loop's thread): the loop, the fd, its thread, done.
+        self._pending_removals: List[Tuple[asyncio.AbstractEventLoop, int, int, threading.Event]] = []
         self._stream_sink: Optional[_Sink] = None  # the running stream()'s, at most one
         # Waits for the idle event outside any iterator (a stream() behind an abandoned one).
         self._idle_waiters: List[Tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
@@ -221,17 +222,19 @@ class _AsyncMixin:
                 # waits for that before the fd can be closed and its number reused (a removal
                 # run later would unwatch the descriptor that took the number).
                 removed = threading.Event()
+                pending = (loop, fd, thread, removed)
                 with self._cond:
-                    self._pending_removals.append(removed)
+                    self._pending_removals.append(pending)
 
                 def remove() -> None:
                     try:
-                        loop.remove_reader(fd)
+                        if not removed.is_set():  # not done by close() on this thread already
+                            loop.remove_reader(fd)
                     finally:
                         removed.set()
                         with self._cond:
-                            if removed in self._pending_removals:
-                                self._pending_removals.remove(removed)
+                            if pending in self._pending_removals:
+                                self._pending_removals.remove(pending)
                 loop.call_soon_threadsafe(remove)
         except Exception:
             pass
@@ -244,8 +247,18 @@ class _AsyncMixin:
         with self._cond:
             readers, self._readers = self._readers, []
             pending, self._pending_removals = self._pending_removals, []
-        for removed in pending:  # scheduled on a loop's thread by _unwatch_event_fd
-            removed.wait(1.0)
+        for loop, fd, thread, removed in pending:  # scheduled on a loop's thread by _unwatch_event_fd
+            if thread == threading.get_ident() or not loop.is_running():
+                # That loop is this thread's (or stopped): the removal cannot run while this
+                # waits for it (a coroutine on it closing the client). Done here instead.
+                try:
+                    if not loop.is_closed():
+                        loop.remove_reader(fd)
+                except Exception:
+                    pass
+                removed.set()
+            else:
+                removed.wait(1.0)
         for loop, fd, thread in readers:
             try:
                 if loop.is_closed():
