@@ -720,7 +720,8 @@ SPC_API spc_status spc_options_set_keepalive(spc_options *options, uint32_t inte
 ** a quarter of the buffer (a whole recording in one call) is taken in slices of that length, each
 ** waiting for room: only the first slice's wait can fail it; once part is taken, a slice that
 ** finds no room in time is taken anyway (since 0.11; before, such a push never fit, and timed out
-** on every retry). Called from one of
+** on every retry); such a push can take that many waits, and pushes from two threads at once may
+** interleave at its slices. Called from one of
 ** the client's own callbacks it never waits. When the library's worker is held up for longer (a
 ** connect, a login) the room cannot be known: after the wait the frames are taken (since 0.11;
 ** audio that then outgrows the buffer is reported lost). 0 (the default): never wait; audio
