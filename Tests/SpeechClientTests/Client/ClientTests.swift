@@ -185,6 +185,18 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(log.lines.filter { $0.hasPrefix("stop") } == ["stop ctx-1", "stop ctx-2"])
     }
 
+    /// A push client whose first context ("a1000") was stopped and a start queued behind that
+    /// stop while the server still finishes it (its stop's answer comes 300 ms after it is sent).
+    func startQueuedBehindAStop(_ log: EventLog) throws -> (Client, FakeRecognitionService) {
+        let service = FakeRecognitionService(.init(answerDelayMilliseconds: 300, wordsFromAudio: true))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        try client.start()
+        push(client, value: 1000)
+        try client.stop()
+        try client.start()  // queued: the first context is still finishing
+        return (client, service)
+    }
+
     /// Push-to-talk pressed again while the server still finishes the last utterance: the start
     /// is queued behind the stop (STOPPING), and what is pushed from then on is for its
     /// context, held until it opens. It was dropped (the client was not in a context): the
@@ -192,14 +204,8 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
     /// its audio with it.
     @Test func audioPushedForAStartQueuedBehindAStopGoesIntoItsContext() throws {
         let log = EventLog()
-        // The stop's answer (the first context's end) comes 300 ms after it is sent.
-        let service = FakeRecognitionService(.init(answerDelayMilliseconds: 300, wordsFromAudio: true))
-        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        let (client, _) = try startQueuedBehindAStop(log)
         defer { try? client.close() }
-        try client.start()
-        push(client, value: 1000)
-        try client.stop()
-        try client.start()  // queued: the first context is still finishing
         #expect(client.currentState == .stopping)
         push(client, value: 2000, samples: 1600 * 2)
         #expect(log.waitFor(timeoutMs: 5000) { $0.contains("start ctx-2") }, "\(log.lines)")
@@ -233,13 +239,8 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
     /// fallback, stop(), cancelled the queued start: the whole utterance was lost.
     @Test func aPushEndForAQueuedStartEndsItsContextOnceItOpens() throws {
         let log = EventLog()
-        let service = FakeRecognitionService(.init(answerDelayMilliseconds: 300, wordsFromAudio: true))
-        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        let (client, service) = try startQueuedBehindAStop(log)
         defer { try? client.close() }
-        try client.start()
-        push(client, value: 1000)
-        try client.stop()
-        try client.start()  // queued: the first context is still finishing
         push(client, value: 2000, samples: 1600 + 800)  // a chunk and a half: the half is the tail
         try client.pushEnd()
         #expect(client.currentState == .stopping)

@@ -475,39 +475,41 @@ import Glibc
     /// try held it (the open context's audio, the application's stop) for the connect timeout.
     /// Once a probe finds the service answering, the next chunk connects.
     @Test func aLostWakeServiceIsProbedOffTheWorker() throws {
-        let silent = try PeerProcess(script: "wyoming_fault_server.py", arguments: ["--scenario", "NoInfo"])
-        defer { silent.stop() }
-        let probed = Locked<[SpeechClientError?]>([])
-        let w = WakeListener(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(silent.port)"), name: nil,
-                             connectTimeoutMilliseconds: 1_500, applicationDriven: false, cancellation: Cancellation(),
-                             retryNanos: 0) { event, _ in
-            if case .probed(let failure) = event { probed.withLock { $0.append(failure) } }
+        /// A listener of the scripted service `scenario`, lost a moment ago (retried at once), and
+        /// the answers of its probes.
+        func lostListener(_ scenario: String) throws -> (WakeListener, Locked<[SpeechClientError?]>, PeerProcess) {
+            let peer = try PeerProcess(script: "wyoming_fault_server.py", arguments: ["--scenario", scenario])
+            let probed = Locked<[SpeechClientError?]>([])
+            let w = WakeListener(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(peer.port)"), name: nil,
+                                 connectTimeoutMilliseconds: 1_500, applicationDriven: false, cancellation: Cancellation(),
+                                 retryNanos: 0) { event, _ in
+                if case .probed(let failure) = event { probed.withLock { $0.append(failure) } }
+            }
+            w.lost()
+            return (w, probed, peer)
         }
-        w.lost()
+        /// Waits up to 5 s for a probe's answer.
+        func firstAnswer(_ probed: Locked<[SpeechClientError?]>) -> [SpeechClientError?] {
+            let deadline = Clock.monotonicNanos() + 5_000_000_000
+            while probed.withLock({ $0.isEmpty }) && Clock.monotonicNanos() < deadline { usleep(10_000) }
+            return probed.withLock { $0 }
+        }
+        let (w, probed, silent) = try lostListener("NoInfo")
+        defer { silent.stop() }
         let t0 = Clock.monotonicNanos()
         guard case .stillDown = w.hear([0, 0], at: 0) else { Issue.record("not still down"); return }
         _ = w.hear([0, 0], at: 2)  // a probe is running: not another
         #expect(Clock.monotonicNanos() - t0 < 500_000_000, "a chunk waited \((Clock.monotonicNanos() - t0) / 1_000_000) ms for the service")
-        let deadline = Clock.monotonicNanos() + 5_000_000_000
-        while probed.withLock({ $0.isEmpty }) && Clock.monotonicNanos() < deadline { usleep(10_000) }
-        let answers = probed.withLock { $0 }
+        let answers = firstAnswer(probed)
         #expect(answers.count == 1 && answers.first??.code == .timeout, "\(answers)")
         #expect(w.probed(answers.first ?? nil).contains("still unavailable"))
 
         // A service that answers: the probe says so, and the next chunk connects.
-        let service = try PeerProcess(script: "wyoming_fault_server.py", arguments: ["--scenario", "WakeLongName"])
+        let (v, back, service) = try lostListener("WakeLongName")
         defer { service.stop() }
-        let back = Locked<[SpeechClientError?]>([])
-        let v = WakeListener(server: try ServerURL(parsing: "wyoming://127.0.0.1:\(service.port)"), name: nil,
-                             connectTimeoutMilliseconds: 1_500, applicationDriven: false, cancellation: Cancellation(),
-                             retryNanos: 0) { event, _ in
-            if case .probed(let failure) = event { back.withLock { $0.append(failure) } }
-        }
-        v.lost()
         _ = v.hear([0, 0], at: 0)
-        let until = Clock.monotonicNanos() + 5_000_000_000
-        while back.withLock({ $0.isEmpty }) && Clock.monotonicNanos() < until { usleep(10_000) }
-        #expect(back.withLock { $0.count == 1 && $0[0] == nil }, "\(back.withLock { $0 })")
+        let answered = firstAnswer(back)
+        #expect(answered.count == 1 && answered[0] == nil, "\(answered)")
         _ = v.probed(nil)
         guard case .back = v.hear([0, 0], at: 4) else { Issue.record("not connected after the probe answered"); return }
         #expect(v.isConnected)

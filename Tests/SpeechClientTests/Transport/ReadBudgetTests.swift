@@ -71,21 +71,27 @@ private func aTimerFires(on loop: EventLoop) -> Bool {
     return fired.wait(untilMonotonicNanos: Clock.monotonicNanos() + 3_000_000_000) == true
 }
 
+/// An HTTP/2 connection on the shared loop to a server that floods it: its SETTINGS, then
+/// extension frames of an unknown type, which HTTP/2 says to ignore (they cost the server
+/// nothing): 1,024 bytes each (length 1,015, type 0xfa, no flags, stream 0).
+private func floodedHTTP2Connection(on loop: EventLoop) throws -> (HTTP2Connection, FloodingStream) {
+    let settings: [UInt8] = [0, 0, 0, 0x4, 0, 0, 0, 0, 0]
+    let unknownFrame: [UInt8] = [0, 0x03, 0xf7, 0xfa, 0, 0, 0, 0, 0] + [UInt8](repeating: 0x55, count: 1015)
+    let io = try FloodingStream(prefix: settings, repeating: unknownFrame)
+    let connection = HTTP2Connection(io: io, loop: loop, peer: "flooding server", settings: HTTP2Settings())
+    let started = loop.executeAndWait { () -> String? in
+        do throws(SpeechClientError) { try connection.start(); return nil } catch { return error.message }
+    }
+    try #require(started == nil, "\(started ?? "")")
+    return (connection, io)
+}
+
 /// A connection reads a bounded amount per wake and continues on a later turn: a flooding
 /// server's connection keeps being read, and the shared loop still runs timers meanwhile.
 @Suite(.serialized, .timeLimit(.minutes(1))) struct ReadBudgetTests {
     @Test func anHTTP2ServerThatNeverStopsSendingDoesNotKeepTheLoopFromItsTimers() throws {
         let loop = try EventLoop.shared()
-        let settings: [UInt8] = [0, 0, 0, 0x4, 0, 0, 0, 0, 0]
-        // Extension frames of an unknown type, which HTTP/2 says to ignore (they cost the server
-        // nothing): 1,024 bytes each (length 1,015, type 0xfa, no flags, stream 0).
-        let unknownFrame: [UInt8] = [0, 0x03, 0xf7, 0xfa, 0, 0, 0, 0, 0] + [UInt8](repeating: 0x55, count: 1015)
-        let io = try FloodingStream(prefix: settings, repeating: unknownFrame)
-        let connection = HTTP2Connection(io: io, loop: loop, peer: "flooding server", settings: HTTP2Settings())
-        let started = loop.executeAndWait { () -> String? in
-            do throws(SpeechClientError) { try connection.start(); return nil } catch { return error.message }
-        }
-        try #require(started == nil, "\(started ?? "")")
+        let (connection, io) = try floodedHTTP2Connection(on: loop)
         let onTime = aTimerFires(on: loop)
         let readsWhileFlooding = io.readsGoOn()
         // Let go of the loop (a loop kept by the old code comes back here), then end the connection.
@@ -105,14 +111,7 @@ private func aTimerFires(on loop: EventLoop) -> Bool {
     /// (and a timer's lateness) grew with the flood's length (72 ms after 6 s here).
     @Test func anHTTP2FloodThatGoesOnKeepsTheLoopsTurnsShort() throws {
         let loop = try EventLoop.shared()
-        let settings: [UInt8] = [0, 0, 0, 0x4, 0, 0, 0, 0, 0]
-        let unknownFrame: [UInt8] = [0, 0x03, 0xf7, 0xfa, 0, 0, 0, 0, 0] + [UInt8](repeating: 0x55, count: 1015)
-        let io = try FloodingStream(prefix: settings, repeating: unknownFrame)
-        let connection = HTTP2Connection(io: io, loop: loop, peer: "flooding server", settings: HTTP2Settings())
-        let started = loop.executeAndWait { () -> String? in
-            do throws(SpeechClientError) { try connection.start(); return nil } catch { return error.message }
-        }
-        try #require(started == nil, "\(started ?? "")")
+        let (connection, io) = try floodedHTTP2Connection(on: loop)
         usleep(6_000_000)
         // Three timers 20 ms away, one after the other: the latest of them.
         var latest: UInt64 = 0
