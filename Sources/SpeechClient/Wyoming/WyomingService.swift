@@ -442,7 +442,7 @@ final class WyomingStream: RecognitionStream, @unchecked Sendable {
                 }
                 deliver(.response(final))
             }
-            segment += 1
+            segment &+= 1  // a server sending transcripts without end must not trap the client
             partial = StreamedTranscript()
             guard stopWritten else {
                 // The server ended an utterance by itself, and takes the audio that follows.
