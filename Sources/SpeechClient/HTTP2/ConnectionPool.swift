@@ -150,7 +150,9 @@ final class ConnectionPool: @unchecked Sendable {
         for c in connections.dropFirst() {
             let idle = c.idleSince
             if idle != 0 && now &- idle > Self.idleExtraNanos {
-                loop.execute { c.closeIfIdle() }
+                // Posted, never run here: this holds the pool's lock, and loop work run inline
+                // (a connection's ENHANCE_YOUR_CALM) may take it.
+                loop.post { c.closeIfIdle() }
             } else {
                 kept.append(c)
             }
