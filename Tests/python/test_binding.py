@@ -847,6 +847,58 @@ def test_close_on_a_loop_with_a_reader_removal_pending_on_it_does_it_at_once(cac
     assert not watched
 
 
+def test_updates_from_inside_a_callback_is_refused(cache_dir):
+    """updates() iterated inside a callback waited for updates only that blocked callback thread
+    could deliver: a hang, and close() from another thread then waited for that callback."""
+    raised = []
+    done = threading.Event()
+
+    def on_start_or_error(update):
+        try:
+            next(c.updates(timeout=5))
+        except BaseException as e:
+            raised.append(e)
+        done.set()
+
+    c = push_client(cache_dir=cache_dir, on_error=on_start_or_error)
+    try:
+        c.start()  # the closed port: an error callback at once
+        assert done.wait(10), "updates() inside the callback did not return"
+    finally:
+        c.close()
+    assert raised and isinstance(raised[0], sc.InvalidStateError), raised
+
+
+def test_a_client_collected_while_the_clients_lock_is_held_does_not_deadlock(cache_dir):
+    """The cyclic garbage collector can run while a thread holds the binding's lock on its
+    clients (an allocation inside it); a client in a reference cycle it collects closes itself,
+    which takes that lock again: with a plain lock, the thread deadlocked on itself."""
+    from speechclient import _handle
+
+    class Holder:
+        def __init__(self):
+            self.c = push_client(cache_dir=cache_dir, on_segment=self.on_segment)  # a cycle
+
+        def on_segment(self, update):
+            pass
+
+    finished = threading.Event()
+
+    def run():
+        gc.disable()
+        try:
+            Holder()  # unreachable at once, held by its cycle until a collection
+            with _handle._clients_lock:
+                gc.collect()
+        finally:
+            gc.enable()
+            finished.set()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    assert finished.wait(10), "the collection deadlocked on the clients' lock"
+
+
 def test_an_iterator_that_stops_reading_keeps_a_bounded_inbox(cache_dir):
     """An aupdates() whose task stops reading (awaiting something else) while the client goes on:
     its inbox grew without bound. It keeps the newest MAX_BUFFERED_UPDATES, as the shared

@@ -213,7 +213,9 @@ def _vad_settings(vad: Any) -> List[Tuple[n.VadParam, str, float, Any]]:
 # weakly, and a callback for a client that is gone is ignored.
 
 _clients: Dict[int, "weakref.ref[Client]"] = {}  # Client: _Handle with _emit() and _log()
-_clients_lock = threading.Lock()
+# Reentrant: the cyclic garbage collector can run while a thread holds it (an allocation inside),
+# and a client it collects closes itself, which takes it again (a plain lock deadlocked there).
+_clients_lock = threading.RLock()
 _keys = itertools.count(1)
 _local = threading.local()
 
@@ -305,7 +307,7 @@ _TRAMPOLINES = (n.SEGMENT_CB(_t_segment), n.ERROR_CB(_t_error), n.START_CB(_t_st
 def _close_all_at_exit() -> None:
     # Library threads must not call into an interpreter that is finalizing.
     with _clients_lock:
-        live = [r() for r in _clients.values()]
+        live = [r() for r in list(_clients.values())]  # copied first: a collection may remove one
     for c in live:
         if c is not None:
             try:

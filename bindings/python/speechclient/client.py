@@ -612,7 +612,14 @@ class Client(_AsyncMixin, _Handle):
         StopEvent unless the client is closed. `timeout` bounds the wait for each next update
         (SpeechTimeoutError). Re-raises an exception a callback raised. Use one
         consumer at a time (updates() or aupdates()): it takes over from an aupdates() left but
-        not yet closed, whose unread updates come first."""
+        not yet closed, whose unread updates come first. Not from inside one of the client's
+        callbacks (InvalidStateError): the updates it waits for come through that thread."""
+        if self._in_own_callback():
+            # It waited for ever: the callback thread it blocked is the one that delivers them,
+            # and close() from another thread then waited for that callback.
+            raise InvalidStateError(n.Status.INVALID_STATE,
+                                    "updates() from inside one of the client's own callbacks: its updates come through "
+                                    "this thread (use the callbacks themselves, or iterate on another thread)")
         with self._cond:
             taken_over = self._take_over_async_sinks_locked()  # an aupdates() left, not finalised
         for old in taken_over:
