@@ -937,6 +937,22 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(lines.last == "stop ctx-1", "\(lines)")
     }
 
+    /// 3 s of speech pushed at once with a 64 KiB budget (the first stream moves at 2 s: no
+    /// pause in this audio), until `error` is logged and the client is idle.
+    func runTwoStreamsUntil(_ error: String, service: FakeRecognitionService, log: EventLog,
+                            handler: @escaping Client.EventHandler) throws {
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536
+        let client = try Client(options: o, service: service, handler: handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") })
+        let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }
+        for _ in 0..<30 { loud.withUnsafeBufferPointer { try? client.pushAudio($0) } }
+        #expect(log.waitFor { $0.contains(error) }, "\(log.lines)")
+        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+    }
+
     /// A context that fails while an earlier stream of it still finishes (its stop sent, its
     /// server not answering): that stream is let go (reset) with the context. It was left open,
     /// read by nobody, holding its connection (a Wyoming or Riva socket) for as long as the
@@ -947,16 +963,7 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         // waits for the stream before it, as a server's refusal does).
         let service = FakeRecognitionService(.init(failAfterChunks: (5, SpeechClientError(.parse, "malformed", grpcStatus: 13)),
                                                    failStream: 2, ignoreStopOnStream: 1))
-        var o = try pushOptions()
-        o.streamBudgetBytes = 65_536  // the first stream moves at 2 s (no pause in this audio)
-        let client = try Client(options: o, service: service, handler: log.handler)
-        defer { try? client.close() }
-        try client.start()
-        #expect(log.waitFor { $0.contains("start ctx-1") })
-        let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }
-        for _ in 0..<30 { loud.withUnsafeBufferPointer { try? client.pushAudio($0) } }
-        #expect(log.waitFor { $0.contains("error parse") }, "\(log.lines)")
-        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        try runTwoStreamsUntil("error parse", service: service, log: log, handler: log.handler)
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
         // The first stream (stopped, its stop never answered) is let go with the context.
         #expect(service.cancelledStreams.withLock { $0 }.contains("s1"), "\(service.cancelledStreams.withLock { $0 })")
@@ -974,19 +981,10 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         // second is refused at its fifth chunk, at once.
         let service = FakeRecognitionService(.init(failAfterChunks: (5, SpeechClientError(.api, "refused", grpcStatus: 3)),
                                                    failStream: 2, finishInBatches: (5, 200)))
-        var o = try pushOptions()
-        o.streamBudgetBytes = 65_536  // the first stream moves at 2 s (no pause in this audio)
-        let client = try Client(options: o, service: service, handler: { c, e in
+        try runTwoStreamsUntil("error api", service: service, log: log) { c, e in
             if case .segment(let s) = e, s.isFinal { confirmed.withLock { $0.append(s.words.allSatisfy { $0.isFinal }) } }
             log.handler(c, e)
-        })
-        defer { try? client.close() }
-        try client.start()
-        #expect(log.waitFor { $0.contains("start ctx-1") })
-        let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }
-        for _ in 0..<30 { loud.withUnsafeBufferPointer { try? client.pushAudio($0) } }
-        #expect(log.waitFor { $0.contains("error api") }, "\(log.lines)")
-        #expect(try client.waitIdle(timeoutMilliseconds: 5000))
+        }
         let lines = log.lines
         // The first stream's words, final and confirmed (from its stop's answer), before the error.
         let first = lines.firstIndex { $0.hasPrefix("segment final w1 ") }
