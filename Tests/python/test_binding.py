@@ -1164,6 +1164,70 @@ def test_push_keeps_a_partial_frame_for_the_next_push():
         assert c._push_rest == b""
 
 
+def test_a_partial_frame_is_dropped_when_a_context_ends_or_begins():
+    """A partial frame kept from the last push was carried across stop() and start() (push_end()
+    alone dropped it): every sample of the next context shifted by a byte, noise for the
+    recognizer, or a stereo pair's channels swapped."""
+    with push_client(16000, 2) as c:
+        for end in (c.stop, c.start, c.suspend, c.push_end):
+            c.push(b"\0\0\0")
+            assert c._push_rest == b"\0\0\0"
+            try:
+                end()
+            except sc.SpeechClientError:
+                pass  # no context on this client: the partial frame goes all the same
+            assert c._push_rest == b"", end.__name__
+            if end == c.suspend:
+                c.resume()
+
+
+def test_a_push_refused_keeps_the_partial_frame_and_one_taken_does_not_restore_it(monkeypatch):
+    """Nothing of a refused push is taken: the carried bytes stay as before it. A push that was
+    taken keeps its own leftover even when an exception (a Ctrl-C's KeyboardInterrupt) lands
+    right after the library returned: restoring the older bytes then sent them twice."""
+    with push_client() as c:
+        c.push(b"\1")
+        monkeypatch.setattr(c, "_push_status", lambda data, frames: sc.Status.TIMEOUT)
+        with pytest.raises(sc.SpeechTimeoutError):
+            c.push(b"\2\3\4")
+        assert c._push_rest == b"\1"
+
+        def interrupted(status):
+            raise KeyboardInterrupt  # as a signal handler run right after the call returned
+        monkeypatch.setattr(c, "_push_status", lambda data, frames: sc.Status.OK)
+        monkeypatch.setattr(c, "_raise_push", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            c.push(b"\2\3\4\5")  # b"\1\2\3\4" sent, b"\5" kept
+        assert c._push_rest == b"\5"
+
+
+@pytest.mark.parametrize("audio, named", [
+    (lambda: sc.WavFile(b"/tmp/caf\xe9.wav"), r"not UTF-8 \(byte 0xe9"),
+    (lambda: sc.WavFile(os.fsdecode(b"/tmp/caf\xe9.wav")), r"not UTF-8 \(byte 0xe9"),
+    (lambda: sc.WavFile("/tmp/\ud800.wav"), "not a valid path"),
+])
+def test_a_path_the_library_cannot_take_is_a_named_error(audio, named):
+    """The library takes UTF-8 names only: a Latin-1 file name reached it as a bare "invalid
+    argument", and a lone surrogate raised a bare UnicodeEncodeError (the CLI's traceback)."""
+    with pytest.raises(sc.InvalidArgumentError, match=named) as e:
+        sc.Client(UNREACHABLE, app_id="py", audio=audio(), device_id=DEVICE_ID)
+    assert e.value.option == "audio"
+    with pytest.raises(sc.InvalidArgumentError, match="not valid Unicode text") as e:
+        sc.Client(UNREACHABLE, app_id="py\ud800", audio=sc.PushAudio(), device_id=DEVICE_ID)
+    assert e.value.option == "app_id"
+
+
+def test_shared_delivery_by_name():
+    """delivery="shared" (the library's 0.10 shared callback threads) was refused by name; only
+    the enum member reached it."""
+    with push_client(delivery="shared") as c:
+        assert c.delivery == sc.Delivery.SHARED
+        c.start()
+        assert c.wait_idle(20)
+    with pytest.raises(sc.InvalidArgumentError, match="'thread', 'shared' or 'application'"):
+        push_client(delivery="pool")
+
+
 def test_push_takes_numpy_int16_arrays():
     import numpy as np  # installed by scripts/setup-debian.sh
     with push_client(16000, 2) as c:

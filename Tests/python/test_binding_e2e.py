@@ -651,3 +651,71 @@ def test_the_end_of_listening_wakes_the_iterators(how, server, cache_dir, no_pol
         assert c.state == sc.State.IDLE
     assert not [u for u in updates if isinstance(u, (sc.StartEvent, sc.StopEvent, sc.Segment))], updates
     assert ended - stopped_at[0] < 10, f"{how}: ended {ended - stopped_at[0]:.1f} s after the stop"
+
+
+def test_close_ends_a_push_waiting_for_room(cache_dir):
+    """A push waiting for room in the replay buffer (push_wait_ms) held close() from another
+    thread, and Ctrl-C, for the whole wait (here ten minutes): close() waited for every call in
+    the library to return first. The server (Tests/peers/hostile_slu_server.py, Grow with no
+    words) takes the audio and never finalises any, so the buffer stays full."""
+    peer = subprocess.Popen([sys.executable, str(ROOT / "Tests" / "peers" / "hostile_slu_server.py"),
+                             "--scenario", "Grow", "--words", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True,
+                            env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
+    try:
+        line = peer.stdout.readline()
+        assert line.startswith("listening on "), line
+        started = threading.Event()
+        c = sc.Client(url="grpc://" + line.split()[-1], app_id="py", audio=sc.PushAudio(), cache_dir=cache_dir,
+                      push_wait_ms=600_000, replay_buffer_ms=1000, on_start=lambda e: started.set())
+        c.start()
+        assert started.wait(20)
+        pushed = threading.Event()
+
+        def push_too_much():
+            try:
+                c.push(bytes(2 * 16000 * 3))  # 3 s into a 1 s buffer nobody empties
+            except sc.SpeechClientError:
+                pass
+            pushed.set()
+
+        pusher = threading.Thread(target=push_too_much, daemon=True)
+        pusher.start()
+        assert not pushed.wait(0.5)  # it waits for room
+        closer = threading.Thread(target=c.close, daemon=True)
+        began = time.monotonic()
+        closer.start()
+        closer.join(20)
+        took = time.monotonic() - began
+        assert not closer.is_alive(), "close() still waited for the push after 20 s"
+        assert pushed.wait(5) and c.closed
+        print(f"\nclose() during a push waiting for room: {took * 1000:.0f} ms")
+    finally:
+        peer.stdin.close()
+        peer.kill()
+        peer.wait()
+
+
+@pytest.mark.parametrize("delivery", ["thread", "application"])
+def test_wait_idle_raises_a_callbacks_exception_once_the_client_is_idle(delivery, server, synthesize, cache_dir):
+    """wait_idle() re-raises a callback's exception after its wait. It raised it at the next slice
+    of the wait instead (the library calls inside it re-raised it first), with the context still
+    open: a close() after it abandoned the context and its last results."""
+    wav = synthesize("turn on the kitchen lights")
+    with wave.open(str(wav)) as w:
+        pcm = w.readframes(w.getnframes())
+    stops = []
+
+    def on_start(event):
+        raise ValueError("from on_start")
+
+    with sc.Client(url=server.url, app_id="py", audio=sc.PushAudio(), cache_dir=cache_dir, delivery=delivery,
+                   on_start=on_start, on_stop=stops.append) as c:
+        c.start()
+        for i in range(0, len(pcm), 3200):
+            c.push(pcm[i:i + 3200])  # faster than real time: the results come after the wait began
+        c.push_end()
+        with pytest.raises(ValueError, match="from on_start"):
+            c.wait_idle(60)
+        assert len(stops) == 1, "wait_idle() raised before the context's stop"
+        assert c.wait_idle(0)

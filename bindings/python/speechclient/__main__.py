@@ -4,7 +4,7 @@
     python -m speechclient --url URL --app-id ID --mic [DEVICE] [--json]     (until Ctrl-C)
     arecord -f S16_LE -r 16000 | python -m speechclient --file -             (standard input)
     ... --file - --raw 16000[,1]                                              (raw PCM on stdin)
-    ... [--hands-free | --wakeword PHRASE] [--levels]
+    ... [--hands-free | --wakeword PHRASE] [--json [--levels]]
 
 Hands-free (--hands-free, or --wakeword PHRASE): the library's voice activity detector opens a
 context when speech begins and stops it after a pause, as often as the user speaks, until the
@@ -28,9 +28,11 @@ Without --json, a hands-free utterance cut at the maximum length is reported on 
 The error line is printed for error events and for a client that could not be created (for
 example a missing WAV file), which then ends the run.
 
-Exit status: 0 on success; 1 when an error event or a failed call ended the run (also when the
-results did not arrive within --timeout-ms); 2 for a usage error (including an option value
-the library rejects).
+Exit status: 0 on success; 1 when an error event or a failed call ended the run (also when no
+new update came within --timeout-ms for a file, or the last results did not come within it
+after Ctrl-C, or a second Ctrl-C gave up waiting for them); 2 for a usage error (including an
+option value the library rejects); 130 for a Ctrl-C before the run began or while the client
+was closed.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ import sys
 from typing import List, Optional, TextIO
 
 from . import (AudioSource, AudioStream, Client, ErrorEvent, LevelEvent, Listen, ListenEvent, LogLevel, Microphone,
-               Segment, SpeechClientError, StartEvent, State, StateEvent, StopEvent, WavFile, status_text, version)
+               Segment, SpeechClientError, StartEvent, StateEvent, StopEvent, WavFile, status_text, version)
 
 
 def json_string(s: str) -> str:
@@ -213,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-ms", type=_number(20, 1000), default=100,
                    help="audio message duration, 20-1000 ms (default 100)")
     p.add_argument("--timeout-ms", type=_number(-1, 2**31 - 1), default=120000,
-                   help="a file: give up when no new result came for this long; the microphone or standard input: "
+                   help="a file: give up when no new update (a result, an event) came for this long; the microphone or standard input: "
                         "how long to wait for the last results after Ctrl-C (-1: no limit; default %(default)s)")
     p.add_argument("--timeouts-ms", metavar="CONNECT[,LOGIN[,START]]",
                    help="the server must answer a connection, a login and a context's start within these, "
@@ -370,7 +372,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     # The interrupt may have ended the iterator: a new one delivers what is still
                     # coming or queued, the last results within the timeout. On a client idle
                     # with nothing queued there is nothing left (a new one would wait for a start).
-                    if client.state != State.IDLE or client._queue:
+                    # Idle as wait_idle() tells it: the state alone is IDLE before the last
+                    # callbacks ran, and their updates were then not printed.
+                    if not client.wait_idle(0) or client._queue:
                         updates = client.updates(timeout=timeout)
                     continue
     except SpeechClientError as e:

@@ -78,7 +78,11 @@ def _c_string(option: str, value: Optional[str]) -> Optional[bytes]:
         raise _option_error(option, f"{option}={value!r}: must be a str, not {type(value).__name__}")
     if "\0" in value:
         raise _option_error(option, f"{option}={value!r}: contains a NUL character")
-    return value.encode("utf-8")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: no UTF-8 for it
+        raise _option_error(option, f"{option}={value!r}: not valid Unicode text "
+                                    f"({e.reason} at character {e.start})") from None
 
 
 def _c_path(option: str, value: Any) -> Optional[bytes]:
@@ -88,8 +92,18 @@ def _c_path(option: str, value: Any) -> Optional[bytes]:
         path = os.fsencode(value)
     except TypeError:
         raise _option_error(option, f"{option}={value!r}: must be a path, not {type(value).__name__}") from None
+    except UnicodeEncodeError as e:  # a lone surrogate the file system encoding cannot carry
+        raise _option_error(option, f"{option}={value!r}: not a valid path ({e.reason} at character {e.start})") from None
     if b"\0" in path:
         raise _option_error(option, f"{option}={value!r}: contains a NUL character")
+    try:
+        path.decode("utf-8")
+    except UnicodeDecodeError as e:
+        # The library takes UTF-8 names only (it refuses others rather than open a name never given).
+        also = (", or open it and pass AudioStream(f.fileno(), 0, 0) (a WAV stream)"
+                if option == "audio.path" else "")
+        raise _option_error(option, f"{option}={value!r}: the name is not UTF-8 (byte 0x{path[e.start]:02x} "
+                                    f"at {e.start}); the library takes UTF-8 paths: rename it{also}") from None
     return path
 
 
@@ -334,6 +348,7 @@ class _Handle:
         self._key = next(_keys)
         self._cond = threading.Condition(threading.Lock())
         self._busy = 0
+        self._pushing = 0  # of the busy calls, pushes (one may wait for room: close() stops it)
         self._closing = False
         self._callback_error: Optional[BaseException] = None
         # The process-wide trampolines, referenced here too: the client relies on them.
@@ -418,8 +433,26 @@ class _Handle:
             if self._handle is None:
                 return
             self._closing = True
+            stop_at: Optional[float] = None
+            stopped = False
             try:
                 while self._busy:  # calls from other threads return first
+                    if self._pushing and not stopped:
+                        now = time.monotonic()
+                        stop_at = now + 0.05 if stop_at is None else stop_at
+                        if now < stop_at:
+                            self._cond.wait(stop_at - now)
+                            continue
+                        # A push still in the library after 50 ms waits for room (push_wait_ms, up
+                        # to an hour): a stop ends that wait, its frames not taken, as free's own
+                        # abandoning of the context would have dropped them.
+                        stopped = True
+                        self._cond.release()
+                        try:
+                            n.spc_client_stop(handle)
+                        finally:
+                            self._cond.acquire()
+                        continue
                     self._cond.wait()
             except BaseException:
                 self._closing = False
@@ -461,23 +494,28 @@ class _Handle:
     def _in_own_callback(self) -> bool:
         return self._key in _active_keys()
 
-    def _enter(self) -> Any:
-        """The handle, counted busy until _leave(), so close() waits for the call to return."""
-        self._raise_callback_error()
+    def _enter(self, raise_pending: bool = True, pushing: bool = False) -> Any:
+        """The handle, counted busy until _leave(), so close() waits for the call to return.
+        First re-raises an exception a callback raised, unless `raise_pending` is False (the
+        waits inside wait_idle(), which re-raises it once the wait is over)."""
+        if raise_pending:
+            self._raise_callback_error()
         with self._cond:
             if self._handle is None or (self._closing and not self._in_own_callback()):
                 raise InvalidStateError(n.Status.INVALID_STATE, "the client is closed")
             self._busy += 1
+            self._pushing += pushing
             return self._handle
 
-    def _leave(self) -> None:
+    def _leave(self, pushing: bool = False) -> None:
         with self._cond:
             self._busy -= 1
+            self._pushing -= pushing
             if self._busy == 0:
                 self._cond.notify_all()
 
-    def _call(self, what: str, fn: Callable[..., int], *args: Any) -> None:
-        handle = self._enter()
+    def _call(self, what: str, fn: Callable[..., int], *args: Any, raise_pending: bool = True) -> None:
+        handle = self._enter(raise_pending)
         try:
             status = fn(handle, *args)
             if status != n.Status.OK:

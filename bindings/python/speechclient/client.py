@@ -54,8 +54,11 @@ __all__ = ["Client", "Stream", "MAX_BUFFERED_UPDATES", "copy_segment"]
 # ---------------------------------------------------------------------------------------------
 
 class Client(_AsyncMixin, _Handle):
-    """A streaming recognition client: an audio source, a connection to a server speaking the
-    Speechly SLU protocol, and the updates that report what was heard.
+    """A streaming recognition client: an audio source, a connection to a speech server, and the
+    updates that report what was heard. `url` names the server and its protocol: grpc://host:port
+    or grpc+tls://host:port (the Speechly SLU protocol; app_id required), wyoming://host:port or
+    wyoming+unix:///path (a Wyoming speech-to-text service), riva://host:port or rivas://host:port
+    (NVIDIA Riva); the same updates come from each.
 
         with Client(url="grpc://127.0.0.1:50051", app_id="demo", audio=WavFile("speech.wav")) as c:
             c.start()
@@ -68,7 +71,9 @@ class Client(_AsyncMixin, _Handle):
     WavFile(path), PushAudio(sample_rate, channels) or AudioStream(fd, sample_rate, channels) (a pipe
     or standard input, libspeechclient 0.9). `context_options` maps a key to a value
     or to several. `reconnect` is (max_attempts, initial_delay_ms, max_delay_ms). `delivery` is
-    "thread" (the library's callback thread) or "application" (see the module documentation).
+    "thread" (the client's own callback thread), "shared" (libspeechclient 0.10: a few callback
+    threads every such client shares, each client's callbacks still in order, one at a time) or
+    "application" (see the module documentation).
     `io` is "library" (the network thread reads the connection) or "application" (libspeechclient
     0.3: speechclient.io_process() reads it, called when speechclient.io_fd() is readable; see
     APPLICATION-DRIVEN NETWORK I/O in the header).
@@ -138,10 +143,13 @@ class Client(_AsyncMixin, _Handle):
         self._listens_seen = 0
 
         if isinstance(delivery, str):
-            if delivery not in ("thread", "application"):
-                raise _option_error("delivery", f"delivery={delivery!r}: must be 'thread' or 'application'")
-            delivery = n.Delivery.APPLICATION if delivery == "application" else n.Delivery.THREAD
-        self.delivery: n.Delivery = n.Delivery(delivery)
+            if delivery not in ("thread", "application", "shared"):
+                raise _option_error("delivery", f"delivery={delivery!r}: must be 'thread', 'shared' or 'application'")
+            delivery = n.Delivery[delivery.upper()]
+        try:
+            self.delivery: n.Delivery = n.Delivery(delivery)
+        except ValueError:
+            raise _option_error("delivery", f"delivery={delivery!r}: not a Delivery") from None
         try:
             self.io: n.NetworkIO = n.NetworkIO[io.upper()] if isinstance(io, str) else n.NetworkIO(io)
         except (KeyError, ValueError, TypeError):
@@ -386,6 +394,7 @@ class Client(_AsyncMixin, _Handle):
         error event and a stop event. InvalidStateError unless IDLE (or STOPPING: then queued).
         With activation "voice" or "wakeword" it begins listening instead (contexts open as the
         user speaks) until stop() or the end of the audio."""
+        self._drop_partial_frame()
         self._call("start()", n.spc_client_start)
         if self.activation != n.Activation.MANUAL:
             with self._cond:
@@ -393,11 +402,15 @@ class Client(_AsyncMixin, _Handle):
 
     def stop(self) -> None:
         """Requests the end of the current context; the stop event follows its last result.
-        While listening hands-free: ends the activation in progress and the listening."""
+        While listening hands-free: ends the activation in progress and the listening. A partial
+        frame kept from the last push() is dropped (it belongs to no whole sample)."""
+        self._drop_partial_frame()
         self._call("stop()", n.spc_client_stop)
 
     def suspend(self) -> None:
-        """Closes the microphone and the connections, keeping the login."""
+        """Closes the microphone and the connections, keeping the login; an open context is
+        stopped first, its results still arriving (a partial pushed frame is dropped, as by stop())."""
+        self._drop_partial_frame()
         self._call("suspend()", n.spc_client_suspend)
 
     def resume(self) -> None:
@@ -432,11 +445,15 @@ class Client(_AsyncMixin, _Handle):
     def push(self, samples: _Buffer) -> None:
         """Pushes interleaved signed 16-bit samples to a PushAudio client: bytes, bytearray or
         memoryview (native byte order), array.array('h'), a numpy int16 array, or any buffer of
-        format 'h'. The sample count must be a whole number of frames. bytes and writable
-        contiguous buffers reach the library without a copy; others are copied once (the library
-        copies what it is given before returning). Samples pushed outside a context are dropped;
-        after a start queued behind a pending stop they are held for its context.
-        InvalidStateError for a client whose audio is not PushAudio."""
+        format 'h'. A push need not hold whole frames (an odd byte, one sample of a stereo pair,
+        as a pipe hands them out): the part of a frame left over waits for the next push, and is
+        dropped by stop(), push_end(), suspend() and start(). bytes and writable contiguous buffers
+        reach the library without a copy; others are copied once (the library copies what it is
+        given before returning). Samples pushed outside a context are dropped; after a start
+        queued behind a pending stop they are held for its context. With push_wait_ms it may wait
+        that long for room in the replay buffer (SpeechTimeoutError: none of it was taken, push
+        it again); a Ctrl-C lands once it returns, and close() from another thread ends the wait
+        (with a stop). InvalidStateError for a client whose audio is not PushAudio."""
         try:
             mv = memoryview(samples)
         except TypeError:
@@ -451,26 +468,35 @@ class Client(_AsyncMixin, _Handle):
                                        f"not format {fmt!r}")
         nbytes = mv.nbytes
         frame_bytes = 2 * self._channels
-        with self._push_lock:
-            if self._push_rest or nbytes % frame_bytes:
+        with self._push_lock:  # held for the bytes carried over only, never across the library's wait
+            carried = self._push_rest
+            if carried or nbytes % frame_bytes:
                 # Part of a frame (an odd byte, a sample of a stereo pair, as a pipe or a socket
                 # hands them out) waits for the next push, instead of failing this one.
-                data = self._push_rest + mv.tobytes()
+                data = carried + mv.tobytes()
                 mv.release()
                 whole = len(data) - len(data) % frame_bytes
-                before, self._push_rest = self._push_rest, data[whole:]
-                try:
-                    self._push_bytes(data[:whole], whole // frame_bytes)
-                except BaseException:
-                    self._push_rest = before  # nothing of this call was taken
-                    raise
-                return
+                self._push_rest = rest = data[whole:]
+        if carried or nbytes % frame_bytes:
+            status = self._push_status(ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_int16))
+                                       if whole else None, whole // frame_bytes)
+            if status != n.Status.OK:
+                # Nothing of this call was taken: the carried bytes are as before it (unless a
+                # stop or another push changed them meanwhile). Only on the library's refusal: a
+                # KeyboardInterrupt landing after a push that was taken restored bytes already sent.
+                with self._push_lock:
+                    if self._push_rest is rest:
+                        self._push_rest = carried
+            self._raise_push(status)
+            return
         self._push_view(samples, mv, nbytes // 2, nbytes // frame_bytes)
 
-    def _push_bytes(self, data: bytes, frames: int) -> None:
-        status = self._push_status(ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_int16)) if frames else None,
-                                   frames)
-        self._raise_push(status)
+    def _drop_partial_frame(self) -> None:
+        """A context ends or begins: part of a frame carried from the last push() belonged to
+        the audio before it. Carried into the next context, it shifted every sample by that many
+        bytes (noise, or the channels swapped)."""
+        with self._push_lock:
+            self._push_rest = b""
 
     def _raise_push(self, status: int) -> None:
         if status != n.Status.OK:
@@ -493,19 +519,18 @@ class Client(_AsyncMixin, _Handle):
         self._raise_push(status)
 
     def _push_status(self, data: Any, frames: int) -> int:
-        handle = self._enter()
+        handle = self._enter(pushing=True)
         try:
             return n.spc_client_push_audio(handle, data, frames)
         finally:
-            self._leave()
+            self._leave(pushing=True)
 
     def push_end(self) -> None:
         """Marks the end of the pushed audio: the context stops by itself, as a WAV file's does.
         For a start queued behind a pending stop, that start's context ends once it opens, with
         what was pushed for it (library 0.11). A partial frame kept from the last push() is
         dropped."""
-        with self._push_lock:
-            self._push_rest = b""
+        self._drop_partial_frame()
         self._call("push_end()", n.spc_client_push_end)
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:
@@ -519,14 +544,16 @@ class Client(_AsyncMixin, _Handle):
             # In slices: Ctrl-C (KeyboardInterrupt) is handled in Python, between two library waits.
             left = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - time.monotonic())
             ran = 0
+            # The library calls inside leave a callback's exception for the end of the wait: raised
+            # at a slice, the client was not idle yet, and a close() after it abandoned the context.
             if app:
-                ran = self._dispatch_all()
-                idle = ran == 0 and self._wait_idle_once(0)
+                ran = self._dispatch_all(quiet=True)
+                idle = ran == 0 and self._wait_idle_once(0, quiet=True)
                 if idle:
-                    ran = self._dispatch_all()
+                    ran = self._dispatch_all(quiet=True)
                     idle = ran == 0
             else:
-                idle = self._wait_idle_once(max(0, int(left * 1000)))
+                idle = self._wait_idle_once(max(0, int(left * 1000)), quiet=True)
             if idle:
                 self._raise_callback_error()
                 return True
@@ -536,10 +563,10 @@ class Client(_AsyncMixin, _Handle):
             # What just ran may have been the last event (the idle one): look again at once. An
             # event ends the wait on the fd early (the idle event too, 0.11; before, it is polled).
             if app and ran == 0:
-                self._wait_event_fd(max(0.0, left if self._idle_announced else min(left, _IDLE_POLL_S)))
+                self._wait_event_fd(max(0.0, left if self._idle_announced else min(left, _IDLE_POLL_S)), quiet=True)
 
-    def _wait_idle_once(self, ms: int) -> bool:
-        handle = self._enter()
+    def _wait_idle_once(self, ms: int, quiet: bool = False) -> bool:
+        handle = self._enter(raise_pending=not quiet)
         try:
             status = n.spc_client_wait_idle(handle, ms)
         finally:
@@ -570,18 +597,22 @@ class Client(_AsyncMixin, _Handle):
             self._enter()
             self._leave()
             raise InvalidStateError(n.Status.INVALID_STATE, "dispatch(): the library delivers on its own thread only")
+        return self._dispatch(max_events)
+
+    def _dispatch(self, max_events: int, quiet: bool = False) -> int:
         ran = ctypes.c_uint32(0)
-        self._call("dispatch()", n.spc_client_dispatch, _u32("max_events", max_events), ctypes.byref(ran))
+        self._call("dispatch()", n.spc_client_dispatch, _u32("max_events", max_events), ctypes.byref(ran),
+                   raise_pending=not quiet)
         return ran.value
 
-    def _dispatch_all(self) -> int:
-        return self.dispatch(0) if self.delivery == n.Delivery.APPLICATION else 0
+    def _dispatch_all(self, quiet: bool = False) -> int:
+        return self._dispatch(0, quiet) if self.delivery == n.Delivery.APPLICATION else 0
 
-    def _wait_event_fd(self, seconds: float) -> None:
+    def _wait_event_fd(self, seconds: float, quiet: bool = False) -> None:
         """Waits (at most 0.1 s at a time, so close() is not held up) for the event fd. The client
         counts as busy meanwhile, so the descriptor cannot be closed under the poll."""
         try:
-            handle = self._enter()
+            handle = self._enter(raise_pending=not quiet)
         except InvalidStateError:
             return
         try:
