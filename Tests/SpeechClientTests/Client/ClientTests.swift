@@ -291,6 +291,42 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(service.samplesSent(equalTo: 700) == 16_000 * 3, "\(log.lines)")
     }
 
+    /// A push waiting for room (the server takes none of the audio) ends when another thread
+    /// stops the context, the frames not taken (as a push after the stop is not): the Python
+    /// binding's close() relies on it to end a push that would hold it for the whole wait.
+    @Test func aStopEndsAPushWaitingForRoom() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(neverDrains: true))
+        var o = try pushOptions()
+        o.pushWaitMilliseconds = 20_000
+        o.replayBufferMilliseconds = 1000
+        o.finishTimeoutMilliseconds = 500
+        o.reconnectAttempts = 0
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        #expect(log.waitFor { $0.contains("start ctx-1") }, "\(log.lines)")
+        push(client, value: 300, samples: 12_000)  // 0.75 s of the 1 s buffer, never taken by the server
+        let returned = OneShot<(SpeechClientError.Code?, UInt64)>()
+        runDetached {
+            let began = Clock.monotonicNanos()
+            let chunk = [Int16](repeating: 300, count: 4000)  // does not fit beside them
+            let code: SpeechClientError.Code? = chunk.withUnsafeBufferPointer { b in
+                do throws(SpeechClientError) { try client.pushAudio(b); return nil } catch { return error.code }
+            }
+            returned.set((code, Clock.monotonicNanos() - began))
+        }
+        usleepMs(300)  // the push waits for room
+        try client.stop()
+        let outcome = returned.wait(untilMonotonicNanos: Clock.monotonicNanos() + 10_000_000_000)
+        #expect(outcome != nil, "the push still waited 10 s after the stop")
+        if let (code, nanos) = outcome {
+            #expect(code == nil)
+            #expect(nanos < 5_000_000_000, "\(nanos / 1_000_000) ms")
+        }
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+    }
+
     /// A file sent to a server that never takes the audio (its flow-control window stays shut,
     /// while the connection answers PINGs): the stream counts as lost after the finish timeout
     /// and is retried, and the context fails once the attempts run out. The file waited for
