@@ -235,11 +235,19 @@ public final class WAVFileSource: Int16AudioSource {
         var offset = 12
         var fmt: Format?
         var ds64DataSize: Int?
+        var chunk = [UInt8](repeating: 0, count: 8)
+        var counted = 0
         while true {
-            var chunk = [UInt8](repeating: 0, count: 8)
             guard fread(&chunk, 1, 8, file) == 8 else {
                 throw fail(path, fmt == nil ? "no fmt chunk" : "no data chunk")
             }
+            // Zeros after the header read as empty chunks, 8 bytes each: a damaged file of
+            // gigabytes took minutes to refuse (at spc_client_new and at every start). Real
+            // files have a handful before `data`.
+            guard counted < Self.maxChunksBeforeData else {
+                throw fail(path, "more than \(Self.maxChunksBeforeData) chunks before the data chunk (a damaged file?)")
+            }
+            counted += 1
             offset += 8
             let id = fourCC(chunk, 0)
             let size = Int(le32(chunk, 4))
@@ -271,14 +279,28 @@ public final class WAVFileSource: Int16AudioSource {
                 // WAVStreamHeader reads it). Read to the end of the file, nothing said missing.
                 var declared = size
                 var placeholder = size == 0 || size == 0xFFFF_FFFF
-                if size == 0xFFFF_FFFF, let ds64DataSize {
+                if let ds64DataSize, size == 0xFFFF_FFFF || size == ds64DataSize & 0xFFFF_FFFF {
+                    // RF64's 64-bit size (the chunk's own is 0xFFFFFFFF, or, from some writers,
+                    // the low 32 bits of the real one, which alone cut the audio short).
                     placeholder = ds64DataSize == 0 || ds64DataSize >= 0x7FFF_FFFF_0000_0000
                     declared = ds64DataSize
+                } else if !placeholder && available - declared >= 1 << 32 {
+                    // A size that wrapped at 4 GiB (a writer's 32-bit arithmetic: more than
+                    // 37 hours at 16 kHz, two at 96 kHz 24-bit stereo): the file holds at least
+                    // 4 GiB more than it says, which no trailing chunk explains. The lost
+                    // multiples of 4 GiB are added back; read as declared, all but the
+                    // remainder was dropped without a word.
+                    declared += ((available - declared) >> 32) << 32
                 }
                 if placeholder { declared = available }
                 let usable = min(declared, available)
-                if declared > 0 && usable < fmt.blockAlign {
-                    throw fail(path, "truncated: the data chunk declares \(declared) bytes but the file holds \(usable)")
+                if usable < fmt.blockAlign {
+                    // Not even one frame: a context would open, send nothing and end.
+                    if declared > usable {
+                        throw fail(path, "truncated: the data chunk declares \(declared) bytes but the file holds \(usable)")
+                    }
+                    throw fail(path, usable == 0 ? "no audio: the data chunk is empty"
+                                                 : "no audio: the data chunk holds \(usable) bytes, less than one frame (\(fmt.blockAlign) bytes)")
                 }
                 // A RIFF size of 0x7FFF0000 and up is arecord's and sox's placeholder too.
                 return Header(format: fmt.format, kind: fmt.kind, blockAlign: fmt.blockAlign, dataOffset: offset,
@@ -295,6 +317,9 @@ public final class WAVFileSource: Int16AudioSource {
             }
         }
     }
+
+    /// Chunks read before `data` before the file is refused as damaged.
+    static let maxChunksBeforeData = 1024
 
     private static func skip(_ file: UnsafeMutablePointer<FILE>, _ count: Int, path: String, what: String) throws(SpeechClientError) {
         guard count > 0 else { return }

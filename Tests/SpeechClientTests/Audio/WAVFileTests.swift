@@ -105,6 +105,43 @@ import Glibc
         }
     }
 
+    /// A data size that wrapped at 4 GiB (a writer's 32-bit arithmetic: 37 hours at 16 kHz) was
+    /// trusted: only the remainder past 4 GiB was read, the rest dropped without a word. Also an
+    /// RF64 file whose data chunk holds the low 32 bits of the ds64 size, not 0xFFFFFFFF. Sparse
+    /// files: 4 GiB that take no disk space.
+    @Test func aSizeThatWrappedAt4GiBIsReadWhole() throws {
+        let real = (1 << 32) + 32_000
+        let header = Array(F.wav(data: [], declaredDataSize: UInt32(truncatingIfNeeded: real)).dropLast(0))
+        let plain = F.writeTemp(header, name: "wrapped.wav")
+        #expect(truncate(plain, off_t(header.count + real)) == 0)
+        defer { unlink(plain) }
+        #expect(try WAVFileSource.validate(path: plain).dataBytes == real)
+        // A real size followed by a short trailing chunk is still kept to.
+        let rf64Header = Array("RF64".utf8) + F.le32(0xFFFF_FFFF) + Array("WAVE".utf8) + Array("ds64".utf8) + F.le32(28)
+            + [UInt8](repeating: 0, count: 8) + F.le32(UInt32(truncatingIfNeeded: real)) + F.le32(UInt32(truncatingIfNeeded: real >> 32))
+            + [UInt8](repeating: 0, count: 12) + Array(header[12...])
+        let rf64 = F.writeTemp(rf64Header, name: "rf64-low-bits.wav")
+        #expect(truncate(rf64, off_t(rf64Header.count + real + 1000)) == 0)  // 1000 bytes of something after it
+        defer { unlink(rf64) }
+        let h = try WAVFileSource.validate(path: rf64)
+        #expect(h.dataBytes == real && h.missingBytes == 0, "\(h)")
+    }
+
+    /// A file whose data chunk holds no frame opened a context that sent nothing and ended,
+    /// without an error; zeros after the header read as empty chunks, 8 bytes at a time (a
+    /// damaged file of gigabytes took minutes to refuse). Both are named errors now.
+    @Test func noAudioAndDamagedChunkListsAreNamedErrors() throws {
+        for (name, bytes, said) in [
+            ("empty-data", F.wav(data: []), "no audio: the data chunk is empty"),
+            ("placeholder-empty", F.wav(data: [], declaredDataSize: 0xFFFF_FFFF), "no audio: the data chunk is empty"),
+            ("one-byte", F.wav(data: [7], declaredDataSize: 1), "less than one frame (2 bytes)"),
+            ("zeros", Array(F.wav(data: []).dropLast(8)) + [UInt8](repeating: 0, count: 8 * 1100), "more than 1024 chunks"),
+        ] {
+            let path = F.writeTemp(bytes, name: name + ".wav")
+            #expect { try WAVFileSource.validate(path: path) } throws: { ($0 as? SpeechClientError)?.message.contains(said) == true }
+        }
+    }
+
     /// A file of a few seconds read in blocks equals what was written, block size irrelevant.
     @Test func longFileStreamsInBlocks() throws {
         let n = 3 * 44_100 * 2
