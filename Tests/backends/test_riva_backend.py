@@ -220,3 +220,35 @@ def test_a_lost_connection_after_finals_without_word_times_replays_only_what_fol
     # Each sentence once (before, the first came twice), allowing Whisper a word or two.
     assert got.count("kitchen") == 1 and got.count("report") == 1, [f.transcript for f in finals]
     assert wt.word_errors((first + " " + second).split(), got) <= 2, [f.transcript for f in finals]
+
+
+def test_a_call_ended_ok_before_its_audio_was_taken_is_replayed(tmp_path):
+    """A Riva replica that ends its calls cleanly too soon (Tests/peers/riva_fault_server.py
+    --end-early 1: it reads 1 s of audio, sends a final for it, stops reading and ends the call
+    with status OK). A 5 s file: the client reaches its end and half-closes with audio still
+    queued behind the server's flow-control window. That OK was taken as the server's finish
+    (the client had half-closed): the context ended without an error, 4 s of it never heard.
+    Each 100 ms block of the file is one constant (1000 + k), each heard block a word "v<value>":
+    every block must come back, once, and in order."""
+    import struct
+    import wave
+    wav = tmp_path / "blocks.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"".join(struct.pack("<h", 1000 + k) * 1600 for k in range(50)))
+    fault = subprocess.Popen([sys.executable, str(wt.ROOT / "Tests/peers/riva_fault_server.py"), "--end-early", "1"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = fault.stdout.readline()
+        assert line.startswith("listening on "), line + fault.stderr.read()
+        out, events = demo("riva://" + line.split()[-1], wav, "--reconnect", "3,50,100")
+    finally:
+        fault.stdin.close()
+        streams = [x for x in fault.stdout.read().splitlines() if x.startswith("stream ")]
+        fault.wait(10)
+    words = [w["text"] for e in events if e["type"] == "segment" and e["final"] for w in e["words"]]
+    assert words == [f"v{1000 + k}" for k in range(50)], (words, out.stderr[-2000:])
+    assert out.returncode == 0, out.stderr
+    print(f"\n{len(streams)} streams carried the 5 s file")

@@ -259,7 +259,7 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
 
     func http2RemoteEnded() {
         guard !finished else { return }
-        let result: SpeechClientError?
+        var result: SpeechClientError?
         if let status {
             if deframer.isMidMessage {
                 result = SpeechClientError(.parse, "\(path): the response from \(peer) ended in the middle of a message (status \(status) notwithstanding)",
@@ -277,8 +277,18 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
                                        grpcStatus: GRPCStatus.internal)
         }
         // The call is over even if we were still sending: stop the request side.
-        if !(halfClosed && current == nil && outgoing.isEmpty) {
+        let requestUnsent = !(halfClosed && current == nil && outgoing.isEmpty)
+        if requestUnsent {
             connection?.reset(stream: streamID, errorCode: 8)
+        }
+        if result == nil && requestUnsent {
+            // Status OK before the end of the request was sent (its END_STREAM): the server, or
+            // a proxy, ended the call without taking all of it. For a streaming recognizer that
+            // is audio never heard; taken as OK, a client that had already asked to half-close
+            // (a file's last chunks queued behind flow control) took it for the server's finish
+            // and those chunks were lost without an error. A network error: the caller replays.
+            result = SpeechClientError(.network, "\(path): \(peer) ended the call (status OK) before taking all of its request"
+                                       + " (\(queuedBytes.value) bytes not sent)", grpcStatus: GRPCStatus.unavailable)
         }
         finish(result)
     }
