@@ -117,7 +117,12 @@ final class RivaRelay: @unchecked Sendable {
                 results = try RivaResult.decodeResponse(bytes[...])
             } catch {
                 state.withLock { $0.closed = true }
-                handler(.closed(error))
+                // What the header promises for a malformed response: INTERNAL, as gRPC's clients
+                // assign it; and which message it was (the decoder names only the field).
+                var e = error
+                e.message = "the Riva server sent a malformed StreamingRecognizeResponse: \(error.message)"
+                if e.grpcStatus == nil { e.grpcStatus = GRPCStatus.internal }
+                handler(.closed(e))
                 return
             }
             for result in RivaResult.joiningInterims(results) {
@@ -188,6 +193,8 @@ public struct RivaResult: Equatable {
     /// The audio the server had processed (`audio_processed`), ms from the stream's start; nil
     /// when absent, negative or not a number.
     public var audioProcessedMilliseconds: Int32?
+    /// It had an alternative (a transcript, perhaps empty); without one it says nothing of words.
+    public var hasAlternative = false
 
     /// The results of one response with each run of interim ones joined into one: Riva sends
     /// the stable start of a hypothesis and its unstable rest as two interim results of one
@@ -197,28 +204,43 @@ public struct RivaResult: Equatable {
     static func joiningInterims(_ results: [RivaResult]) -> [RivaResult] {
         guard results.count > 1 else { return results }
         var joined: [RivaResult] = []
-        for result in results {
-            guard !result.isFinal, var last = joined.last, !last.isFinal else {
+        var run = 0  // interim results at the end of `results[..<k]` not joined yet
+        for (k, result) in results.enumerated() {
+            if result.isFinal {
+                if run > 0 { joined.append(join(results[(k - run)..<k])) }
+                run = 0
                 joined.append(result)
-                continue
-            }
-            last.transcript += result.transcript
-            let timed = last.words.contains { $0.startMilliseconds >= 0 } || result.words.contains { $0.startMilliseconds >= 0 }
-            // Words without times are the transcript's own: split again, so a word cut between
-            // two results is one word. Timed ones keep their times, numbered on.
-            if !timed, let words = SLUWord.words(last.transcript) {
-                last.words = words
             } else {
-                last.words += result.words.enumerated().map { k, w in
-                    var w = w
-                    w.index = Int32(clamping: last.words.count + k)
-                    return w
-                }
+                run += 1
             }
-            last.confidence = -1  // a confidence of one piece is not the joined one's
-            joined[joined.count - 1] = last
         }
+        if run > 0 { joined.append(join(results[(results.count - run)...])) }
         return joined
+    }
+
+    /// One run of interim results as one. Joined and split once: re-split at each piece, a
+    /// response of many pieces (whitespace costs no word bound) cost time quadratic in its size,
+    /// on the event loop every client shares.
+    private static func join(_ run: ArraySlice<RivaResult>) -> RivaResult {
+        guard run.count > 1, var out = run.first else { return run.first ?? RivaResult() }
+        out.transcript = run.map(\.transcript).joined()
+        out.confidence = -1  // a confidence of one piece is not the joined one's
+        let timed = run.contains { $0.words.contains { $0.startMilliseconds >= 0 } }
+        // Words without times are the transcript's own: split once, so a word cut between two
+        // pieces is one word. Timed ones keep their times, numbered on.
+        if !timed, let words = SLUWord.words(out.transcript) {
+            out.words = words
+            return out
+        }
+        out.words = []
+        for piece in run {
+            for w in piece.words {
+                var w = w
+                w.index = Int32(clamping: out.words.count)
+                out.words.append(w)
+            }
+        }
+        return out
     }
 
     /// The results of one `StreamingRecognizeResponse` (public for the fuzz target).
@@ -228,13 +250,20 @@ public struct RivaResult: Equatable {
         // One word bound for the whole response: per result, 128 results of 16,384 words each
         // (one 4 MiB message) still made two million words before the segments refused them.
         var wordsLeft = SegmentAssembler.maxWordsPerSegment
+        var seen = 0
         while let (field, value) = try r.next() {
             guard field == 1 else { continue }  // results; id (100) and the rest are not used
-            // Bounded as decoded (see SLUResponse.decode): each result becomes a segment.
-            guard results.count < SegmentAssembler.maxOpenSegments else {
+            // Bounded as decoded (see SLUResponse.decode): each result becomes a segment. Those
+            // skipped below count too.
+            guard seen < SegmentAssembler.maxOpenSegments else {
                 throw SpeechClientError(.parse, "the server sent more than \(SegmentAssembler.maxOpenSegments) results in one response")
             }
-            results.append(try decodeResult(try value.message("results"), wordsLeft: &wordsLeft))
+            seen += 1
+            let result = try decodeResult(try value.message("results"), wordsLeft: &wordsLeft)
+            // A result without an alternative (Riva's voice-activity `pipeline_states` alone)
+            // carries no transcript: skipped, as NVIDIA's clients skip it. Taken as one, it
+            // cleared the open segment's tentative words, which then ended empty.
+            if result.hasAlternative { results.append(result) }
         }
         return results
     }
@@ -249,6 +278,7 @@ public struct RivaResult: Equatable {
             switch field {
             case 1 where first:
                 first = false
+                result.hasAlternative = true
                 var alt = try value.message("alternatives")
                 var timed: [(String, Int32, Int32, Float)] = []
                 // proto3 leaves a 0 off the wire: a confidence not there is reported as none (-1),

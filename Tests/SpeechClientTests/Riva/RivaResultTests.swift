@@ -275,7 +275,7 @@ import Testing
         #expect((try? RivaResult.decodeResponse(shared[...]))?.map(\.words.count) == [8_192, 8_192])
         let results = response { r in for _ in 0...SegmentAssembler.maxOpenSegments { r.message(1) { _ in } } }
         #expect { try RivaResult.decodeResponse(results[...]) } throws: { ($0 as? SpeechClientError)?.code == .parse }
-        let fine = response { r in for _ in 0..<SegmentAssembler.maxOpenSegments { r.message(1) { _ in } } }
+        let fine = response { r in for _ in 0..<SegmentAssembler.maxOpenSegments { r.message(1) { result in result.message(1) { _ in } } } }
         #expect((try? RivaResult.decodeResponse(fine[...]))?.count == SegmentAssembler.maxOpenSegments)
     }
 
@@ -283,5 +283,35 @@ import Testing
         for bad: [UInt8] in [[0x0A, 0x05, 0x01], [0x0A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]] {
             #expect(throws: SpeechClientError.self) { _ = try RivaResult.decodeResponse(bad[...]) }
         }
+    }
+
+    /// Through the relay a malformed response ends the call with gRPC status 13 INTERNAL, as the
+    /// header promises for a malformed response, naming the message: it had no status (-1 in
+    /// spc_error_grpc_status) and named only the field.
+    @Test func aMalformedResponseIsInternalAndNamedThroughTheRelay() {
+        let errors = Locked<[SpeechClientError]>([])
+        let relay = RivaRelay(contextId: "c") { event in
+            if case .closed(let e?) = event { errors.withLock { $0.append(e) } }
+        }
+        relay.started()
+        relay.deliver(.message([0x0A, 0x05, 0x01]))
+        let got = errors.withLock { $0 }
+        #expect(got.count == 1 && got.first?.code == .parse && got.first?.grpcStatus == GRPCStatus.internal, "\(got)")
+        #expect(got.first?.message.contains("malformed StreamingRecognizeResponse") == true, "\(got)")
+    }
+
+    /// A result with no alternative (Riva's voice-activity `pipeline_states` alone) says nothing
+    /// of words: skipped, as NVIDIA's clients skip it. It was taken as the words taken back: the
+    /// open segment's tentative words were cleared, and it ended empty at the finish.
+    @Test func aResultWithoutAnAlternativeLeavesTheOpenSegmentAsItWas() throws {
+        let r = Relayed()
+        r.relay.deliver(.message(result("turn on the", final: false)))
+        let statesOnly = response { w in
+            w.message(1) { result in result.message(7) { states in states.float(1, 0.1) } }  // pipeline_states
+        }
+        r.relay.deliver(.message(statesOnly))
+        r.relay.deliver(.message(result("turn on the lights", final: true)))
+        #expect(r.lines.withLock { $0 } == ["segment 0 tentative turn on the", "segment 0 final turn on the lights"])
+        #expect(try RivaResult.decodeResponse(statesOnly[...]).isEmpty)
     }
 }
