@@ -679,7 +679,11 @@ SPC_API spc_status spc_options_set_replay_buffer_ms(spc_options *options, uint32
 ** hour-long audio is transcribed although a server context lasts at most 5 minutes; the
 ** application sees one context. 1000-3600000 ms. Default 270000. From 0.5 on, each server context
 ** has its own HTTP/2 stream (below), so this is also the longest a stream lasts, plus at most
-** 20 s to find a pause: under the 5-minute stream limits that proxies and load balancers set. */
+** 20 s to find a pause: under the 5-minute stream limits that proxies and load balancers set.
+** A server that ends its context first (its own limit, when this is raised past it: `finished`
+** with an error, or before the stream's stop) has the audio after its last final segment carried
+** on a new stream, as after a lost connection (since 0.11; before, the application's context
+** ended there with an error and the rest of the audio was never sent). */
 SPC_API spc_status spc_options_set_context_limit_ms(spc_options *options, uint32_t ms);
 
 /* BOUNDED STREAMS (since 0.5). Every context has its own HTTP/2 stream, ended cleanly (END_STREAM,

@@ -391,3 +391,37 @@ def test_tls_finds_the_ca_bundle_where_another_distribution_keeps_it(speech, tmp
         assert finals[-1]["transcript"] == "play some rock music"
     finally:
         s.stop()
+
+
+def test_a_server_context_limit_below_the_clients_loses_no_words(speech, tmp_path):
+    """A Speechly server ends a context by itself at its limit (the reference server: `finished`
+    with error context_too_long, 5 minutes by default, 5 s here), while the client's own limit,
+    raised by the application (context_limit_ms up to an hour), has not moved the stream yet.
+    That `finished` ended the user's context: the rest of the file was never sent (one phrase of
+    three heard, and an error). It is now what it is, a stream that ended before its audio did:
+    the audio after its last final goes on on a new stream. Each phrase sits between 2.5 s
+    pauses, so each server context ends in a pause."""
+    import wave
+    phrases = ["turn on the kitchen lights", "set a timer for five minutes", "play some jazz music"]
+    gap = b"\0\0" * 40000  # 2.5 s
+    pcm = gap
+    for text in phrases:
+        with wave.open(str(speech(text))) as w:
+            assert w.getframerate() == 16000 and w.getnchannels() == 1
+            pcm += w.readframes(w.getnframes()) + gap
+    wav = tmp_path / "three-phrases.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(pcm)
+    s = Server("--context-limit", "5")
+    try:
+        out = demo(s.url, wav, tmp_path, "--context-limit-ms", "60000", "--verbose")
+    finally:
+        s.stop()
+    events, finals = final_segments(out.stdout)
+    heard = " ".join(f["transcript"] for f in finals)
+    assert heard == " ".join(phrases), (heard, out.stderr[-3000:])
+    assert out.returncode == 0 and not [e for e in events if e["type"] == "error"], out.stderr[-3000:]
+    assert [e["type"] for e in events].count("start") == 1  # one context for the application

@@ -271,6 +271,24 @@ extension ClientWorker {
             }
         case .finished(let code, let message):
             guard let lane = supervisor.lanes[gen] else { return }
+            if !lane.stopSent || code != nil {
+                // The server ended its context before the end of the lane's audio (before its
+                // stop), or dropped some of it (an error: a limit, `context_too_long` at 5 minutes
+                // for a Speechly server, under a context_limit_ms raised past it; a file's lane
+                // has sent its stop by then). It finished what it had heard; the audio after the
+                // lane's last final goes to a new stream, as after a loss. Taken as the end of the
+                // user's context, the rest of a file (or all the microphone heard after it) was
+                // never sent. Not when it ended the lane with an error and no word: a refusal,
+                // which a new stream would meet again.
+                let progressed = lane.floor > lane.start
+                    || lane.wasServed(until: Clock.monotonicNanos(), servedFor: Self.servedLongEnoughNanos, lostTo: SpeechClientError(.network, ""))
+                if code == nil || progressed {
+                    let why = code.map { " with error \($0): \(message ?? "")" } ?? ""
+                    handleStream(.closed(SpeechClientError(.network, "the server ended its context \(response.audioContext)\(why) before the end of the audio sent to it",
+                                                           grpcStatus: GRPCStatus.unavailable)), generation: gen)
+                    return
+                }
+            }
             // Everything this lane carried is final now.
             if supervisor.lanes.remove(gen) {
                 // The server ended the context by itself (a limit, an error): no more audio.
