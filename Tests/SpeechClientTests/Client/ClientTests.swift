@@ -976,9 +976,11 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
     /// 3 s of speech pushed at once with a 64 KiB budget (the first stream moves at 2 s: no
     /// pause in this audio), until `error` is logged and the client is idle.
     func runTwoStreamsUntil(_ error: String, service: FakeRecognitionService, log: EventLog,
+                            configure: (inout ClientOptions) -> Void = { _ in },
                             handler: @escaping Client.EventHandler) throws {
         var o = try pushOptions()
         o.streamBudgetBytes = 65_536
+        configure(&o)
         let client = try Client(options: o, service: service, handler: handler)
         defer { try? client.close() }
         try client.start()
@@ -1027,6 +1029,36 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         let error = lines.firstIndex(of: "error api")
         #expect(first != nil && error != nil && first! < error!, "\(lines)")
         #expect(confirmed.withLock { $0.first } == true, "\(confirmed.withLock { $0 }) \(lines)")
+    }
+
+    /// A later stream of a context lost, its reconnection attempts running out, while the stream
+    /// before it still finishes: the context fails once that one has finished, its words
+    /// confirmed. It failed at once: the earlier stream's final words were dropped (a Wyoming
+    /// server's whole utterance). The error names the audio from the lost stream's on.
+    @Test func aLaterStreamsReconnectionRunningOutWaitsForTheWordsOfTheOneBeforeIt() throws {
+        let log = EventLog()
+        let confirmed = Locked<[Bool]>([])
+        let messages = Locked<[String]>([])
+        // Stream 2 is lost at its fifth chunk and no third stream opens; the first answers its
+        // stop slowly (its words in batches 200 ms apart).
+        let service = FakeRecognitionService(.init(failAfterChunks: (5, SpeechClientError(.network, "reset", grpcStatus: 14)),
+                                                   failStream: 2, maxStreams: 2, finishInBatches: (5, 200)))
+        try runTwoStreamsUntil("error network", service: service, log: log, configure: { o in
+            o.reconnectAttempts = 1
+            o.reconnectInitialDelayMilliseconds = 10
+            o.reconnectMaxDelayMilliseconds = 10
+        }) { c, e in
+            if case .segment(let s) = e, s.isFinal { confirmed.withLock { $0.append(s.words.allSatisfy { $0.isFinal }) } }
+            if case .error(let error) = e { messages.withLock { $0.append(error.message) } }
+            log.handler(c, e)
+        }
+        let lines = log.lines
+        let first = lines.firstIndex { $0.hasPrefix("segment final w1 ") }
+        let error = lines.firstIndex(of: "error network")
+        #expect(first != nil && error != nil && first! < error!, "\(lines)")
+        #expect(confirmed.withLock { $0.first } == true, "\(confirmed.withLock { $0 }) \(lines)")
+        let said = messages.withLock { $0 }
+        #expect(said.count == 1 && said[0].contains("reconnection failed after 1 attempt(s)") && said[0].contains("from 2.0 s into the context"), "\(said)")
     }
 
     /// A server slower than real time answers a stop over longer than the finish timeout, its

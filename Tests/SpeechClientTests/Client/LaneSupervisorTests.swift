@@ -460,7 +460,9 @@ import Testing
     }
 
     /// A waiting lane that cannot be opened (the login refused): the context fails, and the
-    /// error names the audio not transcribed, from the earliest lane still open.
+    /// error names the audio not transcribed, from the piece that could not open. The lanes
+    /// before it, still finishing, are waited for first (their words still to come): the failure
+    /// is the context's once none is left. It failed at once, dropping them.
     @Test func aWaitingPieceThatCannotOpenFailsNamingTheAudioLost() throws {
         let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
         try s.openLane(from: 0, end: nil, host: host)
@@ -470,13 +472,16 @@ import Testing
         let (first, _) = try #require(s.lanes.first)
         s.lanes.remove(first)  // finished: as the worker does then, progress, then what waits opens
         s.reconnection.progressed()
-        let from = try #require(s.lanes.first?.lane.start)
+        let from = try #require(s.reconnection.nextWaiting?.from)
         host.openError = SpeechClientError(.auth, "login refused")
         s.openWaitingPieces(host: host)
-        let failure = try #require(host.failure)
+        #expect(host.failure == nil && !s.lanes.isEmpty && s.failsWhenFinished() == nil)  // the lanes before it finish first
+        #expect(host.reports.last == "unavailable 0 login refused")
+        for gen in s.lanes.generations { s.lanes.remove(gen) }
+        let failure = try #require(s.failsWhenFinished())
         #expect(failure.message.contains("reconnection failed after 1 attempt(s) (login refused)"), "\(failure.message)")
         #expect(failure.message.contains("of audio, from \(SpeechAudio.secondsText(samples: from)) s into the context, were not transcribed"), "\(failure.message)")
-        #expect(host.reports.last == "unavailable 0 login refused")
+        #expect(s.failsWhenFinished() == nil)  // once
     }
 
     /// Lanes later in audio order than a waiting one do not count against the window: they

@@ -372,6 +372,11 @@ extension ClientWorker {
 
     /// The context ends once the user's stop was sent and every lane has finished.
     func endContextIfDone() {
+        if contextOpen, let failure = supervisor.failsWhenFinished() {
+            // The reconnection gave up while streams before the lost audio finished: they have.
+            failContext(failure)
+            return
+        }
         guard contextOpen, stopSent, supervisor.lanes.live == nil, supervisor.lanes.isEmpty, supervisor.reconnection.isSettled else { return }
         let id = contextId
         client?.log(.debug, "context \(id) finished")

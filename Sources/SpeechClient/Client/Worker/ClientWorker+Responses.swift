@@ -104,7 +104,7 @@ extension ClientWorker {
             // Still a lane while its loss is decided: one that fails the context delivers the
             // results the lane holds (waiting behind an earlier lane) with the others', in audio
             // order (`applyHeldBeforeFailing`). Removed first, they went with it.
-            supervisor.laneLost(from: lane.floor, end: wasCurrent ? nil : lane.end, cause: cause, servedLongEnough: served, host: self)
+            supervisor.laneLost(from: lane.floor, end: wasCurrent ? nil : lane.end, cause: cause, servedLongEnough: served, lane: gen, host: self)
             // Replaced: the new lane recognises that audio again. A loss that failed the context
             // left them to be delivered final, unconfirmed (`failContext`): nothing replaces them.
             if supervisor.epoch == context {

@@ -53,6 +53,11 @@ final class LaneSupervisor {
     /// streams and failed each after 5 s without a word counted each as progress, and was
     /// retried forever with no error (the attempts counting afresh at each loss).
     private(set) var serverAnswered = false
+    /// The reconnection attempts ran out while earlier lanes of the context still finished
+    /// (their stop sent): the context fails once they have (`failsWhenFinished`), so that their
+    /// words, still to come, are delivered. The cause, the attempts, and where the audio no
+    /// stream carried begins.
+    private(set) var pendingFailure: (cause: SpeechClientError, attempts: Int, from: Int)?
 
     private let startRequest: SLURequest
     private let startTimeoutNanos: UInt64
@@ -91,6 +96,7 @@ final class LaneSupervisor {
     func begin() {
         epoch += 1
         serverAnswered = false
+        pendingFailure = nil
         reconnection.reset()
         replay.reset()
         contextSamples = 0
@@ -102,6 +108,7 @@ final class LaneSupervisor {
     func end() {
         epoch += 1
         serverAnswered = false
+        pendingFailure = nil
         reconnection.reset()
         // Every lane left is let go, those still finishing too: nothing would read their results
         // any more, and a stream whose server never answers held its connection (a Wyoming or
@@ -534,13 +541,44 @@ final class LaneSupervisor {
 
     /// A lane was lost: its unfinished audio [from, end) is replayed on a new stream after a
     /// delay when the loss is retryable and attempts remain; otherwise the context fails.
-    func laneLost(from: Int, end: Int?, cause: SpeechClientError, servedLongEnough: Bool, host: some LaneHost) {
+    func laneLost(from: Int, end: Int?, cause: SpeechClientError, servedLongEnough: Bool, lane lost: Int? = nil, host: some LaneHost) {
+        if let pending = pendingFailure {
+            // Given up already, waiting for the lanes before: this one's words will not come.
+            pendingFailure = nil
+            host.failContext(lostAudioError(pending.cause, attempts: pending.attempts, from: min(pending.from, from)))
+            return
+        }
         switch reconnection.laneLost((from, end), cause: cause, servedLongEnough: servedLongEnough, now: Clock.monotonicNanos()) {
         case .retry(let attempt, let delay): reportReconnecting(attempt: attempt, delayMilliseconds: delay, cause: cause, host: host)
         case .joinsScheduledAttempt: break
-        case .fail(let attempts?): host.failContext(lostAudioError(cause, attempts: attempts, from: from))
+        case .fail(let attempts?): giveUp(cause, attempts: attempts, from: from, besides: lost, host: host)
         case .fail(nil): host.failContext(notTranscribedError(cause, from: from, end: end))
         }
+    }
+
+    /// The reconnection attempts ran out for the audio from `from` on. While lanes before it
+    /// still finish (their stop sent; `besides` is the lost one itself), the context fails once
+    /// they have, their words delivered first: failed at once, it dropped them, and a Wyoming
+    /// server, which sends no tentative words, had all of that utterance lost. Their finish
+    /// timeout bounds the wait; a loss meanwhile fails it at once.
+    private func giveUp(_ cause: SpeechClientError, attempts: Int, from: Int, besides lost: Int? = nil, host: some LaneHost) {
+        let others = lanes.generations.filter { $0 != lost }
+        let finishing = !others.isEmpty && others.allSatisfy { gen in
+            lanes.read(gen) { $0.stopSent && $0.cursor == nil && ($0.end ?? Int.max) <= from } == true
+        }
+        guard finishing else {
+            host.failContext(lostAudioError(cause, attempts: attempts, from: from))
+            return
+        }
+        pendingFailure = (cause, attempts, from)
+        host.log(.info, "context \(host.contextId): reconnection failed after \(attempts) attempt(s) (\(cause.message)); the context fails once the \(others.count) stream(s) before that audio have finished")
+    }
+
+    /// A failure waits for the lanes before it (`giveUp`): now none is left, it is the context's.
+    func failsWhenFinished() -> SpeechClientError? {
+        guard let pending = pendingFailure, lanes.isEmpty else { return nil }
+        pendingFailure = nil
+        return lostAudioError(pending.cause, attempts: pending.attempts, from: pending.from)
     }
 
     /// An error not retried (the server's refusal, a protocol error) lost the lane's audio
@@ -610,10 +648,17 @@ final class LaneSupervisor {
     private func openFailed(remaining: ArraySlice<ReconnectionPlan.Repair>, error: SpeechClientError, attempt: Int, host: some LaneHost) {
         switch reconnection.attemptFailed(remaining: remaining, error: error, now: Clock.monotonicNanos()) {
         case .giveUp:
-            let point = replayPoint  // with the repairs and the pieces waiting: the error names their audio too
+            // Where the audio no stream carries begins: the repairs and the pieces waiting are
+            // named too; the floors of lanes still finishing are not (their words may come).
+            let lost = min(remaining.first?.from ?? contextSamples, reconnection.earliestRepair ?? contextSamples)
+            let point = replayPoint
             reconnection.dropRepairs()
             host.report(.unavailable, attempt: 0, delayMilliseconds: 0, reason: error)
-            host.failContext(lostAudioError(error, attempts: attempt, from: point))
+            if lanes.isEmpty {
+                host.failContext(lostAudioError(error, attempts: attempt, from: point))
+            } else {
+                giveUp(error, attempts: attempt, from: lost, host: host)
+            }
         case .retry(let next, let delay):
             reportReconnecting(attempt: next, delayMilliseconds: delay, cause: error, host: host)
         }
