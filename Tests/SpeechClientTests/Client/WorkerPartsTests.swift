@@ -33,6 +33,19 @@ import Glibc
         #expect(n.userSegment(serverContext: "c", segment: 7) == 0)
     }
 
+    /// A server's absurd word time (near Int32.max) on a stream starting 60 s in wrapped to a
+    /// large negative time, which reads as "unknown": it saturates now.
+    @Test func anAbsurdWordTimeSaturatesInsteadOfWrapping() {
+        var n = ContextNumbering()
+        n.started(serverContext: "late", atSample: SpeechAudio.samples(milliseconds: 60_000))
+        let word = SLUWord(text: "x", index: 0, startMilliseconds: 2_147_483_000, endMilliseconds: .max, confidence: 1)
+        guard case .transcript(let moved) = n.userTimes(.transcript(word), serverContext: "late") else {
+            Issue.record("not a transcript")
+            return
+        }
+        #expect(moved.startMilliseconds == .max && moved.endMilliseconds == .max)
+    }
+
     @Test func aLostStreamsOpenSegmentIdsAreGivenBackOnlyWhenNothingLaterWasGiven() {
         var n = ContextNumbering()
         _ = n.userSegment(serverContext: "a", segment: 0)  // 0, final

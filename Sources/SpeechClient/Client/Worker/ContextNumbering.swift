@@ -53,11 +53,17 @@ struct ContextNumbering {
         guard ms != 0 || !gaps.isEmpty else { return payload }
         // Negative times are unknown ones (Wyoming gives none) and stay so. A word starting at a
         // gap's point comes after it; one ending there, before it.
+        // Saturating: an absurd time from a server (near Int32.max) wrapped to a negative one,
+        // which reads as "unknown"; it stays the latest time there is.
+        func plus(_ a: Int32, _ b: Int32) -> Int32 {
+            let (sum, overflow) = a.addingReportingOverflow(b)
+            return overflow ? (b > 0 ? .max : .min) : sum
+        }
         func moved(_ t: Int32, isEnd: Bool) -> Int32 {
             guard t >= 0 else { return t }
             var total = ms
-            for gap in gaps where isEnd ? gap.streamMilliseconds < t : gap.streamMilliseconds <= t { total &+= gap.milliseconds }
-            return t &+ total
+            for gap in gaps where isEnd ? gap.streamMilliseconds < t : gap.streamMilliseconds <= t { total = plus(total, gap.milliseconds) }
+            return plus(t, total)
         }
         func move(_ w: SLUWord) -> SLUWord {
             SLUWord(text: w.text, index: w.index, startMilliseconds: moved(w.startMilliseconds, isEnd: false),
