@@ -540,13 +540,17 @@ SPC_API spc_status spc_options_set_app_id(spc_options *options, const char *app_
 /* The project id: log in with project scope (the app id is still required). NULL clears it. */
 SPC_API spc_status spc_options_set_project_id(spc_options *options, const char *project_id);
 
-/* The BCP-47 language of the speech. Default "en-US". */
+/* The BCP-47 language of the speech. Default "en-US". A Riva server whose listed models all name
+** their language, none with this one's primary language, fails before READY with
+** SPC_ERROR_INVALID_ARGUMENT naming what it offers (since 0.11). */
 SPC_API spc_status spc_options_set_language(spc_options *options, const char *language);
 
 /* The recognizer model to ask for, by name: for Wyoming, the model named in its "transcribe"
 ** event, checked against the models the server's info lists (an unknown name fails with
-** SPC_ERROR_INVALID_ARGUMENT naming them); for Riva, RecognitionConfig.model (an unknown one is
-** the server's INVALID_ARGUMENT); ignored by Speechly. 1-256 characters without spaces
+** SPC_ERROR_INVALID_ARGUMENT naming them); for Riva, RecognitionConfig.model, checked against
+** the models GetRivaSpeechRecognitionConfig lists (one not listed fails before READY with
+** SPC_ERROR_INVALID_ARGUMENT naming them, since 0.11; before, and with a server that lists none,
+** the server's INVALID_ARGUMENT at the context's start); ignored by Speechly. 1-256 characters without spaces
 ** or control characters. NULL (the default): the server's default model. Since 0.6. */
 SPC_API spc_status spc_options_set_model(spc_options *options, const char *model);
 

@@ -252,3 +252,19 @@ def test_a_call_ended_ok_before_its_audio_was_taken_is_replayed(tmp_path):
     assert words == [f"v{1000 + k}" for k in range(50)], (words, out.stderr[-2000:])
     assert out.returncode == 0, out.stderr
     print(f"\n{len(streams)} streams carried the 5 s file")
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--model", "no-such-model"], "has no model 'no-such-model'; it offers: whisper-en-US-asr-streaming (en-US)"),
+    (["--language", "de-DE"], "has no model for language 'de-DE'; it offers: whisper-en-US-asr-streaming (en-US)"),
+])
+def test_a_model_or_language_the_server_does_not_list_fails_before_ready(riva, speech, extra, said):
+    """The server lists its models (GetRivaSpeechRecognitionConfig, asked once before the first
+    stream): a model or language it does not have fails there, as an invalid argument naming what
+    it offers, as Wyoming's does. It was found at the context's start instead: an API error
+    (the server's INVALID_ARGUMENT), after READY."""
+    out, events = demo(riva.url, speech("stop the music"), *extra)
+    assert out.returncode == 1, out.stderr
+    errors = [e for e in events if e["type"] == "error"]
+    assert errors and errors[0]["code"] == "invalid argument" and said in errors[0]["message"], events
+    assert not [e for e in events if e["type"] == "state" and e["state"] == "ready"], events

@@ -39,7 +39,7 @@ public final class RivaService: RecognitionService, @unchecked Sendable {
     public func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void)
         throws(SpeechClientError) -> any RecognitionStream {
         if !checked.load(ordering: .acquiring) {
-            try checkServer(cancellation: cancellation)
+            try checkServer(language: config.languageCode, cancellation: cancellation)
             checked.store(true, ordering: .releasing)
         }
         let id = "riva-\(sequence.add(1, ordering: .relaxed).newValue)-\(SystemRandom.uuid().prefix(8))"
@@ -52,18 +52,80 @@ public final class RivaService: RecognitionService, @unchecked Sendable {
     }
 
     /// The server answers `GetRivaSpeechRecognitionConfig` (any answer that decodes): it is a
-    /// Riva speech recognizer. UNIMPLEMENTED means something else speaks gRPC there.
-    private func checkServer(cancellation: Cancellation?) throws(SpeechClientError) {
+    /// Riva speech recognizer. UNIMPLEMENTED means something else speaks gRPC there. When it
+    /// lists its models, a model or language it does not have fails here, before READY, naming
+    /// what it offers (as for Wyoming); found at each context's start, it was an API error there.
+    private func checkServer(language: String, cancellation: Cancellation?) throws(SpeechClientError) {
+        let models: [RivaModel]
         do throws(SpeechClientError) {
             let answer = try channel.unary(path: Self.configPath, metadata: metadata, request: [],
                                            timeoutMilliseconds: timeoutMilliseconds, cancellation: cancellation)
-            try ProtobufReader(answer).skipAll()
-            log(.debug, "\(peer) answered GetRivaSpeechRecognitionConfig (\(answer.count) bytes)")
+            models = try RivaModel.decodeConfigResponse(answer[...])
+            log(.debug, "\(peer) answered GetRivaSpeechRecognitionConfig (\(answer.count) bytes, \(models.count) model(s))")
         } catch {
             guard error.grpcStatus == GRPCStatus.unimplemented else { throw RivaRelay.named(error) }
             throw SpeechClientError(.invalidArgument, "\(peer) is not a Riva speech recognizer: \(error.message)",
                                     grpcStatus: error.grpcStatus)
         }
+        if let refusal = RivaModel.refusal(of: models, model: model, language: language, peer: peer) { throw refusal }
+    }
+}
+
+/// One model a Riva server lists in `RivaSpeechRecognitionConfigResponse.model_config`: its
+/// name and its parameters (`language_code` among them).
+struct RivaModel: Equatable {
+    var name = ""
+    var parameters: [String: String] = [:]
+
+    /// At most this many models are read (a hostile answer stays bounded; Riva lists a few).
+    static let maxModels = 256
+
+    static func decodeConfigResponse(_ bytes: ArraySlice<UInt8>) throws(SpeechClientError) -> [RivaModel] {
+        var r = ProtobufReader(bytes)
+        var models: [RivaModel] = []
+        while let (field, value) = try r.next() {
+            guard field == 1, models.count < maxModels else { continue }  // model_config
+            var m = try value.message("model_config")
+            var model = RivaModel()
+            while let (f, v) = try m.next() {
+                if f == 1 { model.name = try v.string("model_name") }
+                if f == 2, model.parameters.count < 64 {  // parameters: map<string, string> entries
+                    var entry = try v.message("parameters")
+                    var key = "", text = ""
+                    while let (ef, ev) = try entry.next() {
+                        if ef == 1 { key = try ev.string("key") }
+                        if ef == 2 { text = try ev.string("value") }
+                    }
+                    model.parameters[key] = text
+                }
+            }
+            models.append(model)
+        }
+        return models
+    }
+
+    /// Why the server cannot serve `model` (nil: its default) in `language`, or nil when it can
+    /// or cannot tell. Judged only on what the server lists: no models listed, or a model
+    /// without a `language_code`, is no judgement on the language.
+    static func refusal(of models: [RivaModel], model: String?, language: String, peer: String) -> SpeechClientError? {
+        guard !models.isEmpty else { return nil }
+        func listed() -> String {
+            let shown = models.prefix(16).map { m in m.parameters["language_code"].map { "\(m.name) (\($0))" } ?? m.name }
+            return shown.joined(separator: ", ") + (models.count > 16 ? ", ..." : "")
+        }
+        var candidates = models
+        if let model {
+            candidates = models.filter { $0.name == model }
+            if candidates.isEmpty {
+                return SpeechClientError(.invalidArgument, "the Riva server \(peer) has no model '\(model)'; it offers: \(listed())")
+            }
+        }
+        // Lenient on purpose: the same primary language ("en" for "en-US") is left to the server.
+        func primary(_ tag: String) -> String { String(tag.split(separator: "-").first ?? Substring(tag)).lowercased() }
+        let languages = candidates.compactMap { $0.parameters["language_code"] }
+        guard languages.count == candidates.count,
+              !languages.contains(where: { primary($0) == primary(language) }) else { return nil }
+        return SpeechClientError(.invalidArgument, "the Riva server \(peer) has no \(model.map { "model '\($0)' for " } ?? "model for ")language '\(language)'; it offers: \(listed())")
     }
 }
 

@@ -279,6 +279,34 @@ import Testing
         #expect((try? RivaResult.decodeResponse(fine[...]))?.count == SegmentAssembler.maxOpenSegments)
     }
 
+    /// The models a server lists: a model or language it does not have is refused before READY,
+    /// naming what it offers; a listing that says nothing of languages judges none.
+    @Test func theServersModelListJudgesTheModelAndLanguage() throws {
+        func config(_ models: [(String, String?)]) -> [UInt8] {
+            response { r in
+                for (name, language) in models {
+                    r.message(1) { m in
+                        m.string(1, name)
+                        m.message(2) { e in e.string(1, "type"); e.string(2, "online") }
+                        if let language { m.message(2) { e in e.string(1, "language_code"); e.string(2, language) } }
+                    }
+                }
+            }
+        }
+        let listed = try RivaModel.decodeConfigResponse(config([("en-model", "en-US"), ("de-model", "de-DE")])[...])
+        #expect(listed.map(\.name) == ["en-model", "de-model"] && listed[1].parameters == ["type": "online", "language_code": "de-DE"])
+        #expect(RivaModel.refusal(of: listed, model: nil, language: "en-US", peer: "p") == nil)
+        #expect(RivaModel.refusal(of: listed, model: nil, language: "en-GB", peer: "p") == nil)  // the server decides
+        #expect(RivaModel.refusal(of: listed, model: "de-model", language: "de-DE", peer: "p") == nil)
+        let noModel = try #require(RivaModel.refusal(of: listed, model: "fr-model", language: "fr-FR", peer: "p"))
+        #expect(noModel.code == .invalidArgument && noModel.message.contains("has no model 'fr-model'; it offers: en-model (en-US), de-model (de-DE)"))
+        let noLanguage = try #require(RivaModel.refusal(of: listed, model: "de-model", language: "en-US", peer: "p"))
+        #expect(noLanguage.message.contains("has no model 'de-model' for language 'en-US'"), "\(noLanguage.message)")
+        #expect(RivaModel.refusal(of: [], model: "x", language: "xx", peer: "p") == nil)
+        let unlabelled = try RivaModel.decodeConfigResponse(config([("m", nil)])[...])
+        #expect(RivaModel.refusal(of: unlabelled, model: nil, language: "fr-FR", peer: "p") == nil)
+    }
+
     @Test func malformedResponsesAreParseErrors() {
         for bad: [UInt8] in [[0x0A, 0x05, 0x01], [0x0A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]] {
             #expect(throws: SpeechClientError.self) { _ = try RivaResult.decodeResponse(bad[...]) }
