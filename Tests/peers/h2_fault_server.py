@@ -212,6 +212,20 @@ class Connection:
         self.stop_reading = True
         self.conn.send_headers(sid, ok_headers())
 
+    def ok_while_still_receiving(self, sid, headers):
+        """Stops acknowledging DATA (the client's request queues behind flow control), then
+        ends the call with status OK 0.3 s later: a server or proxy ending a call early,
+        whatever the client still has to send."""
+        self.stop_reading = True
+        self.conn.send_headers(sid, ok_headers())
+
+        def later():
+            time.sleep(0.3)
+            with self.lock:
+                self.conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+                self.flush()
+        threading.Thread(target=later, daemon=True).start()
+
     def blackhole_scenario(self, sid, headers):
         self.conn.send_headers(sid, ok_headers())
         self.blackhole = True
@@ -251,6 +265,7 @@ SCENARIOS = {
     "ContinuationFlood": Connection.continuation_flood,
     "Silent": Connection.silent,
     "StopReading": Connection.stop_reading_scenario,
+    "OkWhileStillReceiving": Connection.ok_while_still_receiving,
     "Blackhole": Connection.blackhole_scenario,
     "OkThenBlackhole": Connection.ok_then_blackhole,
     "EarlyHints": Connection.early_hints,

@@ -25,6 +25,9 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
 
     // Any thread: bytes accepted by send() and not yet taken by HTTP/2.
     private let queuedBytes = SendBacklog()
+    /// The server ended the call with status OK while request messages were still queued.
+    private let requestQueuedAtEnd = Atomic<Bool>(false)
+    var endedWithRequestQueued: Bool { requestQueuedAtEnd.load(ordering: .acquiring) }
     /// Requests given to `send` that the loop's work has not taken yet, and whether a task to
     /// take them is on its way: the first request of a batch posts one task for all of them, not
     /// a closure per request (a file's worker turn sends dozens, all of them corked).
@@ -281,14 +284,12 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         if requestUnsent {
             connection?.reset(stream: streamID, errorCode: 8)
         }
-        if result == nil && requestUnsent {
-            // Status OK before the end of the request was sent (its END_STREAM): the server, or
-            // a proxy, ended the call without taking all of it. For a streaming recognizer that
-            // is audio never heard; taken as OK, a client that had already asked to half-close
-            // (a file's last chunks queued behind flow control) took it for the server's finish
-            // and those chunks were lost without an error. A network error: the caller replays.
-            result = SpeechClientError(.network, "\(path): \(peer) ended the call (status OK) before taking all of its request"
-                                       + " (\(queuedBytes.value) bytes not sent)", grpcStatus: GRPCStatus.unavailable)
+        if result == nil && (current != nil || !outgoing.isEmpty || queuedBytes.value > 0) {
+            // Status OK with request messages still queued here (behind flow control): the
+            // server, or a proxy, ended the call without taking all of them. Said to the
+            // caller, which knows whether they mattered: a recognizer's audio never heard (Riva:
+            // `RivaRelay`), or an answer to the server's ping sent as it ended (Speechly).
+            requestQueuedAtEnd.store(true, ordering: .releasing)
         }
         finish(result)
     }

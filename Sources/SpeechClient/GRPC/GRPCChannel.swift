@@ -44,6 +44,13 @@ public protocol GRPCStreamingCall: AnyObject, Sendable {
     /// `queuedSendBytes` falls to `bytes` or the call ends; false, arming nothing, when it
     /// already is that low. A later call replaces the notice.
     func notifyWhenQueued(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool
+    /// The server ended the call with status OK while request messages were still queued (not
+    /// all of the request reached it). Meaningful once the call's `.closed(nil)` is delivered.
+    var endedWithRequestQueued: Bool { get }
+}
+
+extension GRPCStreamingCall {
+    public var endedWithRequestQueued: Bool { false }
 }
 
 /// A gRPC channel to one server: unary and bidirectional-streaming calls as HTTP/2 streams on

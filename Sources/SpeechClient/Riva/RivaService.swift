@@ -47,6 +47,7 @@ public final class RivaService: RecognitionService, @unchecked Sendable {
         let call = try channel.openStreamingCall(path: Self.streamPath, metadata: metadata, cancellation: cancellation) {
             relay.deliver($0)
         }
+        relay.attach(call)
         return RivaStream(call: call, relay: relay, language: config.languageCode, model: model,
                           sampleRate: config.sampleRateHertz)
     }
@@ -120,10 +121,20 @@ struct RivaModel: Equatable {
                 return SpeechClientError(.invalidArgument, "the Riva server \(peer) has no model '\(model)'; it offers: \(listed())")
             }
         }
-        // Lenient on purpose: the same primary language ("en" for "en-US") is left to the server.
+        // Lenient on purpose: the same primary language ("en" for "en-US") is left to the server,
+        // and so is every listing with a code that is not one plain language: NVIDIA's
+        // multilingual models say "multi", "es-en-US", "ja-en-JP", which serve en-US too.
         func primary(_ tag: String) -> String { String(tag.split(separator: "-").first ?? Substring(tag)).lowercased() }
+        func plain(_ tag: String) -> Bool {
+            let parts = tag.split(separator: "-", omittingEmptySubsequences: false)
+            guard (1...2).contains(parts.count), (2...3).contains(parts[0].count),
+                  parts[0].allSatisfy({ $0.isASCII && $0.isLetter }), primary(tag) != "multi" else { return false }
+            // A region (2 letters or 3 digits), not a second language ("es-en").
+            return parts.count == 1 || parts[1].count == 3 && parts[1].allSatisfy({ $0.isASCII && $0.isNumber })
+                || parts[1].count == 2 && parts[1].allSatisfy({ $0.isASCII && $0.isLetter }) && parts[1].uppercased() == String(parts[1])
+        }
         let languages = candidates.compactMap { $0.parameters["language_code"] }
-        guard languages.count == candidates.count,
+        guard languages.count == candidates.count, languages.allSatisfy(plain),
               !languages.contains(where: { primary($0) == primary(language) }) else { return nil }
         return SpeechClientError(.invalidArgument, "the Riva server \(peer) has no \(model.map { "model '\($0)' for " } ?? "model for ")language '\(language)'; it offers: \(listed())")
     }
@@ -142,6 +153,16 @@ final class RivaRelay: @unchecked Sendable {
     /// The client half-closed the call (the end of its audio): only then is an OK end the
     /// server's finish. Before it, the call ended under the audio still coming.
     let halfClosed = Atomic<Bool>(false)
+    /// The call, to ask at its end whether all of the audio reached the server (weak: the call
+    /// holds this relay through its handler until it ends).
+    private let call = Locked<WeakCall>(WeakCall())
+    final class WeakCall: @unchecked Sendable { weak var call: (any GRPCStreamingCall)? }
+
+    func attach(_ call: any GRPCStreamingCall) {
+        let box = WeakCall()
+        box.call = call
+        self.call.withLock { $0 = box }
+    }
 
     init(contextId: String, handler: @escaping @Sendable (StreamEvent) -> Void) {
         self.contextId = contextId
@@ -231,6 +252,12 @@ final class RivaRelay: @unchecked Sendable {
                 // stream ended without `finished` is, so it is replayed; taken as the finish,
                 // it ended the user's context with no error and every later word unsent.
                 handler(.closed(SpeechClientError(.network, "the Riva server ended the call (status OK) before the end of its audio",
+                                                  grpcStatus: GRPCStatus.unavailable)))
+            } else if call.withLock({ $0.call?.endedWithRequestQueued }) == true {
+                // Status OK after the half-close, with audio still queued behind flow control (a
+                // replica, or a proxy, ending the call early): the server never read it. Taken
+                // as the finish, the context ended with no error and those words unheard.
+                handler(.closed(SpeechClientError(.network, "the Riva server ended the call (status OK) before taking all of its audio",
                                                   grpcStatus: GRPCStatus.unavailable)))
             } else {
                 // A segment whose words were all taken back, never finalised: it ends empty (the

@@ -227,6 +227,27 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(events.goingAway == 1)
     }
 
+    /// Status OK while the client's request still queues behind flow control (the server
+    /// ended the call early): the call says so (`endedWithRequestQueued`), so that a
+    /// recognizer's relay takes it as audio never heard (Riva's). A call whose request all
+    /// went out does not.
+    @Test func anOKEndWithTheRequestStillQueuedSaysSo() throws {
+        // A connection of its own: the scenario stops acknowledging DATA on its connection.
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_006)))
+        let events = EventCollector()
+        let call = try ch.openStreamingCall(path: "/fault.Fault/OkWhileStillReceiving", metadata: []) { events.handle($0) }
+        for _ in 0..<40 { call.send([UInt8](repeating: 7, count: 3200)) }  // 128 KB: past the 64 KiB window
+        call.halfClose()
+        #expect(events.waitClosed() == .some(nil))
+        #expect(call.endedWithRequestQueued)
+        let whole = EventCollector()
+        let done = try channel().openStreamingCall(path: "/fault.Fault/Anything", metadata: []) { whole.handle($0) }
+        done.send([1, 2, 3])
+        done.halfClose()
+        #expect(whole.waitClosed() == .some(nil))
+        #expect(!done.endedWithRequestQueued)
+    }
+
     @Test func serverThatStopsReadingFailsTheCallWithBoundedMemory() throws {
         let limit = 64 * 1024
         let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_004),

@@ -112,6 +112,24 @@ import Testing
         done.relay.halfClosed.store(true, ordering: .releasing)
         done.relay.deliver(.closed(nil))
         #expect(done.lines.withLock { $0 } == ["other", "finished", "closed"])
+        // After the half-close, with audio still queued behind flow control (the server ended
+        // the call early: GRPCCall says so): a loss, not the finish. A file's last chunks were
+        // lost so, with no error.
+        final class EndedEarly: GRPCStreamingCall, @unchecked Sendable {
+            func send(_ message: [UInt8]) {}
+            func halfClose() {}
+            func cancel() {}
+            var queuedSendBytes: Int { 0 }
+            func notifyWhenQueued(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool { false }
+            var endedWithRequestQueued: Bool { true }
+        }
+        let cut = Relayed()
+        let call = EndedEarly()
+        cut.relay.attach(call)
+        cut.relay.started()
+        cut.relay.halfClosed.store(true, ordering: .releasing)
+        cut.relay.deliver(.closed(nil))
+        #expect(cut.lines.withLock { $0 } == ["other", "closed network"])
         // A call that carried no context yet (a prepared stream a proxy let go): its end only,
         // no `finished` (which ended the context of a worker that had just taken the stream:
         // no error, no more audio), and no `started` after it.
@@ -305,6 +323,13 @@ import Testing
         #expect(RivaModel.refusal(of: [], model: "x", language: "xx", peer: "p") == nil)
         let unlabelled = try RivaModel.decodeConfigResponse(config([("m", nil)])[...])
         #expect(RivaModel.refusal(of: unlabelled, model: nil, language: "fr-FR", peer: "p") == nil)
+        // Multilingual models (NVIDIA's codes) are the server's to judge: never refused here.
+        for code in ["multi", "es-en-US", "ja-en-JP", "em-ea"] {
+            let listing = try RivaModel.decodeConfigResponse(config([("parakeet", code)])[...])
+            #expect(RivaModel.refusal(of: listing, model: nil, language: "en-US", peer: "p") == nil, "\(code)")
+        }
+        let plainOnly = try RivaModel.decodeConfigResponse(config([("de", "de-DE"), ("es", "es-419")])[...])
+        #expect(RivaModel.refusal(of: plainOnly, model: nil, language: "en-US", peer: "p") != nil)
     }
 
     @Test func malformedResponsesAreParseErrors() {
