@@ -76,7 +76,7 @@ extension ClientWorker {
             // A rejected token (expired, or a server restarted with a new secret), before the
             // context started or during it: the relay has dropped the cached token. Once, log in
             // afresh and replay the lane's audio, as after a connection loss.
-            if !authRetried, cause.code == .auth {
+            if !authRetried, cause.code == .auth, supervisor.pendingFailure == nil {
                 authRetried = true
                 _ = supervisor.lanes.remove(gen)
                 dropSegments(of: lane)
@@ -271,7 +271,7 @@ extension ClientWorker {
             }
         case .finished(let code, let message):
             guard let lane = supervisor.lanes[gen] else { return }
-            if !lane.stopSent || code != nil {
+            if !lane.stopSent || lane.finishedBeforeStop || code != nil {
                 // The server ended its context before the end of the lane's audio (before its
                 // stop), or dropped some of it (an error: a limit, `context_too_long` at 5 minutes
                 // for a Speechly server, under a context_limit_ms raised past it; a file's lane

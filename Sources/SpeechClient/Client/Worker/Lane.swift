@@ -125,6 +125,9 @@ struct Lane {
     /// the context ended with the earlier lane, whose transcript still to come was dropped, and
     /// the error named only this lane's audio.
     var failedWhileHeld: SpeechClientError?
+    /// Its `finished` came before its stop was sent, while its responses were held: the
+    /// server ended its context before the lane's audio did (`LaneSupervisor.laneFinishedHeld`).
+    var finishedBeforeStop = false
     /// It ended (cleanly or not) while its responses were held.
     var endsWhileHeld: Bool { endedWhileHeld || failedWhileHeld != nil }
 

@@ -268,7 +268,14 @@ final class LaneSupervisor {
     func laneAcknowledged(_ gen: Int) { lanes.update(gen) { $0.startDue = .max } }
 
     /// A held lane's `finished` arrived (applied later, in order): its finish timeout no longer applies.
-    func laneFinishedHeld(_ gen: Int) { lanes.update(gen) { $0.awaitingFinishSince = nil } }
+    func laneFinishedHeld(_ gen: Int) {
+        lanes.update(gen) { lane in
+            lane.awaitingFinishSince = nil
+            // Before the lane's stop: the server ended its context early. Said now, as its stop
+            // may go out while the `finished` waits (`ClientWorker.handleResponse`).
+            if !lane.stopSent { lane.finishedBeforeStop = true }
+        }
+    }
 
     /// A response arrived on the lane, applied now or held (or dropped, `dropsResult`): a final
     /// is counted (`Lane.finalsArrived`), and its words restart the clock
@@ -571,6 +578,9 @@ final class LaneSupervisor {
             return
         }
         pendingFailure = (cause, attempts, from)
+        // Nothing else opens meanwhile (a piece waiting for room would open as an earlier lane
+        // finishes, and the lanes would never all end).
+        reconnection.dropRepairs()
         host.log(.info, "context \(host.contextId): reconnection failed after \(attempts) attempt(s) (\(cause.message)); the context fails once the \(others.count) stream(s) before that audio have finished")
     }
 
@@ -671,6 +681,7 @@ final class LaneSupervisor {
     /// machine) kept four streams open for minutes; the microphone's audio waited for room,
     /// and once it filled the buffer, it was lost (52.8 s at the reproduction that found it).
     func openWaitingPieces(host: some LaneHost, beforeTheirAudioIsDropped: Bool = false) {
+        guard pendingFailure == nil else { return }  // given up: nothing more opens
         var opened = false
         var pastTheWindow = beforeTheirAudioIsDropped
         while let piece = reconnection.nextWaiting, pastTheWindow || lanes.countStarting(before: piece.from) < Self.maxOpenLanes {
