@@ -241,13 +241,6 @@ public final class WAVFileSource: Int16AudioSource {
             guard fread(&chunk, 1, 8, file) == 8 else {
                 throw fail(path, fmt == nil ? "no fmt chunk" : "no data chunk")
             }
-            // Zeros after the header read as empty chunks, 8 bytes each: a damaged file of
-            // gigabytes took minutes to refuse (at spc_client_new and at every start). Real
-            // files have a handful before `data`.
-            guard counted < Self.maxChunksBeforeData else {
-                throw fail(path, "more than \(Self.maxChunksBeforeData) chunks before the data chunk (a damaged file?)")
-            }
-            counted += 1
             offset += 8
             let id = fourCC(chunk, 0)
             let size = Int(le32(chunk, 4))
@@ -307,6 +300,13 @@ public final class WAVFileSource: Int16AudioSource {
                               dataBytes: usable - usable % fmt.blockAlign,
                               missingBytes: placeholder || (size >= 0x7FFF_0000 && ds64DataSize == nil) ? 0 : declared - usable)
             default:
+                // Zeros after the header read as empty chunks, 8 bytes each: a damaged file of
+                // gigabytes took minutes to refuse (at spc_client_new and at every start). Real
+                // files have a handful before `data`.
+                counted += 1
+                guard counted <= Self.maxChunksBeforeData else {
+                    throw fail(path, "more than \(Self.maxChunksBeforeData) chunks before the data chunk (a damaged file?)")
+                }
                 // Chunks are padded to even sizes; the pad byte is not counted in the size.
                 let padded = size + (size & 1)
                 guard padded <= available || (size <= available && padded == available + 1) else {
