@@ -203,6 +203,7 @@ class Client(_AsyncMixin, _Handle):
         self._channels = 1
         self._push_lock = threading.Lock()
         self._push_rest = b""  # the part of a frame the last push() left over
+        self._push_epoch = 0  # counts the changes of _push_rest: a refused push restores it only if none came since
         self.url = url
 
         opts = n.spc_options_new()
@@ -476,7 +477,9 @@ class Client(_AsyncMixin, _Handle):
                 data = carried + mv.tobytes()
                 mv.release()
                 whole = len(data) - len(data) % frame_bytes
-                self._push_rest = rest = data[whole:]
+                self._push_rest = data[whole:]
+                self._push_epoch += 1
+                epoch = self._push_epoch
         if carried or nbytes % frame_bytes:
             status = self._push_status(ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_int16))
                                        if whole else None, whole // frame_bytes)
@@ -485,7 +488,7 @@ class Client(_AsyncMixin, _Handle):
                 # stop or another push changed them meanwhile). Only on the library's refusal: a
                 # KeyboardInterrupt landing after a push that was taken restored bytes already sent.
                 with self._push_lock:
-                    if self._push_rest is rest:
+                    if self._push_epoch == epoch:  # not changed since (a stop, another push)
                         self._push_rest = carried
             self._raise_push(status)
             return
@@ -497,6 +500,7 @@ class Client(_AsyncMixin, _Handle):
         bytes (noise, or the channels swapped)."""
         with self._push_lock:
             self._push_rest = b""
+            self._push_epoch += 1
 
     def _raise_push(self, status: int) -> None:
         if status != n.Status.OK:
