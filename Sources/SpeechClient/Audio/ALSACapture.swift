@@ -97,13 +97,13 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         return true
     }()
 
-    /// A message of the capture's own about the device, to the same place as ALSA's.
+    /// A message of the capture's own about the device, to the same place as ALSA's, with the
+    /// same holding back of repeats (an overrun that recurs at every read flooded the log).
     private func report(_ message: String) {
-        let sink = alsaMessages.withLock { $0.sink }
-        sink?("ALSA device '\(device)': \(message)")
+        alsaSaid(message, own: true)
     }
 
-    private func alsaSaid(_ message: String) {
+    private func alsaSaid(_ message: String, own: Bool = false) {
         let now = Clock.monotonicNanos()
         let said = alsaMessages.withLock { m -> (sink: (@Sendable (String) -> Void)?, repeats: Int)? in
             m.last = message
@@ -118,7 +118,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
             return (m.sink, repeats)
         }
         guard let said, let sink = said.sink else { return }
-        sink("ALSA device '\(device)': ALSA says: \(message)" + (said.repeats > 0 ? " (and \(said.repeats) times more since it was last logged)" : ""))
+        sink("ALSA device '\(device)': \(own ? "" : "ALSA says: ")\(message)" + (said.repeats > 0 ? " (and \(said.repeats) times more since it was last logged)" : ""))
     }
 
     /// Runs ALSA calls with this capture receiving ALSA's messages on this thread.
@@ -281,7 +281,13 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
                 }
             case EPIPE, ESTRPIPE:
                 recoveries += 1
-                if recoveries > 3 { return [] }
+                if recoveries > 3 {
+                    // Recovered, and overrun again at once, over and over (a device or plugin
+                    // stuck in that state): a period's pause before the next try, so that the
+                    // capture thread does not spin a core on it.
+                    usleep(20_000)
+                    return []
+                }
                 // Audio was lost: said in the client's log, never silently.
                 report(-code == EPIPE
                        ? "overrun: the capture was not read for more than its \(begun.bufferFrames * 1000 / max(1, begun.format.sampleRate)) ms buffer; the audio of the gap is lost"

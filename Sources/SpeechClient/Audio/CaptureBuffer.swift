@@ -102,13 +102,17 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
             do throws(SpeechClientError) {
                 read = try inner.read(maxFrames: idle ? idleBlock : block)
             } catch {
-                let notify = lock.withLock { () -> (@Sendable () -> Void)? in
+                let (notify, unused) = lock.withLock { () -> ((@Sendable () -> Void)?, Bool) in
                     failure = error
                     ended = true
                     lock.broadcast()
-                    return takeNotificationLocked(force: true)
+                    return (takeNotificationLocked(force: true), !collecting)
                 }
                 notify?()
+                if unused {
+                    // No context reads it to say so (a microphone unplugged between contexts).
+                    messages.withLock { $0 }?("the microphone failed while no context used it (\(error.message)); the next start opens it again")
+                }
                 return
             }
             guard let read else {
@@ -224,6 +228,17 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     /// What is buffered now, without waiting (a stop sends the audio captured before it).
     public func takeBuffered() -> [Float] {
         lock.withLock { takeAllLocked() }
+    }
+
+    /// What is buffered now, and nothing kept from now on, in one hold of the lock: taken and
+    /// then stopped in two, a block the capture thread pushed in between was dropped with the
+    /// stop (up to a period of the last word).
+    public func takeBufferedAndStop() -> [Float] {
+        lock.withLock {
+            let all = takeAllLocked()
+            collecting = false
+            return all
+        }
     }
 
     /// Everything buffered, in order, and the buffer emptied.

@@ -291,6 +291,45 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(service.samplesSent(equalTo: 700) == 16_000 * 3, "\(log.lines)")
     }
 
+    /// A start made after a resume while the suspended context still finishes (the server
+    /// answers its stop 800 ms later) waits for it: a microphone keeps what it hears from the
+    /// start on, for that start's context. The suspend had closed it, and it was opened only when
+    /// the context began: everything said meanwhile was lost (here ~800 ms of 1.6 s).
+    @Test func aMicrophoneKeepsWhatItHearsForAStartWaitingForTheSuspendedContext() throws {
+        final class Talking: AudioSource, @unchecked Sendable {
+            let closed = Locked(false)
+            var format: AudioFormat { .speech }
+            func open() throws(SpeechClientError) { closed.withLock { $0 = false } }
+            func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+                usleep(20_000)  // a device's pace: 20 ms a read
+                if closed.withLock({ $0 }) { return nil }
+                return [Float](repeating: 0.25, count: min(maxFrames, 320))
+            }
+            func close() { closed.withLock { $0 = true } }
+        }
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(finishInBatches: (100, 800)))  // the stop answered 800 ms later
+        var o = try pushOptions()
+        try o.setAudio(.microphone(device: "fake"))
+        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(Talking()) }, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        try startAgainWhileTheSuspendedContextFinishes(client, log)
+        let began = Clock.monotonicNanos()
+        #expect(log.waitFor(timeoutMs: 5_000) { $0.contains("start ctx-2") }, "\(log.lines)")
+        // 1.6 s after the start call, whenever its context opened.
+        let wanted = began + 1_600_000_000
+        let now = Clock.monotonicNanos()
+        if wanted > now { usleep(UInt32((wanted - now) / 1_000)) }
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        // The audio of the second context: what was sent after its start request.
+        let requests = service.requests.withLock { $0 }
+        let lastStart = requests.lastIndex { if case .start = $0 { return true } else { return false } } ?? 0
+        let samples = requests[lastStart...].reduce(0) { n, r in if case .audio(let a) = r { return n + a.count } else { return n } }
+        #expect(samples >= 16_000 * 13 / 10, "\(samples) samples: \(samples / 16) ms of the 1.6 s since the start call")
+    }
+
     /// A push waiting for room (the server takes none of the audio) ends when another thread
     /// stops the context, the frames not taken (as a push after the stop is not): the Python
     /// binding's close() relies on it to end a push that would hold it for the whole wait.

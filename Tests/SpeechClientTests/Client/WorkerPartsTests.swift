@@ -408,6 +408,56 @@ import Glibc
         pump.close()
     }
 
+    /// A microphone that fails while no context uses it (unplugged between contexts, plugged
+    /// in again): the next start opens it again. Its capture had ended on the error, which the
+    /// next context then met at once (failed with "unplugged"); only the start after it reopened.
+    @Test func aMicrophoneThatFailedWhileIdleIsOpenedAgainByTheNextStart() throws {
+        final class UnpluggedWhileIdle: AudioSource, @unchecked Sendable {
+            let opens = Locked(0)
+            let unplugged = Locked(false)
+            let closed = Locked(false)
+            var format: AudioFormat { .speech }
+            func open() throws(SpeechClientError) {
+                opens.withLock { $0 += 1 }
+                closed.withLock { $0 = false }
+                unplugged.withLock { $0 = false }  // plugged in again
+            }
+            func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+                if unplugged.withLock({ $0 }) { throw SpeechClientError(.audio, "the device was unplugged") }
+                usleep(20_000)
+                if closed.withLock({ $0 }) { return nil }
+                return [Float](repeating: 0.1, count: min(maxFrames, 320))
+            }
+            func close() { closed.withLock { $0 = true } }
+        }
+        let device = UnpluggedWhileIdle()
+        let buffer = CaptureBuffer(device)
+        let pump = AudioPump(input: .microphone(device: "usb"), chunkMilliseconds: 100, makeSource: { _ in buffer })
+        try pump.openForContext(log: { _, _ in })
+        pump.endContext()  // idle: the device stays open, read every 100 ms
+        let ended = OneShot<Bool>()
+        if buffer.notifyWhenAvailable(samples: .max, { ended.set(true) }) {  // told when the capture ends
+            device.unplugged.withLock { $0 = true }
+            _ = ended.wait(untilMonotonicNanos: Clock.monotonicNanos() + 5_000_000_000)
+        }
+        #expect(buffer.hasEnded)
+        let until = Clock.monotonicNanos() + 5_000_000_000
+        try pump.openForContext(log: { _, _ in })
+        var samples = 0
+        var failure: SpeechClientError?
+        while samples == 0 && failure == nil && Clock.monotonicNanos() < until {
+            switch pump.read() {
+            case .chunks(let chunks): samples += chunks.sampleCount
+            case .failed(let error): failure = error
+            default: break
+            }
+            usleep(20_000)
+        }
+        #expect(failure == nil && samples > 0, "\(String(describing: failure))")
+        #expect(device.opens.withLock { $0 } == 2)
+        pump.close()
+    }
+
     // MARK: ActivationBacklog
 
     @Test func aWaitingActivationKeepsItsAudioBoundedAndSaysTheFirstDropOnce() {

@@ -85,6 +85,13 @@ final class AudioPump {
                 log(.warning, "\(wav.path): the data chunk declares \(h.dataBytes + h.missingBytes) bytes but the file holds \(h.dataBytes): its last \(SpeechAudio.secondsText(Double(h.missingBytes) / rate)) s are missing; transcribing the \(SpeechAudio.secondsText(Double(h.dataBytes) / rate)) s there are")
             }
         case .microphone:
+            if let buffered = source as? CaptureBuffer, buffered.hasEnded {
+                // It failed while no context used it (a microphone unplugged between contexts,
+                // perhaps plugged in again since): opened again, as the first start opens it.
+                // Kept, its old error failed this context, and only the start after it reopened.
+                log(.info, "the microphone had stopped while the client was idle: opening it again")
+                close()
+            }
             if source == nil {
                 collectingAhead = false
                 try openMicrophone(forContext: true, log: log)
@@ -214,6 +221,25 @@ final class AudioPump {
         collectingAhead = true
     }
 
+    /// A start made after a resume while the suspended context still finishes waits for it: the
+    /// microphone, which the suspend closed, is opened now and keeps what it hears for that
+    /// start's context. Opened only when that context began, everything said meanwhile (up to
+    /// the old context's finish) was lost. A device that cannot be opened now is tried again,
+    /// and its error reported, when the context begins.
+    func openAndCollectAhead(log: @escaping @Sendable (LogLevel, String) -> Void) {
+        guard case .microphone = input else { return }
+        if source == nil {
+            do throws(SpeechClientError) {
+                try openMicrophone(forContext: true, log: log)
+            } catch {
+                return
+            }
+            collectingAhead = source != nil
+        } else {
+            collectAhead()
+        }
+    }
+
     /// The queued start was cancelled (a stop) or abandoned (a suspend).
     func stopCollectingAhead() {
         guard collectingAhead else { return }
@@ -226,8 +252,7 @@ final class AudioPump {
     /// the stop came). Nothing for other sources.
     func takeCapturedAndStop() -> Chunker.Chunks {
         guard let buffered = source as? CaptureBuffer, let source else { return Chunker.Chunks() }
-        let block = buffered.takeBuffered()
-        buffered.stopCollecting()
+        let block = buffered.takeBufferedAndStop()
         guard !block.isEmpty else { return Chunker.Chunks() }
         return chunker.append(converter(for: source.format).process(block))
     }

@@ -6,6 +6,8 @@ extension ClientWorker {
         guard let client else { return }
         if contextOpen {
             deferredStart = true
+            // A microphone keeps what it hears from now on, for this start's context.
+            audio.openAndCollectAhead(log: { [link] level, message in link.client?.log(level, message) })
             return
         }
         if options.activation != .manual {
@@ -290,7 +292,9 @@ extension ClientWorker {
         // (the start was cancelled, or a suspend abandoned it).
         let queuedHeld = restart ? heldForQueuedStart : nil
         heldForQueuedStart = nil
-        if !restart { audio.stopCollectingAhead() }
+        // A start that begins now keeps what the microphone collected for it (queued behind
+        // the stop, or deferred behind a suspended context); otherwise it is dropped.
+        if !restart && !(deferred && !suspended) { audio.stopCollectingAhead() }
         if suspended {
             prepared?.stream.finish()
             prepared = nil
