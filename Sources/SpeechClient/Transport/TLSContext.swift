@@ -24,6 +24,7 @@ final class TLSContext: @unchecked Sendable {
     }
 
     private init(_ settings: TLSSettings) throws(SpeechClientError) {
+        ERR_clear_error()  // what an earlier call left on this thread's queue is not this one's error
         guard let method = TLS_client_method(), let ctx = SSL_CTX_new(method) else {
             throw TLSContext.lastError(.tls, "SSL_CTX_new", context: "creating the TLS context")
         }

@@ -22,6 +22,9 @@ final class TLSStream: ByteStream {
         self.context = context
         self.host = host
         self.peer = "\(host):\(port)"
+        // Errors an earlier call left on this thread's queue (the application's own OpenSSL
+        // use among them) were reported in place of this connection's.
+        ERR_clear_error()
         verifyFailure.initialize(to: speechclient_verify_failure())
         verifyFailure.pointee.depth = -1
         guard let ssl = SSL_new(context.ctx) else {
@@ -33,18 +36,25 @@ final class TLSStream: ByteStream {
         guard SSL_set_fd(ssl, socket.fd) == 1 else {
             throw TLSContext.lastError(.tls, "SSL_set_fd", context: "TLS with \(peer)")
         }
-        let isIPAddress = TLSStream.isIPLiteral(host)
+        // The name as certificates and SNI carry it: without the trailing dot of a fully
+        // qualified name ("api.example.com."), which matched no certificate; an IPv6 address
+        // without its zone ("%eth0"), which made it read as a host name.
+        let name = TLSStream.certificateName(host)
+        let isIPAddress = TLSStream.isIPLiteral(name)
         // SNI carries host names only (RFC 6066).
-        if !isIPAddress && speechclient_shim_ssl_set_sni(ssl, host) != 1 {
+        if !isIPAddress && speechclient_shim_ssl_set_sni(ssl, name) != 1 {
             throw TLSContext.lastError(.tls, "SSL_set_tlsext_host_name", context: "TLS with \(peer)")
         }
         if !insecure {
             let ok: Int32
             if isIPAddress {
-                ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host)
+                ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name)
             } else {
-                X509_VERIFY_PARAM_set_hostflags(SSL_get0_param(ssl), UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS))
-                ok = SSL_set1_host(ssl, host)
+                // The subjectAltName only: a certificate naming the host in its subject's CN
+                // alone is refused (RFC 6125; OpenSSL fell back to the CN).
+                X509_VERIFY_PARAM_set_hostflags(SSL_get0_param(ssl),
+                                                UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS | X509_CHECK_FLAG_NEVER_CHECK_SUBJECT))
+                ok = SSL_set1_host(ssl, name)
             }
             guard ok == 1 else {
                 throw TLSContext.lastError(.tls, "SSL_set1_host", context: "TLS with \(peer)")
@@ -68,6 +78,14 @@ final class TLSStream: ByteStream {
             socket.close()
         }
         ERR_clear_error()
+    }
+
+    /// `host` as a certificate names it: one trailing dot dropped, an IPv6 zone dropped.
+    static func certificateName(_ host: String) -> String {
+        var name = Substring(host)
+        if name.count > 1, name.hasSuffix(".") { name = name.dropLast() }
+        if name.contains(":"), let zone = name.firstIndex(of: "%") { name = name[..<zone] }
+        return String(name)
     }
 
     private static func isIPLiteral(_ host: String) -> Bool {

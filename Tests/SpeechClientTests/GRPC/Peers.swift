@@ -118,6 +118,8 @@ final class TestCertificates: @unchecked Sendable {
     var serverCert: String { directory + "/server.pem" }
     var serverKey: String { directory + "/server.key" }
     var expiredCert: String { directory + "/expired.pem" }
+    /// Names localhost in its subject's CN alone, with no subjectAltName.
+    var subjectOnlyCert: String { directory + "/subject-only.pem" }
 
     static let shared = Locked<TestCertificates?>(nil)
 
@@ -143,6 +145,8 @@ final class TestCertificates: @unchecked Sendable {
         // -days -1: notAfter a day before notBefore (now), so the certificate has expired.
         try run(["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
                  "-out", "expired.pem", "-days", "-1", "-extfile", "ext.cnf"])
+        try run(["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", "subject-only.pem", "-days", "30"])
     }
 
     private func run(_ arguments: [String]) throws {

@@ -84,6 +84,27 @@ private func tlsError(host: String, port: UInt16, tls: TLSSettings) -> SpeechCli
         #expect(e?.message.contains("127.0.0.1") == true)
     }
 
+    /// A certificate naming its host only in its subject's CN (no subjectAltName) is refused,
+    /// as RFC 6125 and browsers do: OpenSSL fell back to the CN.
+    @Test func aHostNamedOnlyInTheSubjectIsRejected() throws {
+        let certs = try TestCertificates.get()
+        let peer = try server("subject-only", script: "grpc_echo_server.py", ["--tls", certs.subjectOnlyCert, certs.serverKey])
+        let e = tlsError(host: "localhost", port: peer.port, tls: TLSSettings(caFile: certs.caFile))
+        #expect(e?.code == .tls)
+        #expect(e?.message.contains("hostname mismatch") == true, "\(String(describing: e))")
+    }
+
+    /// A fully qualified name with its trailing dot ("api.example.com.") is the same host:
+    /// certificates and SNI carry it without the dot (it matched no certificate: "hostname
+    /// mismatch"); an IPv6 literal with a zone is an address, checked against IP SANs (it was
+    /// taken for a host name, and sent as SNI).
+    @Test func theNameACertificateIsCheckedAgainst() {
+        #expect(TLSStream.certificateName("api.example.com.") == "api.example.com")
+        #expect(TLSStream.certificateName("localhost") == "localhost")
+        #expect(TLSStream.certificateName("fe80::1%eth0") == "fe80::1")
+        #expect(TLSStream.certificateName(".") == ".")
+    }
+
     @Test func expiredCertificateIsRejected() throws {
         let certs = try TestCertificates.get()
         let peer = try server("expired", script: "grpc_echo_server.py", ["--tls", certs.expiredCert, certs.serverKey])
