@@ -669,8 +669,8 @@ SPC_API spc_status spc_options_clear_headers(spc_options *options);
 ** no extra start or stop, segment ids and word times continue, no word is delivered twice.
 ** When the attempts run out, one error says how many seconds of audio, from when, were lost;
 ** while streams of the context before that audio still finish (their stop sent), the error
-** waits for their last words, at most their finish timeout (since 0.11). A call the server ends
-** with status OK while the client's request is still queued (audio it never read) counts as a
+** waits for their last words, at most their finish timeout (since 0.11). A Riva call the server
+** ends with status OK while the client's audio is still queued (audio it never read) counts as a
 ** loss too (since 0.11). Defaults 6, 200, 5000. */
 SPC_API spc_status spc_options_set_reconnect(spc_options *options, uint32_t max_attempts,
                                              uint32_t initial_delay_ms, uint32_t max_delay_ms);
