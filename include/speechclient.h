@@ -575,12 +575,16 @@ SPC_API spc_status spc_options_set_ca_file(spc_options *options, const char *pat
 SPC_API spc_status spc_options_set_insecure_tls(spc_options *options, int insecure);
 
 /* Audio from an ALSA capture device, by name; NULL means "default". This is the default
-** source. The device's own rate and channel count are negotiated and converted. The names to
+** source. The device's own rate and channel count are negotiated and converted, and its sample
+** format: S16_LE, else S32_LE, FLOAT_LE, S24_3LE or S24_LE (since 0.11; before, a device
+** without S16_LE, as I2S microphones often are, failed to open). The names to
 ** give are listed by spc_audio_devices(). A context's audio begins when the library takes
 ** its start, a moment after spc_client_start(): with the device open already (prepare-on-init,
 ** or an earlier context), up to about 100 ms heard before the call may be in it; a device
 ** opened by the start gives audio once open (some take a few hundred ms). Nothing is kept
-** between contexts, except for a start queued behind a pending stop (spc_client_start()). */
+** between contexts, except for a start queued behind a pending stop (spc_client_start()), or
+** made after spc_client_resume() while the suspended context still finishes (since 0.11). A
+** device that failed while no context used it (unplugged) is opened again by the next start. */
 SPC_API spc_status spc_options_set_audio_microphone(spc_options *options, const char *device);
 
 /* The ALSA capture devices, as `arecord -L` lists them: each name can be given to

@@ -75,6 +75,8 @@ ALSA_FORWARD(int, snd_pcm_hw_params_any, (snd_pcm_t *pcm, snd_pcm_hw_params_t *p
 ALSA_FORWARD(int, snd_pcm_hw_params, (snd_pcm_t *pcm, snd_pcm_hw_params_t *params), (pcm, params), -ENOSYS)
 ALSA_FORWARD(int, snd_pcm_hw_params_set_access,
              (snd_pcm_t *pcm, snd_pcm_hw_params_t *params, snd_pcm_access_t access), (pcm, params, access), -ENOSYS)
+ALSA_FORWARD(int, snd_pcm_hw_params_test_format,
+             (snd_pcm_t *pcm, snd_pcm_hw_params_t *params, snd_pcm_format_t val), (pcm, params, val), -ENOSYS)
 ALSA_FORWARD(int, snd_pcm_hw_params_set_format,
              (snd_pcm_t *pcm, snd_pcm_hw_params_t *params, snd_pcm_format_t format), (pcm, params, format), -ENOSYS)
 ALSA_FORWARD(int, snd_pcm_hw_params_set_channels_near,

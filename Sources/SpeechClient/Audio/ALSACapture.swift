@@ -5,7 +5,9 @@ import CALSA
 import CShims
 
 /// Capture from an ALSA device by name: S16_LE interleaved, 16 kHz mono when the device offers
-/// it, otherwise its nearest rate and channel count (`AudioConverter` does the rest, with a
+/// it, otherwise the first of S32_LE, FLOAT_LE, S24_3LE and S24_LE it offers (I2S MEMS
+/// microphones and many audio interfaces give 32 or 24 bits only) and its nearest rate and
+/// channel count (`AudioConverter` does the rest, with a
 /// better filter than ALSA's default linear rate plugin, which is why ALSA resampling is off).
 /// Period 20 ms, buffer 400 ms; overruns (-EPIPE) and suspends (-ESTRPIPE) are recovered with
 /// `snd_pcm_recover` (the audio in the gap is lost, as with any device).
@@ -43,6 +45,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     private var reading = false
     private var closing = false
     private var currentFormat: AudioFormat = .speech
+    private var sampleFormat = SampleFormat.s16
     private var clockless = false
     private var deviceBufferFrames = 0
     /// The device buffer as negotiated (ms; 0 before `open`): what a reader may leave unread.
@@ -54,7 +57,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     private var maxReadFrames = 1024
 
     // Touched only by the reading thread (the protocol allows one reader).
-    private var buffer: [Int16] = []
+    private var buffer: [UInt8] = []
     private var framesDelivered = 0
     private var startNanos: UInt64 = 0
     /// Set when a device of another type delivered far faster than real time (see Pacing).
@@ -163,11 +166,12 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         let rc = snd_pcm_open(&opened, device, SND_PCM_STREAM_CAPTURE, SND_PCM_NONBLOCK)
         guard rc >= 0, let handle = opened else { throw fail("snd_pcm_open", rc) }
         let format: AudioFormat
+        let samples: SampleFormat
         let bufferFrames: Int
         var fds: [pollfd]
         let wake: Int32
         do throws(SpeechClientError) {
-            (format, bufferFrames) = try configure(handle)
+            (format, samples, bufferFrames) = try configure(handle)
             let count = snd_pcm_poll_descriptors_count(handle)
             guard count > 0 else { throw fail("snd_pcm_poll_descriptors_count", count < 0 ? count : -EINVAL) }
             fds = [pollfd](repeating: pollfd(), count: Int(count) + 1)
@@ -189,15 +193,17 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
             wakeFD = wake
             pollFDs = fds
             currentFormat = format
+            sampleFormat = samples
             maxReadFrames = max(1, bufferFrames / 2)
             deviceBufferFrames = bufferFrames
             clockless = type == SND_PCM_TYPE_FILE || type == SND_PCM_TYPE_NULL
         }
     }
 
-    /// Negotiates S16_LE interleaved, 16 kHz (or the nearest rate), mono (or the fewest
-    /// channels). The stream starts with the first read, so nothing stale is buffered before.
-    private func configure(_ handle: OpaquePointer) throws(SpeechClientError) -> (AudioFormat, Int) {
+    /// Negotiates S16_LE (or the first of `SampleFormat.preference` the device offers)
+    /// interleaved, 16 kHz (or the nearest rate), mono (or the fewest channels). The stream
+    /// starts with the first read, so nothing stale is buffered before.
+    private func configure(_ handle: OpaquePointer) throws(SpeechClientError) -> (AudioFormat, SampleFormat, Int) {
         var allocated: OpaquePointer?
         let rc = snd_pcm_hw_params_malloc(&allocated)
         guard rc >= 0, let params = allocated else { throw fail("snd_pcm_hw_params_malloc", rc) }
@@ -210,7 +216,13 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         func check(_ name: String, _ r: Int32) throws(SpeechClientError) { if r < 0 { throw fail(name, r) } }
         try check("snd_pcm_hw_params_any", snd_pcm_hw_params_any(handle, params))
         try check("snd_pcm_hw_params_set_access", snd_pcm_hw_params_set_access(handle, params, SND_PCM_ACCESS_RW_INTERLEAVED))
-        try check("snd_pcm_hw_params_set_format", snd_pcm_hw_params_set_format(handle, params, SND_PCM_FORMAT_S16_LE))
+        // S16_LE alone, such devices failed with "Invalid argument" though listed as usable.
+        guard let samples = SampleFormat.preference.first(where: { snd_pcm_hw_params_test_format(handle, params, $0.alsa) == 0 }) else {
+            throw SpeechClientError(.audio, "ALSA device '\(device)' offers none of the sample formats read here ("
+                                    + SampleFormat.preference.map(\.name).joined(separator: ", ")
+                                    + "); its plughw: or plug: form converts")
+        }
+        try check("snd_pcm_hw_params_set_format", snd_pcm_hw_params_set_format(handle, params, samples.alsa))
         try check("snd_pcm_hw_params_set_channels_near", snd_pcm_hw_params_set_channels_near(handle, params, &channels))
         // Not fatal: some plugins (pulse, pipewire) resample anyway and refuse the setting.
         _ = snd_pcm_hw_params_set_rate_resample(handle, params, 0)
@@ -223,7 +235,72 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         }
         var bufferFrames: snd_pcm_uframes_t = 0
         try check("snd_pcm_hw_params_get_buffer_size", snd_pcm_hw_params_get_buffer_size(params, &bufferFrames))
-        return (AudioFormat(sampleRate: Int(rate), channels: Int(channels)), Int(min(bufferFrames, 1 << 20)))
+        return (AudioFormat(sampleRate: Int(rate), channels: Int(channels)), samples, Int(min(bufferFrames, 1 << 20)))
+    }
+
+    /// The sample formats read from a device, in order of preference (`configure`), and their
+    /// conversion to floats in -1...1.
+    enum SampleFormat: CaseIterable {
+        case s16, s32, float32, s24packed, s24in32
+
+        static let preference: [SampleFormat] = [.s16, .s32, .float32, .s24packed, .s24in32]
+
+        var alsa: snd_pcm_format_t {
+            switch self {
+            case .s16: SND_PCM_FORMAT_S16_LE
+            case .s32: SND_PCM_FORMAT_S32_LE
+            case .float32: SND_PCM_FORMAT_FLOAT_LE
+            case .s24packed: SND_PCM_FORMAT_S24_3LE
+            case .s24in32: SND_PCM_FORMAT_S24_LE
+            }
+        }
+        var name: String {
+            switch self {
+            case .s16: "S16_LE"
+            case .s32: "S32_LE"
+            case .float32: "FLOAT_LE"
+            case .s24packed: "S24_3LE"
+            case .s24in32: "S24_LE"
+            }
+        }
+        var bytes: Int { self == .s16 ? 2 : self == .s24packed ? 3 : 4 }
+
+        /// `count` samples from the start of `raw` (little-endian), as floats; a NaN or
+        /// infinite float sample is silence, and floats are kept within -1...1.
+        func floats(_ raw: [UInt8], count: Int) -> [Float] {
+            var out = [Float](repeating: 0, count: count)
+            raw.withUnsafeBufferPointer { b in
+                switch self {
+                case .s16:
+                    for i in 0..<count {
+                        out[i] = Float(Int16(bitPattern: UInt16(b[2 * i]) | UInt16(b[2 * i + 1]) << 8)) * (1 / 32768)
+                    }
+                case .s32:
+                    for i in 0..<count {
+                        let u = UInt32(b[4 * i]) | UInt32(b[4 * i + 1]) << 8 | UInt32(b[4 * i + 2]) << 16 | UInt32(b[4 * i + 3]) << 24
+                        out[i] = Float(Int32(bitPattern: u)) * (1 / 2_147_483_648)
+                    }
+                case .s24in32:
+                    // The low three bytes, sign-extended from bit 23 (the top byte is padding).
+                    for i in 0..<count {
+                        let u = UInt32(b[4 * i]) | UInt32(b[4 * i + 1]) << 8 | UInt32(b[4 * i + 2]) << 16
+                        out[i] = Float(Int32(bitPattern: u << 8) >> 8) * (1 / 8_388_608)
+                    }
+                case .s24packed:
+                    for i in 0..<count {
+                        let u = UInt32(b[3 * i]) | UInt32(b[3 * i + 1]) << 8 | UInt32(b[3 * i + 2]) << 16
+                        out[i] = Float(Int32(bitPattern: u << 8) >> 8) * (1 / 8_388_608)
+                    }
+                case .float32:
+                    for i in 0..<count {
+                        let u = UInt32(b[4 * i]) | UInt32(b[4 * i + 1]) << 8 | UInt32(b[4 * i + 2]) << 16 | UInt32(b[4 * i + 3]) << 24
+                        let f = Float(bitPattern: u)
+                        out[i] = f.isFinite ? min(1, max(-1, f)) : 0
+                    }
+                }
+            }
+            return out
+        }
     }
 
     /// Up to `maxFrames` frames (at most half the device buffer, 200 ms) as soon as some are
@@ -235,10 +312,10 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     }
 
     private func readFrames(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
-        let begun: (pcm: OpaquePointer, fds: [pollfd], format: AudioFormat, clockless: Bool, limit: Int, bufferFrames: Int)? = lock.withLock {
+        let begun: (pcm: OpaquePointer, fds: [pollfd], format: AudioFormat, samples: SampleFormat, clockless: Bool, limit: Int, bufferFrames: Int)? = lock.withLock {
             guard let pcm = self.pcm, !closing, !reading else { return nil }
             reading = true
-            return (pcm, pollFDs, currentFormat, clockless, maxReadFrames, deviceBufferFrames)
+            return (pcm, pollFDs, currentFormat, sampleFormat, clockless, maxReadFrames, deviceBufferFrames)
         }
         guard let begun else { return nil }
         defer {
@@ -251,7 +328,8 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         let pcm = begun.pcm
         let channels = begun.format.channels
         let frames = min(max(1, maxFrames), begun.limit)
-        if buffer.count < frames * channels { buffer = [Int16](repeating: 0, count: frames * channels) }
+        let frameBytes = channels * begun.samples.bytes
+        if buffer.count < frames * frameBytes { buffer = [UInt8](repeating: 0, count: frames * frameBytes) }
         let deadline = Clock.monotonicNanos() + UInt64(Self.pollMilliseconds) * 1_000_000
         var recoveries = 0
         while true {
@@ -260,12 +338,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
                 let got = min(Int(n), frames)
                 if !pace(frames: got, rate: begun.format.sampleRate, clockless: begun.clockless,
                          bufferFrames: begun.bufferFrames, fds: &fds) { return nil }
-                let count = got * channels
-                var out = [Float](repeating: 0, count: count)
-                buffer.withUnsafeBufferPointer { src in
-                    for i in 0..<count { out[i] = Float(src[i]) * (1 / 32768) }
-                }
-                return out
+                return begun.samples.floats(buffer, count: got * channels)
             }
             if n == 0 { return nil }
             let code = Int32(truncatingIfNeeded: n)

@@ -26,6 +26,7 @@ import Glibc
         pcm.testmic { type file; slave.pcm "null"; file "/dev/null"; infile "\(raw)"; format "raw"; hint { show on; description "Test microphone\nsynthesized speech" } }
         pcm.testspeaker { type null; hint { show on; description "Test speaker|IOIDOutput" } }
         pcm.testmic8k { type plug; slave { pcm "testmic"; rate 8000; channels 1; format S16_LE } }
+        pcm.testmicfloat { type lfloat; slave { pcm "testmic"; format S16_LE } }
 
         """
         let confPath = dir + "/asound.conf"
@@ -64,6 +65,44 @@ import Glibc
         #expect(Array(captured.prefix(f.samples.count)) == f.samples)
         // Held to real time (the file plugin has no clock of its own).
         #expect(seconds > Double(captured.count) / 16_000 - 0.05)
+    }
+
+    /// A device offering FLOAT_LE alone (an lfloat plugin in front of the file plugin; I2S
+    /// MEMS microphones and audio interfaces offer 32 or 24 bits only) is opened and read in
+    /// that format: S16_LE was asked for alone, and such a device failed with
+    /// "snd_pcm_hw_params_set_format failed: Invalid argument". The values are not compared:
+    /// alsa-lib 1.2.8's lfloat does not scale to -1...1 as a float device does (a full-scale
+    /// input read back at 0.29 through it with aplay's own calls); `sampleFormatsConvertExactly`
+    /// checks the conversions.
+    @Test func aDeviceWithoutS16IsReadInAFormatItOffers() throws {
+        let f = try Self.requireFixture()
+        let mic = ALSACapture(device: "testmicfloat")
+        try mic.open()
+        defer { mic.close() }
+        #expect(mic.format == AudioFormat(sampleRate: 16_000, channels: 1))
+        var captured: [Float] = []
+        var idle = 0
+        while captured.count < f.samples.count && idle < 20 {
+            guard let block = try mic.read(maxFrames: 1600) else { break }
+            if block.isEmpty { idle += 1; continue }
+            captured += block
+        }
+        #expect(captured.count >= f.samples.count)
+        #expect(captured.contains { $0 != 0 })
+    }
+
+    /// Each sample format's bytes as floats: signs, extremes, 24 bits sign-extended (packed in
+    /// three bytes, or in the low three of four), a float's NaN as silence and its range kept.
+    @Test func sampleFormatsConvertExactly() {
+        typealias F = ALSACapture.SampleFormat
+        #expect(F.s16.floats([0x00, 0x80, 0xFF, 0x7F, 0x00, 0x40], count: 3) == [-1, Float(32767) / 32768, 0.5])
+        #expect(F.s32.floats([0, 0, 0, 0x80, 0, 0, 0, 0x40], count: 2) == [-1, 0.5])
+        #expect(F.s24packed.floats([0, 0, 0x80, 0, 0, 0x40, 0xFF, 0xFF, 0xFF], count: 3) == [-1, 0.5, -1 / 8_388_608])
+        #expect(F.s24in32.floats([0, 0, 0x80, 0x00, 0, 0, 0x40, 0xFF], count: 2) == [-1, 0.5])  // the top byte ignored
+        let nan = Float.nan.bitPattern, two = Float(2).bitPattern, half = Float(-0.5).bitPattern
+        let le: (UInt32) -> [UInt8] = { [UInt8($0 & 0xFF), UInt8($0 >> 8 & 0xFF), UInt8($0 >> 16 & 0xFF), UInt8($0 >> 24)] }
+        #expect(F.float32.floats(le(nan) + le(two) + le(half), count: 3) == [0, 1, -0.5])
+        #expect(F.preference.first == .s16)
     }
 
     /// A clockless device behind a plugin of another type (here `plug`, fixing the rate at
