@@ -225,6 +225,11 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         }
     }
 
+    /// Nothing more is kept from now on; what is buffered stays, to be read.
+    public func pauseCollecting() {
+        lock.withLock { collecting = false }
+    }
+
     /// What is buffered now, without waiting (a stop sends the audio captured before it).
     public func takeBuffered() -> [Float] {
         lock.withLock { takeAllLocked() }

@@ -330,6 +330,38 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         #expect(samples >= 16_000 * 13 / 10, "\(samples) samples: \(samples / 16) ms of the 1.6 s since the start call")
     }
 
+    /// The same start, stopped 300 ms later while the old context still finishes (1.5 s): the
+    /// microphone's audio for it ends at the stop. It ran on until the old context ended (and
+    /// past 30 s pushed out the words said before the stop).
+    @Test func aMicrophoneKeepsNothingPastAStopMadeForAStartStillWaiting() throws {
+        final class Talking: AudioSource, @unchecked Sendable {
+            let closed = Locked(false)
+            var format: AudioFormat { .speech }
+            func open() throws(SpeechClientError) { closed.withLock { $0 = false } }
+            func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+                usleep(20_000)
+                if closed.withLock({ $0 }) { return nil }
+                return [Float](repeating: 0.25, count: min(maxFrames, 320))
+            }
+            func close() { closed.withLock { $0 = true } }
+        }
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(finishInBatches: (100, 1_500)))
+        var o = try pushOptions()
+        try o.setAudio(.microphone(device: "fake"))
+        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(Talking()) }, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        try startAgainWhileTheSuspendedContextFinishes(client, log)
+        usleep(300_000)
+        try client.stop()
+        #expect(log.waitFor(timeoutMs: 5_000) { $0.contains("stop ctx-2") }, "\(log.lines)")
+        let requests = service.requests.withLock { $0 }
+        let lastStart = requests.lastIndex { if case .start = $0 { return true } else { return false } } ?? 0
+        let samples = requests[lastStart...].reduce(0) { n, r in if case .audio(let a) = r { return n + a.count } else { return n } }
+        #expect(samples > 0 && samples < 16_000 * 8 / 10, "\(samples) samples: \(samples / 16) ms for a start stopped after 300 ms")
+    }
+
     /// A push waiting for room (the server takes none of the audio) ends when another thread
     /// stops the context, the frames not taken (as a push after the stop is not): the Python
     /// binding's close() relies on it to end a push that would hold it for the whole wait.

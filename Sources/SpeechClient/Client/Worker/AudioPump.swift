@@ -89,7 +89,7 @@ final class AudioPump {
                 // It failed while no context used it (a microphone unplugged between contexts,
                 // perhaps plugged in again since): opened again, as the first start opens it.
                 // Kept, its old error failed this context, and only the start after it reopened.
-                log(.info, "the microphone had stopped while the client was idle: opening it again")
+                log(.info, "the microphone had stopped (its capture failed before this context): opening it again")
                 close()
             }
             if source == nil {
@@ -238,6 +238,13 @@ final class AudioPump {
         } else {
             collectAhead()
         }
+    }
+
+    /// The application stopped the start collected for, before its context opened: what the
+    /// microphone heard until then is kept for it, nothing after.
+    func pauseCollectingAhead() {
+        guard collectingAhead else { return }
+        (source as? CaptureBuffer)?.pauseCollecting()
     }
 
     /// The queued start was cancelled (a stop) or abandoned (a suspend).

@@ -7,6 +7,7 @@ extension ClientWorker {
         if contextOpen {
             deferredStart = true
             // A microphone keeps what it hears from now on, for this start's context.
+            client.flushDeferredWake()  // opening a device may block
             audio.openAndCollectAhead(log: { [link] level, message in link.client?.log(level, message) })
             return
         }
@@ -345,7 +346,13 @@ extension ClientWorker {
         }
         guard deferredStart else { return false }
         hold(chunks, in: &heldForDeferredStart)
-        if stop { heldForDeferredStart.stop = true }
+        if stop {
+            heldForDeferredStart.stop = true
+            // The microphone's audio for that start ends here: what it hears after the stop
+            // is not the context's (kept, it ran on until the old context ended, and past 30 s
+            // pushed out the words said before the stop).
+            audio.pauseCollectingAhead()
+        }
         return true
     }
 
