@@ -567,7 +567,9 @@ SPC_API spc_status spc_options_set_cache_dir(spc_options *options, const char *p
 /* A PEM file of CA certificates to trust instead of the system store, for grpc+tls servers.
 ** NULL restores the system store: OpenSSL's CA file and hashed directory (or SSL_CERT_FILE and
 ** SSL_CERT_DIR when set). The directory is searched first; the file is read, once per process,
-** only when the directory has no issuer for a certificate being verified. */
+** only when the directory has no issuer for a certificate being verified. A server's host name
+** must be in its certificate's subjectAltName: since 0.11 a certificate naming it only in its
+** subject's CN is refused ("hostname mismatch"), as RFC 6125 and browsers do. */
 SPC_API spc_status spc_options_set_ca_file(spc_options *options, const char *path);
 
 /* Non-zero turns certificate and hostname verification OFF (development only; logged as a

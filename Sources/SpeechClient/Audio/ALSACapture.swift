@@ -109,7 +109,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     private func alsaSaid(_ message: String, own: Bool = false) {
         let now = Clock.monotonicNanos()
         let said = alsaMessages.withLock { m -> (sink: (@Sendable (String) -> Void)?, repeats: Int)? in
-            m.last = message
+            if !own { m.last = message }  // what `fail` quotes as ALSA's last word: ALSA's only
             if message == m.reported, now &- m.reportedAt < Self.repeatedMessageNanos {
                 m.notReported += 1
                 return nil

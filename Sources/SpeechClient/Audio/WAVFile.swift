@@ -243,6 +243,15 @@ public final class WAVFileSource: Int16AudioSource {
             }
             offset += 8
             let id = fourCC(chunk, 0)
+            // Zeros after the header read as empty chunks, 8 bytes each (and a crafted file may
+            // repeat `fmt `): a damaged file of gigabytes took minutes to refuse (at
+            // spc_client_new and at every start). Real files have a handful before `data`.
+            if id != "data" {
+                counted += 1
+                guard counted <= Self.maxChunksBeforeData else {
+                    throw fail(path, "more than \(Self.maxChunksBeforeData) chunks before the data chunk (a damaged file?)")
+                }
+            }
             let size = Int(le32(chunk, 4))
             let available = fileSize - offset
             switch id {
@@ -300,13 +309,6 @@ public final class WAVFileSource: Int16AudioSource {
                               dataBytes: usable - usable % fmt.blockAlign,
                               missingBytes: placeholder || (size >= 0x7FFF_0000 && ds64DataSize == nil) ? 0 : declared - usable)
             default:
-                // Zeros after the header read as empty chunks, 8 bytes each: a damaged file of
-                // gigabytes took minutes to refuse (at spc_client_new and at every start). Real
-                // files have a handful before `data`.
-                counted += 1
-                guard counted <= Self.maxChunksBeforeData else {
-                    throw fail(path, "more than \(Self.maxChunksBeforeData) chunks before the data chunk (a damaged file?)")
-                }
                 // Chunks are padded to even sizes; the pad byte is not counted in the size.
                 let padded = size + (size & 1)
                 guard padded <= available || (size <= available && padded == available + 1) else {
