@@ -82,6 +82,28 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
     try client.start()
 }
 
+/// A microphone at a device's pace (320 samples every 20 ms) that always hears the same sound.
+final class SteadyMicrophone: AudioSource, @unchecked Sendable {
+    let closed = Locked(false)
+    var format: AudioFormat { .speech }
+    func open() throws(SpeechClientError) { closed.withLock { $0 = false } }
+    func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+        usleep(20_000)
+        if closed.withLock({ $0 }) { return nil }
+        return [Float](repeating: 0.25, count: min(maxFrames, 320))
+    }
+    func close() { closed.withLock { $0 = true } }
+}
+
+extension FakeRecognitionService {
+    /// The samples sent after the last start request: the audio of the last context.
+    var samplesSentInTheLastContext: Int {
+        let requests = self.requests.withLock { $0 }
+        let lastStart = requests.lastIndex { if case .start = $0 { return true } else { return false } } ?? 0
+        return requests[lastStart...].reduce(0) { n, r in if case .audio(let a) = r { return n + a.count } else { return n } }
+    }
+}
+
 @Suite struct ClientTests {
     @Test func pushedAudioIsTranscribedAndEventsComeInOrder() throws {
         let log = EventLog()
@@ -296,22 +318,11 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
     /// start on, for that start's context. The suspend had closed it, and it was opened only when
     /// the context began: everything said meanwhile was lost (here ~800 ms of 1.6 s).
     @Test func aMicrophoneKeepsWhatItHearsForAStartWaitingForTheSuspendedContext() throws {
-        final class Talking: AudioSource, @unchecked Sendable {
-            let closed = Locked(false)
-            var format: AudioFormat { .speech }
-            func open() throws(SpeechClientError) { closed.withLock { $0 = false } }
-            func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
-                usleep(20_000)  // a device's pace: 20 ms a read
-                if closed.withLock({ $0 }) { return nil }
-                return [Float](repeating: 0.25, count: min(maxFrames, 320))
-            }
-            func close() { closed.withLock { $0 = true } }
-        }
         let log = EventLog()
         let service = FakeRecognitionService(.init(finishInBatches: (100, 800)))  // the stop answered 800 ms later
         var o = try pushOptions()
         try o.setAudio(.microphone(device: "fake"))
-        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(Talking()) }, handler: log.handler)
+        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(SteadyMicrophone()) }, handler: log.handler)
         defer { try? client.close() }
         try client.start()
         try startAgainWhileTheSuspendedContextFinishes(client, log)
@@ -323,10 +334,7 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
         if wanted > now { usleep(UInt32((wanted - now) / 1_000)) }
         try client.stop()
         #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
-        // The audio of the second context: what was sent after its start request.
-        let requests = service.requests.withLock { $0 }
-        let lastStart = requests.lastIndex { if case .start = $0 { return true } else { return false } } ?? 0
-        let samples = requests[lastStart...].reduce(0) { n, r in if case .audio(let a) = r { return n + a.count } else { return n } }
+        let samples = service.samplesSentInTheLastContext
         #expect(samples >= 16_000 * 13 / 10, "\(samples) samples: \(samples / 16) ms of the 1.6 s since the start call")
     }
 
@@ -334,31 +342,18 @@ func startAgainWhileTheSuspendedContextFinishes(_ client: Client, _ log: EventLo
     /// microphone's audio for it ends at the stop. It ran on until the old context ended (and
     /// past 30 s pushed out the words said before the stop).
     @Test func aMicrophoneKeepsNothingPastAStopMadeForAStartStillWaiting() throws {
-        final class Talking: AudioSource, @unchecked Sendable {
-            let closed = Locked(false)
-            var format: AudioFormat { .speech }
-            func open() throws(SpeechClientError) { closed.withLock { $0 = false } }
-            func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
-                usleep(20_000)
-                if closed.withLock({ $0 }) { return nil }
-                return [Float](repeating: 0.25, count: min(maxFrames, 320))
-            }
-            func close() { closed.withLock { $0 = true } }
-        }
         let log = EventLog()
         let service = FakeRecognitionService(.init(finishInBatches: (100, 1_500)))
         var o = try pushOptions()
         try o.setAudio(.microphone(device: "fake"))
-        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(Talking()) }, handler: log.handler)
+        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(SteadyMicrophone()) }, handler: log.handler)
         defer { try? client.close() }
         try client.start()
         try startAgainWhileTheSuspendedContextFinishes(client, log)
         usleep(300_000)
         try client.stop()
         #expect(log.waitFor(timeoutMs: 5_000) { $0.contains("stop ctx-2") }, "\(log.lines)")
-        let requests = service.requests.withLock { $0 }
-        let lastStart = requests.lastIndex { if case .start = $0 { return true } else { return false } } ?? 0
-        let samples = requests[lastStart...].reduce(0) { n, r in if case .audio(let a) = r { return n + a.count } else { return n } }
+        let samples = service.samplesSentInTheLastContext
         #expect(samples > 0 && samples < 16_000 * 8 / 10, "\(samples) samples: \(samples / 16) ms for a start stopped after 300 ms")
     }
 
