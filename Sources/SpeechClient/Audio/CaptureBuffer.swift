@@ -30,6 +30,19 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     private var dropping = false
     private var collecting = false
     private var closing = false
+    /// Marks made by the application's calls, on its thread, while the worker may be held up
+    /// (a connect, a login: up to 15 s). Taken only when the worker got to the commands, a
+    /// stop gave the old context everything heard until then, the first words of a start
+    /// queued behind it among them, and that start collected only from then on.
+    /// `endedAtCall`: a stop was called; `ending` is what its context heard until then (and
+    /// the block the device was reading), the only audio reads give until the worker takes it
+    /// (`takeBufferedAndStop`). `collectingSinceCall`: a start queued behind that stop was
+    /// called, and `samples` keeps what is heard since, for it, until the worker takes it.
+    private var endedAtCall = false
+    private var ending = FIFO<[Float]>()
+    private var endingSamples = 0
+    private var endingTakesNextBlock = false
+    private var collectingSinceCall = false
     /// Called once when `availableAt` samples are buffered or the capture ends (`notifyWhenAvailable`).
     private var onAvailable: (@Sendable () -> Void)?
     private var availableAt = 0
@@ -63,6 +76,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         lock.withLock {
             openFormat = format
             clearLocked()
+            clearEndingLocked()
             ended = false
             closing = false
             failure = nil
@@ -128,6 +142,16 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
             var dropped = 0
             var notify: (@Sendable () -> Void)?
             let firstDrop: Bool = lock.withLock {
+                if endedAtCall && endingTakesNextBlock && !idle {
+                    // The block the device was reading when the stop was called ends with
+                    // audio from before it: the stop's context's (up to a period of its last word).
+                    endingTakesNextBlock = false
+                    _ = ending.push(read)
+                    endingSamples += read.count
+                    lock.broadcast()
+                    notify = takeNotificationLocked(force: false)
+                    return false
+                }
                 guard collecting, !idle else { return false }  // an idle read is audio from before a start
                 _ = samples.push(read)
                 bufferedSamples += read.count
@@ -152,7 +176,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
         let deadline = Clock.monotonicNanos() + UInt64(Self.readWaitMilliseconds) * 1_000_000
         return try lock.withLock { () throws(SpeechClientError) -> [Float]? in
-            while samples.isEmpty && !ended {
+            while readableLocked == 0 && !ended && !(endedAtCall && !endingTakesNextBlock) {
                 if !lock.wait(untilMonotonicNanos: deadline) { break }
             }
             return try takeLocked()
@@ -167,6 +191,10 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
 
     /// What `read` and `readAvailable` return: everything buffered, else the end or the failure.
     private func takeLocked() throws(SpeechClientError) -> [Float]? {
+        if endedAtCall {
+            // Only the stop's context's audio, until the worker takes the stop.
+            return takeEndingLocked()
+        }
         if samples.isEmpty {
             if let failure { throw failure }
             return ended ? nil : []
@@ -183,7 +211,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     /// blocking in a read (holding its lock, and its pool thread, for up to 100 ms).
     public func notifyWhenAvailable(samples wanted: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
         lock.withLock {
-            if bufferedSamples >= wanted || ended { return false }
+            if readableLocked >= wanted || ended { return false }
             onAvailable = body
             availableAt = wanted
             return true
@@ -191,14 +219,23 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     }
 
     private func takeNotificationLocked(force: Bool) -> (@Sendable () -> Void)? {
-        guard let body = onAvailable, force || bufferedSamples >= availableAt else { return nil }
+        guard let body = onAvailable, force || readableLocked >= availableAt else { return nil }
         onAvailable = nil
         return body
     }
 
-    /// From now on the audio is kept for `read` (what came before is dropped).
+    /// From now on the audio is kept for `read` (what came before is dropped): a context's start,
+    /// taken by the worker. Unless the application's start call began it already
+    /// (`collectAtCall`): what was kept since is the context's. Nothing while the stop called
+    /// for the context before is not taken yet (`endAtCall`): the start collects already, or
+    /// it is that context's own, stopped since.
     public func startCollecting() {
         lock.withLock {
+            guard !endedAtCall else { return }
+            if collectingSinceCall {
+                collectingSinceCall = false
+                return
+            }
             clearLocked()
             collecting = true
             lock.broadcast()  // the capture thread waits out its idle interval (and `waitUntilCollecting`)
@@ -217,9 +254,50 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         return true
     }
 
-    /// From now on the audio is dropped as it comes (and so is what is buffered).
+    /// From now on the audio is dropped as it comes (and so is what is buffered): a context
+    /// ended. Not what a start called since collects for it (`collectAtCall`).
     public func stopCollecting() {
         lock.withLock {
+            clearEndingLocked()
+            guard !collectingSinceCall else { return }
+            clearLocked()
+            collecting = false
+        }
+    }
+
+    /// The application called stop: its context's audio ends here, whenever the worker takes
+    /// that stop (`takeBufferedAndStop`), with the block the device is reading now. Nothing if
+    /// no audio is kept.
+    public func endAtCall() {
+        lock.withLock {
+            guard collecting, !endedAtCall else { return }
+            while let block = samples.pop() { _ = ending.push(block) }
+            endingSamples += bufferedSamples
+            bufferedSamples = 0
+            dropping = false
+            collecting = false
+            endedAtCall = true
+            endingTakesNextBlock = true
+        }
+    }
+
+    /// The application called start, queued behind the stop above: what is heard from now on
+    /// is kept for that start's context (`startCollecting` takes it over).
+    public func collectAtCall() {
+        lock.withLock {
+            clearLocked()
+            collecting = true
+            collectingSinceCall = true
+            lock.broadcast()
+        }
+    }
+
+    /// That queued start was stopped or the client suspended before the worker took it: nothing
+    /// is kept for it.
+    public func cancelCollectingAtCall() {
+        lock.withLock {
+            guard collectingSinceCall else { return }
+            collectingSinceCall = false
             clearLocked()
             collecting = false
         }
@@ -240,6 +318,12 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     /// stop (up to a period of the last word).
     public func takeBufferedAndStop() -> [Float] {
         lock.withLock {
+            if endedAtCall {
+                // Stopped at the call: what is kept now is for a start called since, if any.
+                let all = takeEndingLocked()
+                clearEndingLocked()
+                return all
+            }
             let all = takeAllLocked()
             collecting = false
             return all
@@ -267,6 +351,24 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         dropping = false
     }
 
+    /// What a read may give now: the stop's context's audio alone while it is not taken.
+    private var readableLocked: Int { endedAtCall ? endingSamples : bufferedSamples }
+
+    private func takeEndingLocked() -> [Float] {
+        var out: [Float] = []
+        out.reserveCapacity(endingSamples)
+        while let block = ending.pop() { out.append(contentsOf: block) }
+        endingSamples = 0
+        return out
+    }
+
+    private func clearEndingLocked() {
+        ending = FIFO()
+        endingSamples = 0
+        endedAtCall = false
+        endingTakesNextBlock = false
+    }
+
     /// Stops the capture thread (closing the device wakes its read) and waits for it.
     public func close() {
         let running = lock.withLock { () -> NativeThread? in
@@ -279,6 +381,8 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         running?.join()
         let notify = lock.withLock { () -> (@Sendable () -> Void)? in
             clearLocked()
+            clearEndingLocked()
+            collectingSinceCall = false
             ended = true
             lock.broadcast()
             return takeNotificationLocked(force: true)

@@ -303,6 +303,14 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
 
     public var currentState: ClientState { lock.withLock { state } }
 
+    /// The open microphone of a push-to-talk client (manual activation), for stop and start to
+    /// mark their audio at the call. (Lock order: this lock, then the pump's box, then the
+    /// capture buffer's, which take nothing else.) Hands-free listening keeps its own.
+    private var microphoneForCallsLocked: CaptureBuffer? {
+        guard options.activation == .manual, case .microphone = options.audio else { return nil }
+        return worker?.audio.microphoneForCalls.withLock { $0 }
+    }
+
     /// The connection state last reported (issue 19 item 9: on demand, not only by callback);
     /// `.idle` before the first connection attempt.
     public var currentConnectionState: ConnectionState {
@@ -329,6 +337,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             case .stopping where !pendingStart:
                 pendingStart = true
                 resetPushPath()
+                // The microphone keeps what it hears from now on for this start: from when the
+                // worker took it, the first words were lost when it was held up (a connect).
+                microphoneForCallsLocked?.collectAtCall()
                 enqueueLocked(.queuedStart(true))
             case .stopping:
                 throw SpeechClientError(.invalidState, "a start is already queued behind the pending stop")
@@ -352,11 +363,16 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                     // dropped it, clipping the last word of a push-to-talk.
                     enqueueLocked(.pushEnd(takePushTailLocked()))
                 } else {
+                    // The microphone's audio for this context ends now, not when the worker
+                    // takes the stop: what comes after is not the user's (nor a start's called
+                    // meanwhile, which it took).
+                    microphoneForCallsLocked?.endAtCall()
                     enqueueLocked(.stop)
                 }
             case .stopping where pendingStart:
                 pendingStart = false
                 queuedStartEnded = false
+                microphoneForCallsLocked?.cancelCollectingAtCall()
                 enqueueLocked(.queuedStart(false))
             default:
                 throw SpeechClientError(.invalidState, "there is no context to stop (state \(state))")
@@ -380,6 +396,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 }
             }
             state = .suspended
+            if pendingStart { microphoneForCallsLocked?.cancelCollectingAtCall() }
             pendingStart = false
             queuedStartEnded = false
             idleOwed = options.reportIdle

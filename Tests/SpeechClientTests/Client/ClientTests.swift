@@ -96,6 +96,19 @@ final class SteadyMicrophone: AudioSource, @unchecked Sendable {
 }
 
 extension FakeRecognitionService {
+    /// The samples sent in each context, in order (between start requests).
+    var samplesSentPerContext: [Int] {
+        var out: [Int] = []
+        for r in requests.withLock({ $0 }) {
+            switch r {
+            case .start: out.append(0)
+            case .audio(let a): if !out.isEmpty { out[out.count - 1] += a.count }
+            default: break
+            }
+        }
+        return out
+    }
+
     /// The samples sent after the last start request: the audio of the last context.
     var samplesSentInTheLastContext: Int {
         let requests = self.requests.withLock { $0 }
@@ -355,6 +368,39 @@ extension FakeRecognitionService {
         #expect(log.waitFor(timeoutMs: 5_000) { $0.contains("stop ctx-2") }, "\(log.lines)")
         let samples = service.samplesSentInTheLastContext
         #expect(samples > 0 && samples < 16_000 * 8 / 10, "\(samples) samples: \(samples / 16) ms for a start stopped after 300 ms")
+    }
+
+    /// Stop and a start queued behind it, called while the worker is held up in a connect (1 s
+    /// here; up to 15 s with a login): each context's microphone audio is cut at the calls. Cut
+    /// when the worker took them, the first context got everything heard until then (the first
+    /// words of the next among it), and the next began only then: 1 s of its 1.6 s.
+    @Test func aMicrophoneCutsItsContextsAtTheCallsWhileTheWorkerIsHeldUp() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(openDelayMilliseconds: 1_000))
+        var o = try pushOptions()
+        try o.setAudio(.microphone(device: "fake"))
+        let client = try Client(options: o, service: service, makeSource: { _ in CaptureBuffer(SteadyMicrophone()) }, handler: log.handler)
+        defer { try? client.close() }
+        let began = Clock.monotonicNanos()
+        func at(_ ms: UInt64) {
+            let now = Clock.monotonicNanos()
+            if began + ms * 1_000_000 > now { usleep(UInt32((began + ms * 1_000_000 - now) / 1_000)) }
+        }
+        try client.start()
+        at(200)
+        try client.stop()
+        at(400)
+        try client.start()
+        at(2_000)
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let perContext = service.samplesSentPerContext
+        #expect(perContext.count == 2, "\(log.lines)")
+        guard perContext.count == 2 else { return }
+        // The first: 200 ms and the block the device was reading (20 ms).
+        #expect(perContext[0] < 16_000 * 4 / 10, "\(perContext[0] / 16) ms for a context stopped after 200 ms")
+        // The second: 1.6 s from its start call to its stop.
+        #expect(perContext[1] > 16_000 * 14 / 10, "\(perContext[1] / 16) ms for a context of 1.6 s")
     }
 
     /// A push waiting for room (the server takes none of the audio) ends when another thread

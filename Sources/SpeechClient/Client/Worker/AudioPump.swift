@@ -16,6 +16,10 @@ final class AudioPump {
     private var chunker: Chunker
     /// Why a descriptor can no longer be read (its end, or an error), for a later start.
     private var descriptorEnded: String?
+    /// The open microphone, for the application's stop and start calls to mark where a
+    /// context's audio ends and the next one's begins, at the call (`CaptureBuffer.endAtCall`):
+    /// the worker takes those calls only when it is free, up to 15 s later in a connect.
+    let microphoneForCalls = Locked<CaptureBuffer?>(nil)
 
     init(input: AudioInput, chunkMilliseconds: Int, makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?) {
         self.input = input
@@ -63,6 +67,7 @@ final class AudioPump {
         }
         try mic.open()
         source = mic
+        microphoneForCalls.withLock { $0 = mic as? CaptureBuffer }
         converter = AudioConverter(input: mic.format)
         log(.debug, "microphone '\(name)' opened at \(mic.format.sampleRate) Hz, \(mic.format.channels) channel(s)")
     }
@@ -267,6 +272,7 @@ final class AudioPump {
     /// Lets the device go (suspend) or everything (free).
     func close() {
         collectingAhead = false
+        microphoneForCalls.withLock { $0 = nil }
         source?.close()
         source = nil
     }
