@@ -158,20 +158,39 @@ class Connection:
         # What nginx answers a request body over client_max_body_size (before any response).
         self.conn.send_headers(sid, [(":status", "413"), ("content-type", "text/html")], end_stream=True)
 
-    def goaway_calm(self, sid, headers):
-        # GOAWAY ENHANCE_YOUR_CALM covering this stream ("too many pings"), then its answer.
+    def send_goaway(self, sid, code, debug=b"", times=1):
+        # Written by hand: h2 sends nothing more once it has sent GOAWAY itself.
         self.flush()
-        self.sock.sendall(struct.pack(">I", 8)[1:] + bytes([7, 0]) + struct.pack(">III", 0, sid, 11))
+        payload = struct.pack(">II", sid, code) + debug
+        goaway = struct.pack(">I", len(payload))[1:] + bytes([7, 0]) + struct.pack(">I", 0) + payload
+        self.sock.sendall(goaway * times)
         time.sleep(0.05)
+
+    def goaway_calm(self, sid, headers):
+        # GOAWAY ENHANCE_YOUR_CALM covering this stream (gRPC's "too many pings"), then its answer.
+        self.send_goaway(sid, 11, b"too_many_pings")
         self.ok(sid, headers)
 
     def goaway_calm_thrice(self, sid, headers):
         # Three GOAWAY ENHANCE_YOUR_CALM frames on one connection, then the answer.
-        self.flush()
-        for _ in range(3):
-            self.sock.sendall(struct.pack(">I", 8)[1:] + bytes([7, 0]) + struct.pack(">III", 0, sid, 11))
-        time.sleep(0.05)
+        self.send_goaway(sid, 11, b"too_many_pings", times=3)
         self.ok(sid, headers)
+
+    def goaway_calm_for_load(self, sid, headers):
+        # ENHANCE_YOUR_CALM for something other than pings (a server shedding load).
+        self.send_goaway(sid, 11, b"load")
+        self.ok(sid, headers)
+
+    def goaway_repeated(self, sid, headers):
+        # The same GOAWAY (covering this stream) 10,000 times, then the answer.
+        self.send_goaway(sid, 0, times=10_000)
+        self.ok(sid, headers)
+
+    def status_in_headers(self, sid, headers):
+        # grpc-status in the response's headers, then a message and the end of the stream with
+        # no trailers: a call cut after its headers (the status there is not the call's).
+        self.conn.send_headers(sid, ok_headers([("grpc-status", "0")]))
+        self.conn.send_data(sid, frame(b"message"), end_stream=True)
 
     def wrong_content_type(self, sid, headers):
         self.conn.send_headers(sid, [(":status", "200"), ("content-type", "text/html")])
@@ -258,6 +277,9 @@ SCENARIOS = {
     "HTTP413": Connection.http413,
     "GoAwayCalm": Connection.goaway_calm,
     "GoAwayCalmThrice": Connection.goaway_calm_thrice,
+    "GoAwayCalmForLoad": Connection.goaway_calm_for_load,
+    "GoAwayRepeated": Connection.goaway_repeated,
+    "StatusInHeaders": Connection.status_in_headers,
     "WrongContentType": Connection.wrong_content_type,
     "HugeHeaders": Connection.huge_headers,
     "HugeTrailers": Connection.huge_trailers,

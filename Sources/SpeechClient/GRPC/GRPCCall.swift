@@ -49,6 +49,8 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     private var finished = false
     private var deframer: MessageDeframer
     private var gotHeaders = false
+    /// `.goingAway` is said once (a connection may be told of several GOAWAYs).
+    private var toldGoingAway = false
     private var status: Int32?
     private var statusMessage = ""
     private var deadlineTimer: UInt64?
@@ -227,6 +229,10 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
                 return
             }
         }
+        // The status is the trailers' (or a Trailers-Only answer's): the block that ends the
+        // stream. One in the response's headers, read as the call's, made a stream cut after
+        // them (DATA with END_STREAM, no trailers: a proxy whose server died) an OK finish.
+        guard endStream else { return }
         for (name, value) in headers {
             if name == "grpc-status" {
                 guard let s = Int32(value), s >= 0 else {
@@ -243,7 +249,8 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
     }
 
     func http2GoingAway() {
-        guard !finished else { return }
+        guard !finished, !toldGoingAway else { return }
+        toldGoingAway = true
         handler?(.goingAway)
     }
 

@@ -80,6 +80,9 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     private var keepaliveTimer: UInt64?
     /// A GOAWAY ENHANCE_YOUR_CALM was taken (its keepalive lesson is learnt once per connection).
     private var calmed = false
+    /// A GOAWAY came: its streams were told. A server may repeat it (the same last-stream-id,
+    /// thousands in a read): each told every stream again, on the shared loop.
+    private var toldGoingAway = false
 
     /// Outbound bytes above which nghttp2 is not asked for more frames until the socket drains.
     private static let outputHighWater = 256 * 1024
@@ -89,6 +92,13 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         self.loop = loop
         self.peer = peer
         self.settings = settings
+    }
+
+    /// A GOAWAY's debug data is gRPC's "too_many_pings".
+    static func saysTooManyPings(_ data: UnsafeMutablePointer<UInt8>?, _ count: Int) -> Bool {
+        let wanted = Array("too_many_pings".utf8)
+        guard let data, count == wanted.count else { return false }
+        return UnsafeBufferPointer(start: data, count: count).elementsEqual(wanted)
     }
 
     deinit {
@@ -478,12 +488,18 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
             // nghttp2 with REFUSED_STREAM, the others may finish, and are told so they can move.
             usable.store(false, ordering: .releasing)
             let goaway = frame.pointee.goaway
-            // ENHANCE_YOUR_CALM: too many pings. Once per connection: each such frame doubled
-            // the pool's interval, and a handful on one connection made it an hour.
-            if goaway.error_code == 11 && !calmed {
+            // ENHANCE_YOUR_CALM for too many pings (gRPC's keepalive, A8: its debug data says
+            // "too_many_pings"). Once per connection: each such frame doubled the pool's
+            // interval, and a handful on one connection made it an hour. Not for any other calm
+            // (a server shedding load, limiting resets): that doubled it too, for good.
+            if goaway.error_code == 11 && !calmed && Self.saysTooManyPings(goaway.opaque_data, goaway.opaque_data_len) {
                 calmed = true
                 onEnhanceYourCalm?()
             }
+            // Its streams are told once; a later GOAWAY lowering last-stream-id closes the ones
+            // above it itself (nghttp2: REFUSED_STREAM).
+            guard !toldGoingAway else { break }
+            toldGoingAway = true
             let last = goaway.last_stream_id
             for (id, delegate) in streams.sorted(by: { $0.key < $1.key }) where id <= last {
                 delegate.http2GoingAway()

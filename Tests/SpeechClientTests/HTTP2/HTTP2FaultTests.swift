@@ -149,6 +149,41 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(pool.nextKeepaliveIntervalMilliseconds == 2 * interval)
     }
 
+    /// ENHANCE_YOUR_CALM for another reason than pings (a server shedding load, limiting
+    /// resets) leaves the keepalive as it is: it doubled it too, for the rest of the process.
+    @Test func enhanceYourCalmForAnotherReasonKeepsTheKeepalive() throws {
+        let settings = HTTP2Settings(keepaliveIntervalMilliseconds: 29_016)
+        let ch = try channel(configuration: .init(http2: settings))
+        let reply = try ch.unary(path: "/fault.Fault/GoAwayCalmForLoad", metadata: [], request: [], timeoutMilliseconds: 5000)
+        #expect(reply == Array("ok".utf8))
+        let pool = ConnectionPool.shared(host: "127.0.0.1", port: UInt16(try faultServer().port), useTLS: false,
+                                         tls: TLSSettings(), settings: settings)
+        #expect(pool.nextKeepaliveIntervalMilliseconds == 29_016)
+    }
+
+    /// A GOAWAY repeated 10,000 times is said to the call once, and the call still ends OK.
+    @Test func aRepeatedGoAwayIsSaidOnce() throws {
+        let settings = HTTP2Settings(keepaliveIntervalMilliseconds: 29_017)  // a connection of its own
+        let ch = try channel(configuration: .init(http2: settings))
+        let events = EventCollector()
+        let call = try ch.openStreamingCall(path: "/fault.Fault/GoAwayRepeated", metadata: []) { events.handle($0) }
+        call.halfClose()
+        let closed = events.waitClosed()
+        #expect(closed == .some(nil))
+        #expect(events.goingAway == 1)
+    }
+
+    /// A grpc-status in the response's headers is not the call's: cut after them (the stream
+    /// ended by a DATA frame, no trailers), the call was broken in transit, and is retried.
+    /// Read from the headers, it ended OK, and Riva took that for the finish.
+    @Test func aStatusInTheResponseHeadersIsNotTheCalls() throws {
+        let (messages, closed) = try stream("StatusInHeaders")
+        #expect(messages == [Array("message".utf8)])
+        let e = closed ?? nil
+        #expect(e?.code == .network)
+        #expect(e?.message.contains("without a grpc-status") == true, "\(String(describing: e))")
+    }
+
     @Test func wrongContentTypeIsRejected() throws {
         let e = try unaryError("WrongContentType")
         #expect(e?.code == .parse)
