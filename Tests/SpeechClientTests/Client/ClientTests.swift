@@ -1078,6 +1078,9 @@ extension FakeRecognitionService {
         #expect(!lines.contains("error parse"), "\(messages.withLock { $0 })")
         #expect(lines.filter { $0.hasPrefix("error") } == ["error network"], "\(lines)")
         #expect(messages.withLock { $0 }.first?.contains("the replay buffer overflowed while reconnecting") == true, "\(messages.withLock { $0 })")
+        // The first stream's 2 s (the buffer kept from 2.5 s on; the half second after the
+        // first stream's end went out on the second, and its words came).
+        #expect(messages.withLock { $0 }.first?.contains(": 2.0 s of audio from 0.0 s into context") == true, "\(messages.withLock { $0 })")
         // The second stream's words, all 20 of them, final (the replacement, with no audio to
         // replay, ends its segment with none).
         let finals = lines.filter { $0.hasPrefix("segment final a") }
@@ -1088,7 +1091,7 @@ extension FakeRecognitionService {
     /// 3 s of speech pushed at once with a 64 KiB budget (the first stream moves at 2 s: no
     /// pause in this audio), until `error` is logged and the client is idle.
     func runTwoStreamsUntil(_ error: String, service: FakeRecognitionService, log: EventLog,
-                            configure: (inout ClientOptions) -> Void = { _ in },
+                            configure: (inout ClientOptions) -> Void = { _ in }, timeoutMs: Int = 2_000,
                             handler: @escaping Client.EventHandler) throws {
         var o = try pushOptions()
         o.streamBudgetBytes = 65_536
@@ -1099,7 +1102,7 @@ extension FakeRecognitionService {
         #expect(log.waitFor { $0.contains("start ctx-1") })
         let loud = (0..<1600).map { Int16($0 % 2 == 0 ? 12_000 : -12_000) }
         for _ in 0..<30 { loud.withUnsafeBufferPointer { try? client.pushAudio($0) } }
-        #expect(log.waitFor { $0.contains(error) }, "\(log.lines)")
+        #expect(log.waitFor(timeoutMs: timeoutMs) { $0.contains(error) }, "\(log.lines)")
         #expect(try client.waitIdle(timeoutMilliseconds: 5000))
     }
 
@@ -1171,6 +1174,55 @@ extension FakeRecognitionService {
         #expect(confirmed.withLock { $0.first } == true, "\(confirmed.withLock { $0 }) \(lines)")
         let said = messages.withLock { $0 }
         #expect(said.count == 1 && said[0].contains("reconnection failed after 1 attempt(s)") && said[0].contains("from 2.0 s into the context"), "\(said)")
+    }
+
+    /// A later stream refused before its `started` (a quota on streams) while the stream before
+    /// it still finishes: the refusal waits for that stream, which never answers its stop here,
+    /// so its finish timeout ends the wait. The refused stream's start deadline stayed due: the
+    /// worker expired it at every step, found it failed already, and spun, the finish timeout
+    /// behind it never reached: the context hung, a core busy, until the client was freed.
+    @Test func aLaterStreamRefusedBeforeItsStartedDoesNotHoldTheContext() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(ignoreStopOnStream: 1,
+                                                   refuseStream: (2, SpeechClientError(.api, "too many streams", grpcStatus: 8))))
+        try runTwoStreamsUntil("error api", service: service, log: log, configure: { o in
+            o.startTimeoutMilliseconds = 300
+            o.finishTimeoutMilliseconds = 1500
+            o.reconnectInitialDelayMilliseconds = 10
+        }, timeoutMs: 5_000, handler: log.handler)
+    }
+
+    /// The same, the attempt itself (a third stream, replaying the lost one's audio) heard
+    /// words before it was lost too: they are delivered, unconfirmed, after the earlier
+    /// stream's and before the error. The lost stream was let go with what it held (its words
+    /// waited behind the earlier stream's), and they never came.
+    @Test func aReconnectionRunningOutWhileAnEarlierStreamFinishesKeepsTheLastAttemptsWords() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failAfterChunks: (5, SpeechClientError(.network, "reset", grpcStatus: 14)),
+                                                   failStreams: [2, 3], wordsFromAudio: true, finishInBatches: (5, 200)))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536  // the first stream moves at 2 s (no pause in this audio)
+        o.reconnectAttempts = 1
+        o.reconnectInitialDelayMilliseconds = 10
+        o.reconnectMaxDelayMilliseconds = 10
+        let client = try Client(options: o, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        // Loud (no pause), each chunk's first sample its number: words a1...a30.
+        for k in 1...30 {
+            let chunk = (0..<1600).map { Int16($0 == 0 ? k : ($0 % 2 == 0 ? 12_000 : -12_000)) }
+            chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
+        }
+        #expect(log.waitFor(timeoutMs: 5_000) { $0.contains("error network") }, "\(log.lines)")
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let lines = log.lines
+        let words = lines.filter { $0.hasPrefix("segment final") }.flatMap { $0.split(separator: " ").dropFirst(2).map(String.init) }
+        // The first stream's a1...a20, then what the third heard of the replay from 2 s (a21 on).
+        #expect(words.starts(with: (1...20).map { "a\($0)" }), "\(lines)")
+        #expect(words.contains("a21"), "\(lines)")
+        let lastFinal = lines.lastIndex { $0.hasPrefix("segment final") }
+        let error = lines.firstIndex(of: "error network")
+        #expect(lastFinal != nil && error != nil && lastFinal! < error!, "\(lines)")
     }
 
     /// A server slower than real time answers a stop over longer than the finish timeout, its

@@ -18,6 +18,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var failFirstStreamOnly = false
         /// Only this stream (1-based) fails (`failAfterChunks`); others work.
         var failStream: Int?
+        /// Only these streams (1-based) fail (`failAfterChunks`), when not empty.
+        var failStreams: Set<Int> = []
         /// Opening a stream hangs (like a login to a server that never answers) until the
         /// cancellation fires, or fails with a timeout after 10 s.
         var hangOpen = false
@@ -83,6 +85,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var neverDrains = false
         /// Only this stream (1-based) never drains (as `neverDrains`).
         var neverDrainsStream: Int?
+        /// This stream (1-based) is refused with `error` when its context starts, before any
+        /// `started` (a server's quota on streams, its `error` event).
+        var refuseStream: (stream: Int, error: SpeechClientError)?
     }
 
     let behaviour: Behaviour
@@ -136,8 +141,10 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         }
         let n = streamsOpened.add(1, ordering: .relaxed).newValue
         mostStreamsOpenAtOnce.max(streamsOpenNow.add(1, ordering: .relaxed).newValue, ordering: .relaxed)
-        return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams,
-                          mayFail: behaviour.failStream.map { $0 == n } ?? (n == 1 || !behaviour.failFirstStreamOnly), name: "s\(n)",
+        return FakeStream(service: self, handler: handler, reject: n <= behaviour.rejectStreams ? SpeechClientError(.auth, "token rejected", grpcStatus: 16)
+                                                                       : behaviour.refuseStream.flatMap { $0.stream == n ? $0.error : nil },
+                          mayFail: !behaviour.failStreams.isEmpty ? behaviour.failStreams.contains(n)
+                              : behaviour.failStream.map { $0 == n } ?? (n == 1 || !behaviour.failFirstStreamOnly), name: "s\(n)",
                           ignoreStop: behaviour.ignoreStop || behaviour.ignoreStopOnStream == n,
                           failStop: behaviour.failStopOnStream.flatMap { $0.stream == n ? ($0.error, $0.afterMilliseconds) : nil },
                           neverDrains: behaviour.neverDrains || behaviour.neverDrainsStream == n)
@@ -155,14 +162,15 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
         if !ended.exchange(true, ordering: .relaxed) { service.streamsOpenNow.subtract(1, ordering: .relaxed) }
     }
 
-    private let reject: Bool
+    /// The error the stream is refused with when its context starts (nil: it is not).
+    private let reject: SpeechClientError?
     private let mayFail: Bool
     private let name: String
     private let ignoreStop: Bool
     private let failStop: (SpeechClientError, Int)?
     private let neverDrains: Bool
 
-    init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void, reject: Bool,
+    init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void, reject: SpeechClientError?,
          mayFail: Bool = true, name: String = "s1", ignoreStop: Bool = false, failStop: (SpeechClientError, Int)? = nil,
          neverDrains: Bool = false) {
         self.failStop = failStop
@@ -193,13 +201,13 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
             if s.closed { return }
             switch request {
             case .config, .rttResponse: break
-            case .start where reject:
+            case .start where reject != nil:
                 s.closed = true
                 if service.behaviour.ownStarted {
                     let id = "ctx-\(service.contextsStarted.add(1, ordering: .relaxed).newValue)"
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .started)))
                 }
-                out.append(.closed(SpeechClientError(.auth, "token rejected", grpcStatus: 16)))
+                out.append(.closed(reject))
             case .start:
                 s.contexts += 1
                 s.chunks = 0

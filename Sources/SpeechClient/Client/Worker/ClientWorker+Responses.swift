@@ -108,6 +108,13 @@ extension ClientWorker {
             // Replaced: the new lane recognises that audio again. A loss that failed the context
             // left them to be delivered final, unconfirmed (`failContext`): nothing replaces them.
             if supervisor.epoch == context {
+                if supervisor.pendingFailure != nil && supervisor.isHeld(gen) {
+                    // The attempts ran out and the failure waits for the streams before this
+                    // one (`giveUp`): it stays, inert, and fails in its turn, the words it
+                    // holds delivered first (unconfirmed). Removed, they were dropped with it.
+                    supervisor.setFailedWhileHeld(gen, cause)
+                    return
+                }
                 _ = supervisor.lanes.remove(gen)
                 dropSegments(of: lane)
             }

@@ -311,7 +311,23 @@ final class LaneSupervisor {
 
     /// The server ended a held lane's stream cleanly (or that was dealt with: `false`).
     func setEndedWhileHeld(_ gen: Int, _ ended: Bool) { lanes.update(gen) { $0.endedWhileHeld = ended } }
-    func setFailedWhileHeld(_ gen: Int, _ failure: SpeechClientError?) { lanes.update(gen) { $0.failedWhileHeld = failure } }
+    /// A held lane failed (its failure waits for the lanes before it), or that was dealt with.
+    /// Failed, it is inert: nothing of it is due any more (a start not acknowledged, a finish,
+    /// a replay), it takes no audio and does not move. Its start deadline stayed due: each step
+    /// expired it again, found it failed already and changed nothing, and the worker spun, the
+    /// finish timeout and reconnection behind that expiry never reached (a context hung).
+    func setFailedWhileHeld(_ gen: Int, _ failure: SpeechClientError?) {
+        lanes.update(gen) { lane in
+            lane.failedWhileHeld = failure
+            guard failure != nil else { return }
+            lane.startDue = .max
+            lane.awaitingFinishSince = nil
+            lane.replayStall = nil
+            lane.cursor = nil
+            lane.moveBy = nil
+        }
+        if failure != nil && lanes.live == gen { lanes.endLive() }
+    }
 
     /// The connection of a lane is going away: the live lane moves to a new stream at its next
     /// pause, by `moveBy`. Returns whether that was set now (not before, and the lane is live).

@@ -136,8 +136,11 @@ struct ReconnectionPlan {
     /// between noted as lost.
     mutating func replayStart(of repair: Repair, oldestSample: Int) -> Int {
         guard oldestSample > repair.from else { return repair.from }
-        pendingLoss = (pendingLoss?.from ?? repair.from, oldestSample)
-        return min(oldestSample, repair.end ?? oldestSample)
+        // Lost up to its end at most: a lane's audio past it went out on the next lane (the
+        // error named that too, as lost, though its words came).
+        let to = min(oldestSample, repair.end ?? oldestSample)
+        pendingLoss = (pendingLoss?.from ?? repair.from, max(pendingLoss?.to ?? to, to))
+        return to
     }
 
     /// The loss noted by `replayStart`, once (when the server took the replay).
