@@ -59,6 +59,10 @@ public struct SLUEntity: Sendable, Equatable {
 }
 
 public struct SLUResponse: Sendable, Equatable {
+    /// The error code of a `finished` a server sends at its limit on a context's length (the
+    /// reference server's and Speechly's: 5 minutes).
+    static let contextTooLong = "context_too_long"
+
     public enum Payload: Sendable, Equatable {
         case transcript(SLUWord)
         case entity(SLUEntity)

@@ -1225,6 +1225,25 @@ extension FakeRecognitionService {
         #expect(lastFinal != nil && error != nil && lastFinal! < error!, "\(lines)")
     }
 
+    /// A server that answers the stop with its words final and then `finished` with an error
+    /// code: the words, then the error, then the stop. Since a `finished` with an error is taken
+    /// as a loss (the server may have stopped early: the audio after its last word goes on on a
+    /// new stream), the server's error was in the log alone.
+    @Test func aFinishedErrorAfterTheLastWordIsSaid() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(finishedErrorCode: "quota"))
+        let client = try Client(options: try pushOptions(), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        try pushThreeChunksAndEnd(client)
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let lines = log.lines
+        let final = lines.firstIndex { $0.hasPrefix("segment final") }
+        let error = lines.firstIndex(of: "error api")
+        #expect(final != nil && error != nil && final! < error!, "\(lines)")
+        #expect(lines.last?.hasPrefix("stop ") == true, "\(lines)")
+    }
+
     /// A server slower than real time answers a stop over longer than the finish timeout, its
     /// finals going further into the audio all along: it is waited for. Before, the stream was
     /// cut at the timeout and replayed (a second stream, the server loaded more); with the

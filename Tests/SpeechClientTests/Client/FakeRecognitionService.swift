@@ -85,6 +85,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var neverDrains = false
         /// Only this stream (1-based) never drains (as `neverDrains`).
         var neverDrainsStream: Int?
+        /// Stop is answered with every word final, then `finished` with this error code.
+        var finishedErrorCode: String?
         /// This stream (1-based) is refused with `error` when its context starts, before any
         /// `started` (a server's quota on streams, its `error` event).
         var refuseStream: (stream: Int, error: SpeechClientError)?
@@ -290,7 +292,8 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                         answer.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .transcript(w))))
                     }
                     answer.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .segmentEnd)))
-                    answer.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .finished(errorCode: nil, errorMessage: nil))))
+                    answer.append(.response(SLUResponse(audioContext: id, segmentId: 0,
+                                                        payload: .finished(errorCode: service.behaviour.finishedErrorCode, errorMessage: service.behaviour.finishedErrorCode.map { _ in "after the last word" }))))
                     if let (size, interval) = service.behaviour.finishInBatches {
                         let handler = self.handler
                         let batches = stride(from: 0, to: answer.count, by: max(1, size)).map { Array(answer[$0..<min($0 + max(1, size), answer.count)]) }

@@ -202,7 +202,8 @@ extension ClientWorker {
     /// What later lanes held for the one that failed is delivered first (`applyHeldBeforeFailing`).
     func failContext(_ error: SpeechClientError) {
         applyHeldBeforeFailing()
-        endContext(events: closeUnfinishedSegments(why: "the context failed") + [.error(error), .stop(contextId: contextId)], startQueued: true)
+        // An earlier lane's `finished` error (`endEvents`) is said too: dropped, it vanished.
+        endContext(events: closeUnfinishedSegments(why: "the context failed") + endEvents + [.error(error), .stop(contextId: contextId)], startQueued: true)
     }
 
     /// A context whose start a suspend (or free) interrupted before the server opened it: it

@@ -172,6 +172,12 @@ extension ClientWorker {
     /// After a lane ended, or a repair was taken (after every step of the worker that left a
     /// lane holding responses): the earliest open lane applies the responses it was holding,
     /// in order (which may end it too, and so on).
+    /// The error a server's `finished` carried, for the application.
+    func finishedError(_ code: String, _ message: String?, serverContext: String) -> SpeechClientError {
+        let id = contextId.isEmpty ? serverContext : contextId
+        return SpeechClientError(.api, "context \(id)\(serverContext == id ? "" : " (server context \(serverContext))") finished with error \(code): \(message ?? "")")
+    }
+
     func releaseHeld() {
         if releasingHeld { return }
         releasingHeld = true
@@ -291,6 +297,15 @@ extension ClientWorker {
                     || lane.wasServed(until: Clock.monotonicNanos(), servedFor: Self.servedLongEnoughNanos, lostTo: SpeechClientError(.network, ""))
                 if code == nil || progressed {
                     let why = code.map { " with error \($0): \(message ?? "")" } ?? ""
+                    if let code, code != SLUResponse.contextTooLong {
+                        // The server's error is said when the context ends, whatever follows
+                        // (taken as a loss only, it was in the log alone, or nowhere when the
+                        // lane's audio proved all final). Not its length limit: a new stream
+                        // is the answer to that, as the client's own limit moves it to one.
+                        var e = finishedError(code, message, serverContext: response.audioContext)
+                        e.message += " (what it had not finished was sent again on a new stream)"
+                        endEvents.append(.error(e))
+                    }
                     handleStream(.closed(SpeechClientError(.network, "the server ended its context \(response.audioContext)\(why) before the end of the audio sent to it",
                                                            grpcStatus: GRPCStatus.unavailable)), generation: gen)
                     return
@@ -312,10 +327,7 @@ extension ClientWorker {
             if !lane.stopSent { lane.stream.finish() }
             if let id = lane.serverContext { numbering.forget(serverContext: id) }
             closeSegmentsLeftOpen(by: lane, serverContext: response.audioContext)
-            let id = contextId.isEmpty ? response.audioContext : contextId
-            if let code {
-                endEvents.append(.error(SpeechClientError(.api, "context \(id)\(response.audioContext == id ? "" : " (server context \(response.audioContext))") finished with error \(code): \(message ?? "")")))
-            }
+            if let code { endEvents.append(.error(finishedError(code, message, serverContext: response.audioContext))) }
             supervisor.reconnection.progressed()
             supervisor.openWaitingPieces(host: self)
             releaseReplay()
