@@ -38,6 +38,7 @@ class Connection:
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, validate_inbound_headers=False))
         self.stop_reading = False   # stop acknowledging DATA (flow control never reopens)
         self.blackhole = False      # stop reading the socket entirely (PINGs go unanswered)
+        self.answer_after_message = set()
         self.lock = threading.Lock()
 
     def flush(self):
@@ -79,8 +80,15 @@ class Connection:
         elif isinstance(event, h2.events.DataReceived):
             if not self.stop_reading:
                 self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            if event.stream_id in self.answer_after_message:
+                self.answer_after_message.discard(event.stream_id)
+                self.ok(event.stream_id, {})
 
     # -- scenarios -------------------------------------------------------------------------
+
+    def answer_after_message_scenario(self, sid, headers):
+        # Answers (ok) once a request message arrives: only when the client could send it.
+        self.answer_after_message.add(sid)
 
     def ok(self, sid, headers):
         self.conn.send_headers(sid, ok_headers())
@@ -249,6 +257,24 @@ class Connection:
         self.conn.send_headers(sid, ok_headers())
         self.blackhole = True
 
+    def deaf_but_talking(self, sid, headers):
+        """Stops reading the socket; 1.3 s later (after a client's keepalive PING at a 1 s
+        interval) sends a PING of its own every 100 ms for 5 s: a peer that is still heard but no
+        longer hears (the client's PING goes unanswered)."""
+        self.conn.send_headers(sid, ok_headers())
+        self.flush()
+        self.blackhole = True
+
+        def talk():
+            time.sleep(1.3)
+            for i in range(50):
+                try:
+                    self.sock.sendall(struct.pack(">I", 8)[1:] + bytes([6, 0]) + struct.pack(">I", 0) + struct.pack(">Q", i))
+                except OSError:
+                    return
+                time.sleep(0.1)
+        threading.Thread(target=talk, daemon=True).start()
+
     def early_hints(self, sid, headers):
         """An informational 103 before the response, as HTTP allows (RFC 9113 8.1)."""
         self.conn.send_headers(sid, [(":status", "103"), ("link", "</x>; rel=preload")])
@@ -291,6 +317,8 @@ SCENARIOS = {
     "Blackhole": Connection.blackhole_scenario,
     "OkThenBlackhole": Connection.ok_then_blackhole,
     "EarlyHints": Connection.early_hints,
+    "AnswerAfterMessage": Connection.answer_after_message_scenario,
+    "DeafButTalking": Connection.deaf_but_talking,
 }
 
 

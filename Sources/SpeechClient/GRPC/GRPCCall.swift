@@ -100,6 +100,8 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
         if total > maxQueuedSendBytes {
             let limit = maxQueuedSendBytes
             loop.execute { [self] in
+                // The whole connection's window closed too: no new call goes on it.
+                if let connection = self.connection, connection.sendWindowExhausted { connection.retire() }
                 self.fail(SpeechClientError(.network, "\(self.peer) stopped reading \(self.path): more than \(limit) bytes of requests are waiting for HTTP/2 flow control",
                                             grpcStatus: GRPCStatus.unavailable))
             }
@@ -145,6 +147,10 @@ final class GRPCCall: GRPCStreamingCall, HTTP2StreamDelegate, @unchecked Sendabl
 
     func notifyWhenQueued(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
         queuedBytes.notifyWhen(atMost: bytes, body)
+    }
+
+    func retireConnection() {
+        loop.execute { [self] in self.connection?.retire() }
     }
 
     func cancel() {

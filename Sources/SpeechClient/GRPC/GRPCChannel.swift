@@ -47,10 +47,14 @@ public protocol GRPCStreamingCall: AnyObject, Sendable {
     /// The server ended the call with status OK while request messages were still queued (not
     /// all of the request reached it). Meaningful once the call's `.closed(nil)` is delivered.
     var endedWithRequestQueued: Bool { get }
+    /// The call found its server stopped (the caller's timeout): no new call goes on its
+    /// connection (`HTTP2Connection.retire`). Before `cancel`.
+    func retireConnection()
 }
 
 extension GRPCStreamingCall {
     public var endedWithRequestQueued: Bool { false }
+    public func retireConnection() {}
 }
 
 /// A gRPC channel to one server: unary and bidirectional-streaming calls as HTTP/2 streams on

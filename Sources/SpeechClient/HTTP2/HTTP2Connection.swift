@@ -80,6 +80,8 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
     private var keepaliveTimer: UInt64?
     /// A GOAWAY ENHANCE_YOUR_CALM was taken (its keepalive lesson is learnt once per connection).
     private var calmed = false
+    /// `retire` was called: closed once its last stream ends.
+    private var retired = false
     /// A GOAWAY came: its streams were told. A server may repeat it (the same last-stream-id,
     /// thousands in a read): each told every stream again, on the shared loop.
     private var toldGoingAway = false
@@ -326,6 +328,24 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         loop.modify(fd: io.fd, events: EPOLLIN.rawValue | (on ? EPOLLOUT.rawValue : 0))
     }
 
+    /// No new stream goes on this connection (loop thread): a stream on it found its server
+    /// stopped (a start or a finish that never came, the connection's flow-control window
+    /// never reopened). Kept, it was the pool's first choice for every new attempt, and each
+    /// met the same fate while the connection still answered PINGs. The streams on it may
+    /// finish; it closes when the last one ends.
+    func retire() {
+        guard !closed else { return }
+        usable.store(false, ordering: .releasing)
+        retired = true
+        closeIfIdle()
+    }
+
+    /// The server has given no room to send on the connection as a whole (loop thread).
+    var sendWindowExhausted: Bool {
+        guard let session, !closed else { return false }
+        return nghttp2_session_get_remote_window_size(session) <= 0
+    }
+
     /// Closes the connection if no stream is open (the pool's idle connections; loop thread).
     func closeIfIdle() {
         guard streams.isEmpty, !closed else { return }
@@ -432,9 +452,10 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         let interval = UInt64(settings.keepaliveIntervalMilliseconds) * 1_000_000
         let timeout = UInt64(max(settings.keepaliveTimeoutMilliseconds, 1)) * 1_000_000
         if let sent = pingSentNanos {
-            if lastReceiveNanos > sent {
-                pingSentNanos = nil  // something arrived: the peer is alive
-            } else if now >= sent + timeout {
+            // Answered only by its ACK (which clears it): anything else arriving was taken as
+            // an answer, and a server that stopped reading the socket while it still sent (its
+            // own PINGs, SETTINGS) was never found dead.
+            if now >= sent + timeout {
                 fail(SpeechClientError(.network, "the server \(peer) did not answer a keepalive PING within \(settings.keepaliveTimeoutMilliseconds) ms: connection considered dead"))
                 return
             }
@@ -533,6 +554,9 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         pendingHeaderBytes[id] = nil
         let oversized = oversizedHeaders.remove(id) != nil
         guard let delegate = streams.removeValue(forKey: id) else { return }
+        if retired && streams.isEmpty {
+            loop.post { [self] in closeIfIdle() }  // not inside nghttp2's callback
+        }
         if oversized {
             delegate.http2Closed(errorCode: errorCode, connectionFailure: SpeechClientError(
                 .parse, "\(peer) sent a header block over the \(HTTP2Connection.maxHeaderBlockBytes / 1024) KiB limit: the stream was reset"))

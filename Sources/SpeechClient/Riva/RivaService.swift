@@ -473,6 +473,7 @@ final class RivaStream: RecognitionStream, @unchecked Sendable {
     }
 
     func cancel() { call.cancel() }
+    func retireConnection() { call.retireConnection() }
     var backlogBytes: Int { call.queuedSendBytes }
     func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
         call.notifyWhenQueued(atMost: bytes, body)

@@ -51,9 +51,14 @@ public protocol RecognitionStream: AnyObject, Sendable {
     /// it hears its end, and one that takes one utterance per connection ignores what was sent
     /// after it, which a file sent far ahead would all be.
     var endsUtterancesItself: Bool { get }
+    /// The client gave up waiting for the server on this stream (a start or a finish that never
+    /// came, a replay it took none of): a new stream must not share its connection, which the
+    /// stream's server may hold stuck while it still answers PINGs. Before `cancel`.
+    func retireConnection()
 }
 
 extension RecognitionStream {
     var serverAcknowledgesStart: Bool { true }
     var endsUtterancesItself: Bool { false }
+    func retireConnection() {}
 }

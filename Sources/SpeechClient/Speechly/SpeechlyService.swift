@@ -104,6 +104,7 @@ final class SLUStream: RecognitionStream, @unchecked Sendable {
     func send(_ request: SLURequest) { call.send(request.encoded()) }
     func finish() { call.halfClose() }
     func cancel() { call.cancel() }
+    func retireConnection() { call.retireConnection() }
     var backlogBytes: Int { call.queuedSendBytes }
     func notifyWhenBacklog(atMost bytes: Int, _ body: @escaping @Sendable () -> Void) -> Bool {
         call.notifyWhenQueued(atMost: bytes, body)

@@ -1315,6 +1315,8 @@ extension FakeRecognitionService {
         let (_, service) = try thirtySixWordsFinishedSlowly(batches: (1, 150), reconnectAttempts: 1, idleWithinMilliseconds: 10_000)
         // Cut after 500 ms (the words then a second further each 1.5 s), replayed once.
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 2)
+        // Its connection is retired: the replay goes on a new one (`HTTP2Connection.retire`).
+        #expect(service.retiredStreams.withLock { $0 }.first == "s1", "\(service.retiredStreams.withLock { $0 })")
     }
 
     /// 36 chunks of 100 ms pushed to a server answering the stop in `batches` (500 ms finish

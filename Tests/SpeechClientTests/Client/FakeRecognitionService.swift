@@ -105,6 +105,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     let streamsOpenNow = Atomic<Int>(0)
     /// The streams the client cancelled (reset), by name ("s1", ...).
     let cancelledStreams = Locked<[String]>([])
+    /// The streams whose connection the client retired (it gave up waiting on them).
+    let retiredStreams = Locked<[String]>([])
     let mostStreamsOpenAtOnce = Atomic<Int>(0)
     /// Context ids are numbered across streams, as a server numbers them (ctx-1, ctx-2, ...).
     let contextsStarted = Atomic<Int>(0)
@@ -184,6 +186,8 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
         self.name = name
         self.ignoreStop = ignoreStop
     }
+
+    func retireConnection() { service.retiredStreams.withLock { $0.append(name) } }
 
     func send(_ request: SLURequest) {
         if case .start = request { service.startsHanded.add(1, ordering: .relaxed) }

@@ -305,6 +305,49 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         #expect(sent * 3205 < 65_535 + limit + 20 * 3205, "the call failed late: after \(sent) chunks")
     }
 
+    /// A server that stopped reading closed the connection's flow-control window too: the call
+    /// that found it retires the connection, and the next call on the channel goes to a new one.
+    /// Kept in the pool, the next call was stuck behind the same window.
+    @Test func aConnectionWhoseWindowAServerNeverReopensTakesNoNewCall() throws {
+        let limit = 64 * 1024
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 29_018),
+                                                  maxQueuedSendBytes: limit))
+        let events = EventCollector()
+        let call = try ch.openStreamingCall(path: "/fault.Fault/StopReading", metadata: []) { events.handle($0) }
+        let chunk = [UInt8](repeating: 7, count: 3200)
+        var sent = 0
+        while !events.isClosed && sent < 1000 {
+            call.send(chunk)
+            sent += 1
+            if sent % 10 == 0 { Thread.sleep(forTimeInterval: 0.005) }
+        }
+        #expect((events.waitClosed() ?? nil)?.message.contains("stopped reading") == true)
+        let next = EventCollector()
+        let second = try ch.openStreamingCall(path: "/fault.Fault/AnswerAfterMessage", metadata: []) { next.handle($0) }
+        second.send([1, 2, 3])
+        second.halfClose()
+        let closed = next.waitClosed(seconds: 3)
+        #expect(closed == .some(nil), "\(String(describing: closed))")
+        #expect(next.messages == [Array("ok".utf8)])
+        second.cancel()
+    }
+
+    /// A peer that stopped reading the socket and, after the client's keepalive PING went out,
+    /// sends again (its own PINGs) without answering it: the connection fails within the
+    /// keepalive timeout. Anything that arrived was taken as the answer, and it was never found
+    /// dead. (A peer that never falls silent for an interval is not probed: as gRPC's own
+    /// clients, reads count as life; the streams' own timeouts retire such a connection.)
+    @Test func aPeerStillSendingButNotReadingFailsTheKeepalive() throws {
+        let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 1_000,
+                                                                       keepaliveTimeoutMilliseconds: 500)))
+        let events = EventCollector()
+        _ = try ch.openStreamingCall(path: "/fault.Fault/DeafButTalking", metadata: []) { events.handle($0) }
+        let closed = events.waitClosed(seconds: 4)
+        let e = closed ?? nil
+        #expect(e?.code == .network)
+        #expect(e?.message.contains("PING") == true, "\(String(describing: e))")
+    }
+
     /// A connection that went silent while idle (no reset: a NAT that forgot it) is probed
     /// when the next call opens on it, and fails within the keepalive timeout. The clock of
     /// the last receipt was reset by the open, so each call waited a whole interval more (in

@@ -231,9 +231,12 @@ final class ClientWorker: @unchecked Sendable {
 
     /// A stream whose start the server did not acknowledge in time is lost (issue 19 item 1: a
     /// hung server once left a context STARTING for 40 s): it is retried like a lost connection,
-    /// its audio replayed, until the reconnect attempts run out.
+    /// its audio replayed, until the reconnect attempts run out. Here and in the two below the
+    /// stream's connection is retired: the pool gave each new attempt the same connection, to a
+    /// server (or proxy) stuck on it while it still answered PINGs, and each failed the same way.
     private func expireUnacknowledgedStarts(now: UInt64) {
         for (gen, _) in supervisor.lanes.unacknowledged(at: now) {
+            supervisor.stream(of: gen)?.retireConnection()
             handleStream(.closed(SpeechClientError(.timeout, "the server did not acknowledge the start of the context within \(options.startTimeoutMilliseconds) ms",
                                                    grpcStatus: GRPCStatus.unavailable)), generation: gen)
         }
@@ -245,6 +248,7 @@ final class ClientWorker: @unchecked Sendable {
     /// retried as a lost connection, its unfinished audio replayed on a new stream.
     private func expireUnfinished(now: UInt64) {
         for gen in supervisor.lanes.unfinished(at: now, timeout: finishTimeoutNanos) {
+            supervisor.stream(of: gen)?.retireConnection()
             handleStream(.closed(SpeechClientError(.timeout, "the server did not finish the context within \(options.finishTimeoutMilliseconds / 1000) s (counted from its stop, the end of the stream before it, or its last final words)",
                                                    grpcStatus: GRPCStatus.unavailable)), generation: gen)
         }
@@ -255,6 +259,7 @@ final class ClientWorker: @unchecked Sendable {
     /// waited for it for ever, and a microphone's audio aged out of the replay buffer unsaid.
     private func expireStalledReplays(now: UInt64) {
         for gen in supervisor.lanes.replayStalled(at: now, timeout: finishTimeoutNanos) {
+            supervisor.stream(of: gen)?.retireConnection()
             handleStream(.closed(SpeechClientError(.timeout, "the server took none of the audio replayed on its stream for \(SpeechAudio.secondsText(Double(options.finishTimeoutMilliseconds) / 1000)) s (its flow-control window stayed closed)",
                                                    grpcStatus: GRPCStatus.unavailable)), generation: gen)
         }
