@@ -586,7 +586,15 @@ SPC_API spc_status spc_options_set_insecure_tls(spc_options *options, int insecu
 ** opened by the start gives audio once open (some take a few hundred ms). Nothing is kept
 ** between contexts, except for a start queued behind a pending stop (spc_client_start()), or
 ** made after spc_client_resume() while the suspended context still finishes (since 0.11). A
-** device that failed while no context used it (unplugged) is opened again by the next start. */
+** context's audio ends at spc_client_stop() and a start queued behind it begins at its call,
+** however long the library takes to get to them (since 0.11: a library thread held in a
+** connect gave the first context the next one's first words). A
+** device that failed while no context used it (unplugged) is opened again by the next start.
+** Audio the device loses while a context keeps it (an overrun: the device not read in time; a
+** machine suspended) is said by the error callback (SPC_ERROR_AUDIO, naming how much; the
+** context goes on), and silence stands in for up to 5 s of it, so that later word times stay
+** true; so is audio dropped because the library was held up for over 30 s (since 0.11; before,
+** both were in the log alone). */
 SPC_API spc_status spc_options_set_audio_microphone(spc_options *options, const char *device);
 
 /* The ALSA capture devices, as `arecord -L` lists them: each name can be given to

@@ -55,6 +55,8 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     /// Half the device buffer: the file plugin in alsa-lib 1.2.8 fills nothing from its input
     /// for a read larger than the buffer ("requested more frames than pcm buffer").
     private var maxReadFrames = 1024
+    /// Frames an overrun or a suspend lost since `takeLostFrames` last took them.
+    private var lostFrames = 0
 
     // Touched only by the reading thread (the protocol allows one reader).
     private var buffer: [UInt8] = []
@@ -62,6 +64,9 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     private var startNanos: UInt64 = 0
     /// Set when a device of another type delivered far faster than real time (see Pacing).
     private var runsWithoutClock = false
+    /// When the last read returned audio (monotonic ns; 0 before the first): an overrun lost
+    /// everything the device heard since, up to its recovery.
+    private var lastReadNanos: UInt64 = 0
 
     static let periodMicroseconds: UInt32 = 20_000
     static let bufferMicroseconds: UInt32 = 400_000
@@ -188,7 +193,9 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         framesDelivered = 0
         startNanos = 0
         runsWithoutClock = false
+        lastReadNanos = 0
         lock.withLock {
+            lostFrames = 0
             pcm = handle
             wakeFD = wake
             pollFDs = fds
@@ -307,6 +314,14 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
     /// there (a period, 20 ms, on a real device);
     /// an empty array after 100 ms without audio; nil after `close()` or at the end of a file
     /// plugin's input.
+    /// Frames lost to overruns and suspends since the last call (see `AudioSource`).
+    public func takeLostFrames() -> Int {
+        lock.withLock {
+            defer { lostFrames = 0 }
+            return lostFrames
+        }
+    }
+
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
         try withALSAMessages { () throws(SpeechClientError) in try readFrames(maxFrames: maxFrames) }
     }
@@ -338,6 +353,7 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
                 let got = min(Int(n), frames)
                 if !pace(frames: got, rate: begun.format.sampleRate, clockless: begun.clockless,
                          bufferFrames: begun.bufferFrames, fds: &fds) { return nil }
+                lastReadNanos = Clock.monotonicNanos()
                 return begun.samples.floats(buffer, count: got * channels)
             }
             if n == 0 { return nil }
@@ -367,6 +383,15 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
                        : "the device was suspended; the audio of the gap is lost")
                 let r = snd_pcm_recover(pcm, code, 1)
                 if r < 0 { throw fail("snd_pcm_readi", code) }
+                // What it heard from the last read to now is gone: counted, so that silence can
+                // stand in for it (later word times stay true) and the loss be said.
+                let now = Clock.monotonicNanos()
+                if lastReadNanos != 0 && now > lastReadNanos {
+                    let gap = now - lastReadNanos
+                    let frames = Int(gap / 1_000_000) * begun.format.sampleRate / 1_000
+                    lock.withLock { lostFrames += frames }
+                    lastReadNanos = now
+                }
                 framesDelivered = 0
                 startNanos = 0
             case EINTR:

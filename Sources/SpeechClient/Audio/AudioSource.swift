@@ -14,6 +14,13 @@ public protocol AudioSource: AnyObject {
     func read(maxFrames: Int) throws(SpeechClientError) -> [Float]?
     /// Releases the device or file. Idempotent.
     func close()
+    /// Frames the device lost since the last call (an overrun, a suspend: ALSA's recovery
+    /// drops what it held), for the reader to stand silence in for them. 0 for other sources.
+    func takeLostFrames() -> Int
+}
+
+extension AudioSource {
+    public func takeLostFrames() -> Int { 0 }
 }
 
 /// A source whose samples are 16-bit already (a 16-bit PCM WAV file) hands them over as they

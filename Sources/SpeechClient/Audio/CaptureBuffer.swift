@@ -49,6 +49,14 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     private var thread: NativeThread?
     private var openFormat: AudioFormat = .speech
     private let messages = Locked<(@Sendable (String) -> Void)?>(nil)
+    /// Where audio lost while collecting is said (the client's error event, `onLoss`).
+    private let losses = Locked<(@Sendable (SpeechClientError) -> Void)?>(nil)
+    /// Samples dropped for capacity in the episode under way, said when it ends (guarded by `lock`).
+    private var droppedInEpisode = 0
+    private var droppedToSay = 0
+    /// At most this much silence stands in for audio the device lost (an overrun; a suspend
+    /// of the whole machine may last hours): past it, later word times are early by the rest.
+    static let maxSilenceFillSeconds = 5
 
     static let readWaitMilliseconds: Int32 = 100
     /// How often the device is read while its audio is not kept.
@@ -67,6 +75,12 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     public func onMessage(_ sink: (@Sendable (String) -> Void)?) {
         messages.withLock { $0 = sink }
         (inner as? ALSACapture)?.onALSAMessage(sink)
+    }
+
+    /// Where audio lost while collecting is said: an overrun's gap (filled with silence), or
+    /// audio dropped for capacity (said when the worker takes audio again).
+    public func onLoss(_ sink: (@Sendable (SpeechClientError) -> Void)?) {
+        losses.withLock { $0 = sink }
     }
 
     public func open() throws(SpeechClientError) {
@@ -139,6 +153,8 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
                 return
             }
             if read.isEmpty { continue }
+            let lostFrames = inner.takeLostFrames()
+            var filledFrames = 0
             var dropped = 0
             var notify: (@Sendable () -> Void)?
             let firstDrop: Bool = lock.withLock {
@@ -153,6 +169,14 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
                     return false
                 }
                 guard collecting, !idle else { return false }  // an idle read is audio from before a start
+                if lostFrames > 0 {
+                    // The device lost audio just before this block (an overrun): silence takes
+                    // its place, so that what the server hears after it keeps its time.
+                    filledFrames = min(lostFrames, Self.maxSilenceFillSeconds * format.sampleRate)
+                    let fill = [Float](repeating: 0, count: filledFrames * max(1, format.channels))
+                    _ = samples.push(fill)
+                    bufferedSamples += fill.count
+                }
                 _ = samples.push(read)
                 bufferedSamples += read.count
                 while bufferedSamples > capacity, let oldest = samples.pop() {
@@ -161,11 +185,18 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
                 }
                 let first = dropped > 0 && !dropping
                 if dropped > 0 { dropping = true }
+                droppedInEpisode += dropped
                 lock.broadcast()
                 notify = takeNotificationLocked(force: false)
                 return first
             }
             notify?()
+            if filledFrames > 0, let sink = losses.withLock({ $0 }) {
+                let ms = Int(Int64(lostFrames) * 1000 / Int64(max(1, format.sampleRate)))
+                let rest = lostFrames > filledFrames
+                    ? " for its first \(Self.maxSilenceFillSeconds) s (word times after it are early by the rest)" : ""
+                sink(SpeechClientError(.audio, "the microphone lost \(ms) ms of audio (the device overran or was suspended: it was not read in time); silence stands in for it\(rest)"))
+            }
             if firstDrop {
                 let sink = messages.withLock { $0 }
                 sink?("the microphone's audio was not taken for over \(capacitySeconds) s (the client was held up): the oldest is being dropped")
@@ -175,6 +206,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
 
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
         let deadline = Clock.monotonicNanos() + UInt64(Self.readWaitMilliseconds) * 1_000_000
+        defer { sayDropped() }
         return try lock.withLock { () throws(SpeechClientError) -> [Float]? in
             while readableLocked == 0 && !ended && !(endedAtCall && !endingTakesNextBlock) {
                 if !lock.wait(untilMonotonicNanos: deadline) { break }
@@ -186,7 +218,20 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
     /// Everything buffered, without waiting: nil once the capture has ended and all is taken,
     /// the capture's error once it failed and all is taken.
     public func readAvailable() throws(SpeechClientError) -> [Float]? {
-        try lock.withLock { () throws(SpeechClientError) -> [Float]? in try takeLocked() }
+        defer { sayDropped() }
+        return try lock.withLock { () throws(SpeechClientError) -> [Float]? in try takeLocked() }
+    }
+
+    /// Audio dropped for capacity in an episode that ended: an error names how much (the log's
+    /// warning when it began said only that it did). Outside the lock.
+    private func sayDropped() {
+        let (samples, format) = lock.withLock { () -> (Int, AudioFormat) in
+            defer { droppedToSay = 0 }
+            return (droppedToSay, openFormat)
+        }
+        guard samples > 0, let sink = losses.withLock({ $0 }) else { return }
+        let seconds = Double(samples) / Double(max(1, format.sampleRate * max(1, format.channels)))
+        sink(SpeechClientError(.audio, "\(SpeechAudio.secondsText(seconds)) s of the microphone's audio were dropped, not transcribed: the client was held up for over \(capacitySeconds) s and its buffer was full (word times after it are early by that much)"))
     }
 
     /// What `read` and `readAvailable` return: everything buffered, else the end or the failure.
@@ -310,14 +355,16 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
 
     /// What is buffered now, without waiting (a stop sends the audio captured before it).
     public func takeBuffered() -> [Float] {
-        lock.withLock { takeAllLocked() }
+        defer { sayDropped() }
+        return lock.withLock { takeAllLocked() }
     }
 
     /// What is buffered now, and nothing kept from now on, in one hold of the lock: taken and
     /// then stopped in two, a block the capture thread pushed in between was dropped with the
     /// stop (up to a period of the last word).
     public func takeBufferedAndStop() -> [Float] {
-        lock.withLock {
+        defer { sayDropped() }
+        return lock.withLock {
             if endedAtCall {
                 // Stopped at the call: what is kept now is for a start called since, if any.
                 let all = takeEndingLocked()
@@ -332,6 +379,11 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
 
     /// Everything buffered, in order, and the buffer emptied.
     private func takeAllLocked() -> [Float] {
+        if droppedInEpisode > 0 {
+            // The worker takes audio again: the episode is over, and said (`sayDropped`).
+            droppedToSay += droppedInEpisode
+            droppedInEpisode = 0
+        }
         if samples.count == 1, let only = samples.pop() {  // one block: no copy
             bufferedSamples = 0
             dropping = false
@@ -349,6 +401,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         samples = FIFO()
         bufferedSamples = 0
         dropping = false
+        droppedInEpisode = 0
     }
 
     /// What a read may give now: the stop's context's audio alone while it is not taken.

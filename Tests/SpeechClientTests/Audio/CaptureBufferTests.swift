@@ -12,6 +12,9 @@ final class WallClockDevice: AudioSource, @unchecked Sendable {
     private var nextSample = 0
     private var closed = false
     private(set) var overrunSamples = 0
+    private var lostToSay = 0
+    /// The next read first waits this long (ms): a capture thread held up past the buffer.
+    var stallNextReadMilliseconds = Locked(0)
     let bufferSamples = 6_400
 
     var format: AudioFormat { .speech }
@@ -19,13 +22,18 @@ final class WallClockDevice: AudioSource, @unchecked Sendable {
         lock.withLock { opened = Clock.monotonicNanos(); nextSample = 0; closed = false }
     }
 
+    func takeLostFrames() -> Int { lock.withLock { defer { lostToSay = 0 }; return lostToSay } }
+
     func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
+        let stall = stallNextReadMilliseconds.withLock { ms in defer { ms = 0 }; return ms }
+        if stall > 0 { usleep(UInt32(stall) * 1_000) }
         while true {
             let out: [Float]? = lock.withLock {
                 if closed { return nil }
                 let produced = Int((Clock.monotonicNanos() - opened) / SpeechAudio.nanosecondsPerSample)
                 if produced - nextSample > bufferSamples {
                     overrunSamples += produced - bufferSamples - nextSample
+                    lostToSay += produced - bufferSamples - nextSample
                     nextSample = produced - bufferSamples
                 }
                 let n = min(maxFrames, produced - nextSample)
@@ -61,6 +69,50 @@ final class WallClockDevice: AudioSource, @unchecked Sendable {
 
     /// Outside a context nothing is kept (the device is still read, so it never overruns), and
     /// a stop takes what was captured and not read, without waiting.
+    /// The device overruns (its reader held up 700 ms, past its 400 ms buffer): silence stands
+    /// in for the lost audio, so that every sample after the gap keeps its time, and the loss
+    /// is said. Before, the audio after it came early by the gap (and word times with it), and
+    /// only the log said anything.
+    @Test func anOverrunsGapIsFilledWithSilenceAndSaid() throws {
+        let device = WallClockDevice()
+        let buffer = CaptureBuffer(device)
+        let said = Locked<[String]>([])
+        buffer.onLoss { e in said.withLock { $0.append(e.message) } }
+        try buffer.open()
+        defer { buffer.close() }
+        buffer.startCollecting()
+        usleep(200_000)
+        device.stallNextReadMilliseconds.withLock { $0 = 700 }
+        usleep(1_300_000)
+        var got: [Float] = []
+        while got.count < 24_000, let block = try buffer.read(maxFrames: 1600) { got += block }
+        #expect(device.overrunSamples > 0)
+        #expect(got.count >= 24_000)
+        // Each sample is its index on the device's clock: where it is, it is on time.
+        let first = got.first ?? 0
+        let late = got.enumerated().first { $0.element != 0 && $0.element != Float($0.offset) + first }
+        #expect(late == nil, "sample \(late?.element ?? 0) at \(late?.offset ?? 0): \(device.overrunSamples) samples overrun")
+        #expect(got.contains(0) && said.withLock { $0 }.first?.contains("the microphone lost") == true, "\(said.withLock { $0 })")
+    }
+
+    /// A reader held up past the buffer's capacity (1 s here, 30 s by default): the oldest audio
+    /// is dropped, and when the reader takes audio again an error says how much. Only the log
+    /// said, when it began, that it was.
+    @Test func audioDroppedForCapacityIsSaidWhenTheReaderIsBack() throws {
+        let device = WallClockDevice()
+        let buffer = CaptureBuffer(device, capacitySeconds: 1)
+        let said = Locked<[String]>([])
+        buffer.onLoss { e in said.withLock { $0.append(e.message) } }
+        try buffer.open()
+        defer { buffer.close() }
+        buffer.startCollecting()
+        usleep(1_600_000)
+        _ = try buffer.readAvailable()
+        let messages = said.withLock { $0 }
+        #expect(messages.count == 1 && messages[0].contains("s of the microphone's audio were dropped"), "\(messages)")
+        #expect(messages.first.map { $0.hasPrefix("0.5 ") || $0.hasPrefix("0.6 ") || $0.hasPrefix("0.7 ") } == true, "\(messages)")
+    }
+
     @Test func onlyWhatCameWhileCollectingIsKeptAndAStopTakesItAtOnce() throws {
         let device = WallClockDevice()
         let buffer = CaptureBuffer(device)

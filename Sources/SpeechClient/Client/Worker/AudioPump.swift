@@ -20,6 +20,9 @@ final class AudioPump {
     /// context's audio ends and the next one's begins, at the call (`CaptureBuffer.endAtCall`):
     /// the worker takes those calls only when it is free, up to 15 s later in a connect.
     let microphoneForCalls = Locked<CaptureBuffer?>(nil)
+    /// Where the microphone's lost audio is said (the client's error event), from its capture
+    /// thread. Set once, before the first open.
+    var onAudioLost: (@Sendable (SpeechClientError) -> Void)?
 
     init(input: AudioInput, chunkMilliseconds: Int, makeSource: @escaping @Sendable (AudioInput) -> (any AudioSource)?) {
         self.input = input
@@ -63,6 +66,7 @@ final class AudioPump {
         if let alsa = mic as? ALSACapture { alsa.onALSAMessage { log(.warning, $0) } }
         if let buffered = mic as? CaptureBuffer {
             buffered.onMessage { log(.warning, $0) }
+            buffered.onLoss(onAudioLost)
             if forContext { buffered.startCollecting() } else { buffered.stopCollecting() }
         }
         try mic.open()

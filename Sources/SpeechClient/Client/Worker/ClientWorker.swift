@@ -127,6 +127,8 @@ final class ClientWorker: @unchecked Sendable {
         self.service = service
         audio = AudioPump(input: options.audio, chunkMilliseconds: options.chunkMilliseconds, makeSource: makeSource)
         supervisor = LaneSupervisor(options: options)
+        // Not silently: audio the microphone lost while a context (or listening) kept it.
+        audio.onAudioLost = { [link] error in link.client?.emit(.error(error)) }
         if let server = options.wakeService, options.activation == .wakeword {
             let cancellation = self.cancellation
             let link = self.link
