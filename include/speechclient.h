@@ -355,7 +355,8 @@ typedef enum spc_io {
 ** first and SPC_LISTEN_DEACTIVATE before the context's stop callback. The phrase must be one
 ** the server's recognizer can transcribe. With a wake-word service instead
 ** (spc_options_set_wakeword_url(), since 0.7), the service's detections open the contexts and
-** the voice detector only ends them.
+** the voice detector only ends them; SPC_LISTEN_DEACTIVATE then comes at the end of the
+** activation, before the context's last results (since 0.11; before, with the stop callback).
 **
 ** Listen events (spc_listen_cb) come in order with the other callbacks; position_ms counts the
 ** audio since spc_client_start():
@@ -586,15 +587,17 @@ SPC_API spc_status spc_options_set_insecure_tls(spc_options *options, int insecu
 ** opened by the start gives audio once open (some take a few hundred ms). Nothing is kept
 ** between contexts, except for a start queued behind a pending stop (spc_client_start()), or
 ** made after spc_client_resume() while the suspended context still finishes (since 0.11). A
-** context's audio ends at spc_client_stop() and a start queued behind it begins at its call,
-** however long the library takes to get to them (since 0.11: a library thread held in a
-** connect gave the first context the next one's first words). A
+** context's audio ends at spc_client_stop(), and a start queued behind it begins at its call,
+** however long the library takes to get to them, once the device is open and the context's
+** audio is being kept (manual activation; since 0.11: a library thread held in a connect gave
+** the first context the next one's first words). A
 ** device that failed while no context used it (unplugged) is opened again by the next start.
 ** Audio the device loses while a context keeps it (an overrun: the device not read in time; a
 ** machine suspended) is said by the error callback (SPC_ERROR_AUDIO, naming how much; the
-** context goes on), and silence stands in for up to 5 s of it, so that later word times stay
-** true; so is audio dropped because the library was held up for over 30 s (since 0.11; before,
-** both were in the log alone). */
+** context goes on; the callback may come after that context's stop), and silence stands in for
+** up to 5 s of it, so that later word times stay true. Audio dropped because the library was
+** held up for over 30 s is said the same way, without silence (later word times are early by
+** it). Since 0.11; before, both were in the log alone. */
 SPC_API spc_status spc_options_set_audio_microphone(spc_options *options, const char *device);
 
 /* The ALSA capture devices, as `arecord -L` lists them: each name can be given to
@@ -811,9 +814,12 @@ SPC_API spc_status spc_options_set_wakeword(spc_options *options, const char *ph
 ** with an error naming what it lists). On a detection, SPC_LISTEN_ACTIVATE (position_ms: where
 ** the service heard it) and a context opens on the recognizer with the audio from the pre-roll
 ** before that point on, so nothing said right after the wake word is cut; it ends by the
-** endpointing (trailing silence, maximum length) with SPC_LISTEN_DEACTIVATE, and every segment
-** of it is delivered. A burst of detections for one wake word opens one context; a detection
-** while a context is open is ignored. Audio with no wake word opens no context. A file is read
+** endpointing (trailing silence, counted from the detection at the earliest, maximum length)
+** with SPC_LISTEN_DEACTIVATE, and every segment of it is delivered. A burst of detections for
+** one wake word opens one context; a detection while the previous context still finishes (its
+** activation ended, the recognizer not done) opens an activation that waits for it, as speech
+** does in voice mode, and gets its own context (since 0.11; before, it was ignored, and the
+** command after it lost). Audio with no wake word opens no context. A file is read
 ** at real time while listening (a wake service locates the wake word only in audio arriving
 ** about as fast as it is spoken). Losing the service reports an error and listening goes on:
 ** it is reconnected every 2 s, and the wake word is not heard meanwhile. Since 0.7. */

@@ -105,3 +105,52 @@ def test_a_wake_service_killed_while_listening_is_reconnected(asr, speech, flite
     assert listens == ["activate", "deactivate"], events
     words = wt.normalize_words(" ".join(e["transcript"] for e in finals))
     assert set(COMMAND.split()) <= set(words), words
+
+
+def two_commands(speech, flite_speech, tmp_path, second="open the garage door"):
+    """"hey jarvis" and a command, 1.2 s of silence, "hey jarvis" and another command."""
+    first = wt.concat_wavs([flite_speech("hey jarvis", lead_s=1.0, tail_s=0.2), speech(COMMAND)], tmp_path / "w1.wav", gap_s=0.0)
+    again = wt.concat_wavs([flite_speech("hey jarvis", lead_s=0.0, tail_s=0.2), speech(second)], tmp_path / "w2.wav", gap_s=0.0)
+    wav = wt.concat_wavs([first, again], tmp_path / "two.wav", gap_s=1.2)
+    return wt.concat_wavs([wav], tmp_path / "two_padded.wav", gap_s=1.5)
+
+
+def test_a_wake_word_while_the_last_command_is_still_transcribed_gets_its_own_context(wake, speech, flite_speech, tmp_path):
+    """A recognizer slow to finish (4 s after audio-stop; Whisper on a small machine takes
+    seconds): the second "hey jarvis" comes while the first context still finishes. It was
+    ignored, and the second command lost without a word; its activation waits for that context
+    now, and gets its own."""
+    slow = wt.FaultServer("Normal", "--transcript-delay", "4", "--close-after-transcript")
+    try:
+        out, events, _ = listen(slow, wake, two_commands(speech, flite_speech, tmp_path), "--wakeword", "hey_jarvis")
+    finally:
+        slow.stop()
+    assert out.returncode == 0, out.stderr
+    kinds = [e["type"] for e in events if e["type"] != "state"]
+    listens = [e["event"] for e in events if e["type"] == "listen" and e["event"] in ("activate", "deactivate")]
+    finals = [e["transcript"] for e in events if e["type"] == "segment" and e["final"]]
+    print(f"\nfigure: {listens}; transcripts {finals}")
+    assert kinds.count("start") == 2 and kinds.count("stop") == 2, kinds
+    assert listens == ["activate", "deactivate", "activate", "deactivate"], listens
+    # Each context heard its command: over a second of audio each ("<bytes> bytes").
+    assert len(finals) == 2 and all(int(t.split()[0]) > 32000 for t in finals), finals
+
+
+def test_two_wake_words_in_a_row_are_two_contexts_with_both_commands(asr, wake, speech, flite_speech, tmp_path):
+    """The same with the real Whisper: both commands are transcribed, each in its context, and
+    each activation ends at its endpoint, before its words (it came with the stop, seconds late)."""
+    out, events, _ = listen(asr, wake, two_commands(speech, flite_speech, tmp_path), "--wakeword", "hey_jarvis")
+    assert out.returncode == 0, out.stderr
+    kinds = [e["type"] for e in events if e["type"] != "state"]
+    listens = [e["event"] for e in events if e["type"] == "listen" and e["event"] in ("activate", "deactivate")]
+    finals = [e for e in events if e["type"] == "segment" and e["final"]]
+    print(f"\nfigure: {listens}; transcripts {[e['transcript'] for e in finals]}")
+    assert kinds.count("start") == 2 and kinds.count("stop") == 2, kinds
+    assert listens == ["activate", "deactivate", "activate", "deactivate"], listens
+    # The first activation ends before its context's words, which Whisper sends once it has
+    # heard the end.
+    order = [e["event"] if e["type"] == "listen" else "final" for e in events
+             if (e["type"] == "listen" and e["event"] == "deactivate") or (e["type"] == "segment" and e["final"])]
+    assert order.index("deactivate") < order.index("final"), order
+    words = set(wt.normalize_words(" ".join(e["transcript"] for e in finals)))
+    assert {"kitchen", "lights"} <= words and {"garage", "door"} <= words, words

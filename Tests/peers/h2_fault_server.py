@@ -258,16 +258,16 @@ class Connection:
         self.blackhole = True
 
     def deaf_but_talking(self, sid, headers):
-        """Stops reading the socket; 1.3 s later (after a client's keepalive PING at a 1 s
-        interval) sends a PING of its own every 100 ms for 5 s: a peer that is still heard but no
+        """Stops reading the socket; 1.5 s later (after a client's keepalive PING at a 1 s
+        interval) sends a PING of its own every 100 ms for 6 s: a peer that is still heard but no
         longer hears (the client's PING goes unanswered)."""
         self.conn.send_headers(sid, ok_headers())
         self.flush()
         self.blackhole = True
 
         def talk():
-            time.sleep(1.3)
-            for i in range(50):
+            time.sleep(1.5)
+            for i in range(60):
                 try:
                     self.sock.sendall(struct.pack(">I", 8)[1:] + bytes([6, 0]) + struct.pack(">I", 0) + struct.pack(">Q", i))
                 except OSError:

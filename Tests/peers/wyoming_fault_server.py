@@ -25,7 +25,8 @@ Scenarios (--scenario):
                   audio-start/-chunk/-stop: after audio-stop, transcript {"text": "<N> bytes"}
                   where N is the number of audio payload bytes received since audio-start on
                   this connection. ping -> pong. The connection stays open for the next
-                  utterance unless --close-after-transcript (wyoming-faster-whisper closes it).
+                  utterance unless --close-after-transcript (wyoming-faster-whisper closes it). --transcript-delay S
+                  waits S seconds before each transcript (a recognizer slow to finish).
   Streaming       info with supports_transcript_streaming true. On the first audio-chunk after
                   audio-start: transcript-start {"language": "en"}; then for every 0.5 s of
                   audio received a transcript-chunk with the next delta of text ("part1",
@@ -384,6 +385,8 @@ def serve_asr(c: Conn, streaming: bool = False, stop_first: bool = False, unknow
                                   "code": "scripted-error"})
                 continue
             text = f"{audio_bytes} bytes"
+            if ARGS.transcript_delay > 0:
+                time.sleep(ARGS.transcript_delay)  # a recognizer slow to finish (Whisper on a small machine)
             if many_words:
                 text = " ".join(["w"] * 20000)
             if streaming:
@@ -660,6 +663,8 @@ def main() -> None:
     p.add_argument("--reset", action="store_true", help="CloseMidStream: close with an RST")
     p.add_argument("--close-delay", type=float, default=6.0, help="FailAfterStop: seconds after audio-stop")
     p.add_argument("--events-log", help="write every received event as a JSON line here")
+    p.add_argument("--transcript-delay", type=float, default=0.0,
+                   help="Normal: seconds between audio-stop and the transcript")
     ARGS = p.parse_args()
     if ARGS.events_log:
         EVENTS_LOG = open(ARGS.events_log, "a", encoding="utf-8")

@@ -310,10 +310,6 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         }
     }
 
-    /// Up to `maxFrames` frames (at most half the device buffer, 200 ms) as soon as some are
-    /// there (a period, 20 ms, on a real device);
-    /// an empty array after 100 ms without audio; nil after `close()` or at the end of a file
-    /// plugin's input.
     /// Frames lost to overruns and suspends since the last call (see `AudioSource`).
     public func takeLostFrames() -> Int {
         lock.withLock {
@@ -321,6 +317,11 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
             return lostFrames
         }
     }
+
+    /// Up to `maxFrames` frames (at most half the device buffer, 200 ms) as soon as some are
+    /// there (a period, 20 ms, on a real device);
+    /// an empty array after 100 ms without audio; nil after `close()` or at the end of a file
+    /// plugin's input.
 
     public func read(maxFrames: Int) throws(SpeechClientError) -> [Float]? {
         try withALSAMessages { () throws(SpeechClientError) in try readFrames(maxFrames: maxFrames) }

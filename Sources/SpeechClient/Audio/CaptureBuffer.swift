@@ -158,6 +158,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
             var dropped = 0
             var notify: (@Sendable () -> Void)?
             let firstDrop: Bool = lock.withLock {
+                if idle { endingTakesNextBlock = false }  // an idle read began after the stop: all of it is after it
                 if endedAtCall && endingTakesNextBlock && !idle {
                     // The block the device was reading when the stop was called ends with
                     // audio from before it: the stop's context's (up to a period of its last word).
@@ -279,6 +280,7 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
             guard !endedAtCall else { return }
             if collectingSinceCall {
                 collectingSinceCall = false
+                collecting = true
                 return
             }
             clearLocked()
@@ -312,17 +314,23 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
 
     /// The application called stop: its context's audio ends here, whenever the worker takes
     /// that stop (`takeBufferedAndStop`), with the block the device is reading now. Nothing if
-    /// no audio is kept.
-    public func endAtCall() {
+    /// no audio is kept. Returns whether it was cut here (a start queued behind the stop may
+    /// then collect from its own call: `collectAtCall`).
+    @discardableResult
+    public func endAtCall() -> Bool {
         lock.withLock {
-            guard collecting, !endedAtCall else { return }
+            guard collecting, !endedAtCall else { return false }
             while let block = samples.pop() { _ = ending.push(block) }
             endingSamples += bufferedSamples
             bufferedSamples = 0
             dropping = false
+            droppedToSay += droppedInEpisode  // said when the worker takes the stop
+            droppedInEpisode = 0
             collecting = false
+            collectingSinceCall = false  // its own audio, if it was a start's at its call
             endedAtCall = true
             endingTakesNextBlock = true
+            return true
         }
     }
 
@@ -348,9 +356,13 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
         }
     }
 
-    /// Nothing more is kept from now on; what is buffered stays, to be read.
+    /// Nothing more is kept from now on; what is buffered stays, to be read. Not when the stop
+    /// was cut at its call already (`endAtCall`): what is kept now is a later start's.
     public func pauseCollecting() {
-        lock.withLock { collecting = false }
+        lock.withLock {
+            guard !endedAtCall else { return }
+            collecting = false
+        }
     }
 
     /// What is buffered now, without waiting (a stop sends the audio captured before it).

@@ -53,6 +53,10 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     /// push_end came for the start queued behind the pending stop: that context ends as soon
     /// as it opens (it begins STOPPING).
     private var queuedStartEnded = false
+    /// The pending stop cut the microphone's audio at its call (`CaptureBuffer.endAtCall`): a
+    /// start queued behind it collects from its own call. Not otherwise (the device still
+    /// opening, nothing kept yet): it collected then what the stopped context had not read.
+    private var stopCutAtCall = false
     private var commands = FIFO<Command>()
     /// Starts, and stops (or push ends), queued for the worker and not taken yet. Guarded by
     /// `lock`; the worker reads them inside a `transition` closure (which runs under it) when a
@@ -332,6 +336,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             case .idle:
                 state = .starting
                 idleOwed = options.reportIdle
+                stopCutAtCall = false
                 resetPushPath()
                 enqueueLocked(.start)
             case .stopping where !pendingStart:
@@ -339,7 +344,8 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                 resetPushPath()
                 // The microphone keeps what it hears from now on for this start: from when the
                 // worker took it, the first words were lost when it was held up (a connect).
-                microphoneForCallsLocked?.collectAtCall()
+                if stopCutAtCall { microphoneForCallsLocked?.collectAtCall() }
+                stopCutAtCall = false
                 enqueueLocked(.queuedStart(true))
             case .stopping:
                 throw SpeechClientError(.invalidState, "a start is already queued behind the pending stop")
@@ -366,7 +372,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                     // The microphone's audio for this context ends now, not when the worker
                     // takes the stop: what comes after is not the user's (nor a start's called
                     // meanwhile, which it took).
-                    microphoneForCallsLocked?.endAtCall()
+                    stopCutAtCall = microphoneForCallsLocked?.endAtCall() ?? false
                     enqueueLocked(.stop)
                 }
             case .stopping where pendingStart:

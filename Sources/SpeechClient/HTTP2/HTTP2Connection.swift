@@ -23,6 +23,9 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         didSet {
             openStreamCount.store(streams.count, ordering: .releasing)
             idleSinceNanos.store(streams.isEmpty ? Clock.monotonicNanos() : 0, ordering: .releasing)
+            // Retired, it closes with its last stream, however that went (a reset, a close);
+            // posted: this may run inside nghttp2's callback.
+            if retired && streams.isEmpty && !oldValue.isEmpty { loop.post { [self] in closeIfIdle() } }
         }
     }
     private var pendingHeaders: [Int32: [(name: String, value: String)]] = [:]
@@ -554,9 +557,6 @@ final class HTTP2Connection: EventLoopHandler, @unchecked Sendable {
         pendingHeaderBytes[id] = nil
         let oversized = oversizedHeaders.remove(id) != nil
         guard let delegate = streams.removeValue(forKey: id) else { return }
-        if retired && streams.isEmpty {
-            loop.post { [self] in closeIfIdle() }  // not inside nghttp2's callback
-        }
         if oversized {
             delegate.http2Closed(errorCode: errorCode, connectionFailure: SpeechClientError(
                 .parse, "\(peer) sent a header block over the \(HTTP2Connection.maxHeaderBlockBytes / 1024) KiB limit: the stream was reset"))

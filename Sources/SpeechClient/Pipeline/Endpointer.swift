@@ -80,11 +80,13 @@ public struct Endpointer: Sendable {
         if var a = activation {
             out.append(.audio(chunk))
             // The trailing silence counts from where the speech ended (the detector reports
-            // that position after its hold time).
+            // that position after its hold time), never from before the activation's own
+            // start of it: a wake word's, which the detection follows, moved it back to the
+            // end of the wake word, and the command said after the chime was cut off.
             if vad.isSpeech {
                 a.lastSpeech = end
             } else if let s = silenceAt {
-                a.lastSpeech = s
+                a.lastSpeech = max(a.lastSpeech, s)
             }
             activation = a
             if end - a.start >= settings.maxActivationSamples {

@@ -315,7 +315,11 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
         let events = EventCollector()
         let call = try ch.openStreamingCall(path: "/fault.Fault/StopReading", metadata: []) { events.handle($0) }
         let chunk = [UInt8](repeating: 7, count: 3200)
-        var sent = 0
+        // The server's 65,535-byte windows filled first (the loop given time to send them), so
+        // that the overflow finds the connection's window shut.
+        for _ in 0..<21 { call.send(chunk) }
+        Thread.sleep(forTimeInterval: 0.3)
+        var sent = 21
         while !events.isClosed && sent < 1000 {
             call.send(chunk)
             sent += 1
@@ -338,11 +342,12 @@ private func stream(_ name: String, channel ch: GRPCChannel? = nil, halfClose: B
     /// dead. (A peer that never falls silent for an interval is not probed: as gRPC's own
     /// clients, reads count as life; the streams' own timeouts retire such a connection.)
     @Test func aPeerStillSendingButNotReadingFailsTheKeepalive() throws {
+        // The PING goes out at 1 s, is due by 3 s; the peer talks from 1.5 s on.
         let ch = try channel(configuration: .init(http2: HTTP2Settings(keepaliveIntervalMilliseconds: 1_000,
-                                                                       keepaliveTimeoutMilliseconds: 500)))
+                                                                       keepaliveTimeoutMilliseconds: 2_000)))
         let events = EventCollector()
         _ = try ch.openStreamingCall(path: "/fault.Fault/DeafButTalking", metadata: []) { events.handle($0) }
-        let closed = events.waitClosed(seconds: 4)
+        let closed = events.waitClosed(seconds: 6)
         let e = closed ?? nil
         #expect(e?.code == .network)
         #expect(e?.message.contains("PING") == true, "\(String(describing: e))")

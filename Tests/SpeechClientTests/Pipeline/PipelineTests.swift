@@ -251,6 +251,30 @@ enum Signals {
         #expect(kept <= 16 * 300 + Endpointer.Settings.detectionLatencySamples + 1_600, "\(kept / 16) ms kept")
     }
 
+    /// A detection handled while the detector still holds the wake word's speech (its hold
+    /// time): the trailing silence counts from the detection, not from where the wake word
+    /// ended. The detector's silence, stamped back at that end, moved the count back, and the
+    /// activation closed trailing-silence minus the hold after the detection: the command said
+    /// after the chime came too late.
+    @Test func aWakeActivationsTrailingSilenceCountsFromTheDetection() {
+        var g = Signals.Noise()
+        var s = Self.settings(preRoll: 300, trailing: 1_000, min: 500)
+        s.opensOnSpeech = false
+        var ep = Endpointer(settings: s)
+        // The wake word (1 s of speech), and the detection 200 ms after it ends, the detector
+        // still in its hold (300 ms). 20 ms chunks, as a microphone's.
+        for c in Signals.chunks(Signals.noise(ms: 500, dbfs: -50, &g) + Signals.speech(ms: 1_000, dbfs: -25, &g)
+                                + Signals.noise(ms: 200, dbfs: -50, &g), size: 320) { _ = ep.process(c) }
+        let detectedAt = ep.position
+        _ = ep.activate(from: 16 * 1_500)
+        var closedAt: Int?
+        for c in Signals.chunks(Signals.noise(ms: 3_000, dbfs: -50, &g), size: 320) where closedAt == nil {
+            if ep.process(c).contains(.close) { closedAt = ep.position }
+        }
+        #expect(closedAt != nil)
+        #expect((closedAt ?? 0) - detectedAt >= 16 * 1_000, "closed \(((closedAt ?? 0) - detectedAt) / 16) ms after the detection")
+    }
+
     @Test func aBlipIsHeldForTheMinimumLength() {
         var g = Signals.Noise()
         let audio = Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 200, dbfs: -20, &g) + Signals.noise(ms: 3_000, dbfs: -50, &g)

@@ -123,6 +123,7 @@ extension ClientWorker {
                     // stayed shut (a hung application behind a live connection, which answers
                     // PINGs). Lost, as a stream that never finishes is; the file waited for ever.
                     sendWatch = nil
+                    stream.retireConnection()  // as for the other give-ups (`expireUnacknowledgedStarts`)
                     handleStream(.closed(SpeechClientError(.timeout, "the server took none of the audio sent on its stream for \(SpeechAudio.secondsText(Double(options.finishTimeoutMilliseconds) / 1000)) s (its flow-control window stayed closed)",
                                                            grpcStatus: GRPCStatus.unavailable)), generation: gen)
                     return
@@ -255,7 +256,10 @@ extension ClientWorker {
         var events = events
         if woken {
             woken = false
-            events.insert(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples))), at: max(0, events.count - 1))
+            // A wake-word service's activation said its end at its endpoint (`perform(.close)`).
+            if wake == nil {
+                events.insert(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples))), at: max(0, events.count - 1))
+            }
         }
         if (endpointer != nil || backlog.isWaiting) && !suspended {
             client?.transition({ _, _ in }, contextOpen: false, events: events)

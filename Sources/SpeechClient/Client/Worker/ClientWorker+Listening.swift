@@ -47,6 +47,12 @@ extension ClientWorker {
                 }
             case .close:
                 lastActivationEnd = audioSamples
+                if wake != nil {
+                    // A detection's activation ends here, at its endpoint, as the header says:
+                    // said when its context ended, it came seconds late (the recognizer
+                    // finishing), while nothing was heard any more and wake words were waited for.
+                    client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples))))
+                }
                 if backlog.isWaiting {
                     backlog.close()
                 } else if contextOpen && !stopSent {
@@ -107,9 +113,22 @@ extension ClientWorker {
     func openWaitingActivation() {
         let (chunks, closed) = backlog.take()
         openListeningContext()
+        // With a wake-word service every activation is a detection's (speech opens none).
+        if wake != nil { wokenByDetection() }
         guard contextOpen else { return }
         for c in chunks { supervisor.sendAudio(c, host: self) }
         if closed { sendStop() }
+    }
+
+    /// How far before its arrival a detection without a time is taken to be (the command follows
+    /// the wake word; starting a little early costs the wake word's tail in the context).
+    static let unstampedDetectionLead = SpeechAudio.samples(milliseconds: 500)
+
+    /// The context a detection opened delivers every segment (set after it opened: a new context
+    /// starts unwoken). One that could not open (its error is reported) ends the activation.
+    private func wokenByDetection() {
+        woken = contextOpen
+        if !contextOpen { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
     }
 
     /// Stop (or the end of the audio) while listening: the open activation ends, its context
@@ -174,18 +193,23 @@ extension ClientWorker {
         case .detection(let name, let sample):
             guard var ep = endpointer else { return }
             // One wake word comes back as a burst of detections: the first opens the context,
-            // the rest find it open, or come from before its end.
-            let at = min(sample ?? audioSamples, audioSamples)
-            guard !ep.isActive, !contextOpen, !backlog.isWaiting, at > lastActivationEnd else { return }
+            // the rest find it open, or come from before its end. One while the previous
+            // context still finishes (its stop sent, the server not done: Whisper's seconds)
+            // opens an activation that waits for it, as speech does in voice mode: ignored, the
+            // command said after it was lost, without a word.
+            // A detection without a time (the Wyoming field is optional) was heard a moment
+            // before it reached here: taken as now, a service (and a worker) slower than the
+            // pre-roll cut the first word of the command.
+            let at = min(sample ?? max(0, audioSamples - Self.unstampedDetectionLead), audioSamples)
+            guard !ep.isActive, !(contextOpen && !stopSent), at > lastActivationEnd else { return }
+            let waits = contextOpen
             client?.log(.info, "wake word '\(name)' heard at \(SpeechAudio.secondsText(samples: at)) s")
             client?.emit(.listen(.activate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: at)), name: name))
             let actions = ep.activate(from: at)
             endpointer = ep
             perform(actions)
-            // The context it opened delivers every segment (set after: a new context starts unwoken).
-            // One that could not open (its error is reported) ends the activation at once.
-            woken = contextOpen
-            if !contextOpen { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
+            // Waiting, it is woken when its context opens (`openWaitingActivation`).
+            if !waits { wokenByDetection() }
         case .closed(let error):
             wake?.lost()
             reportWakeLost(error)

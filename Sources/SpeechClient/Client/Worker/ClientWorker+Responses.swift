@@ -169,15 +169,22 @@ extension ClientWorker {
         return nil
     }
 
-    /// After a lane ended, or a repair was taken (after every step of the worker that left a
-    /// lane holding responses): the earliest open lane applies the responses it was holding,
-    /// in order (which may end it too, and so on).
     /// The error a server's `finished` carried, for the application.
     func finishedError(_ code: String, _ message: String?, serverContext: String) -> SpeechClientError {
         let id = contextId.isEmpty ? serverContext : contextId
         return SpeechClientError(.api, "context \(id)\(serverContext == id ? "" : " (server context \(serverContext))") finished with error \(code): \(message ?? "")")
     }
 
+    /// Said when the context ends; one of a kind (a server ending each stream of a long context
+    /// with the same error added one per stream, without bound).
+    func noteFinishedError(_ error: SpeechClientError) {
+        let said = endEvents.contains { if case .error(let e) = $0 { e.code == error.code && e.message == error.message } else { false } }
+        if !said && endEvents.count < 16 { endEvents.append(.error(error)) }
+    }
+
+    /// After a lane ended, or a repair was taken (after every step of the worker that left a
+    /// lane holding responses): the earliest open lane applies the responses it was holding,
+    /// in order (which may end it too, and so on).
     func releaseHeld() {
         if releasingHeld { return }
         releasingHeld = true
@@ -302,9 +309,7 @@ extension ClientWorker {
                         // (taken as a loss only, it was in the log alone, or nowhere when the
                         // lane's audio proved all final). Not its length limit: a new stream
                         // is the answer to that, as the client's own limit moves it to one.
-                        var e = finishedError(code, message, serverContext: response.audioContext)
-                        e.message += " (what it had not finished was sent again on a new stream)"
-                        endEvents.append(.error(e))
+                        noteFinishedError(finishedError(code, message, serverContext: response.audioContext))
                     }
                     handleStream(.closed(SpeechClientError(.network, "the server ended its context \(response.audioContext)\(why) before the end of the audio sent to it",
                                                            grpcStatus: GRPCStatus.unavailable)), generation: gen)
@@ -327,7 +332,7 @@ extension ClientWorker {
             if !lane.stopSent { lane.stream.finish() }
             if let id = lane.serverContext { numbering.forget(serverContext: id) }
             closeSegmentsLeftOpen(by: lane, serverContext: response.audioContext)
-            if let code { endEvents.append(.error(finishedError(code, message, serverContext: response.audioContext))) }
+            if let code { noteFinishedError(finishedError(code, message, serverContext: response.audioContext)) }
             supervisor.reconnection.progressed()
             supervisor.openWaitingPieces(host: self)
             releaseReplay()
