@@ -355,8 +355,9 @@ typedef enum spc_io {
 ** first and SPC_LISTEN_DEACTIVATE before the context's stop callback. The phrase must be one
 ** the server's recognizer can transcribe. With a wake-word service instead
 ** (spc_options_set_wakeword_url(), since 0.7), the service's detections open the contexts and
-** the voice detector only ends them; SPC_LISTEN_DEACTIVATE then comes at the end of the
-** activation, before the context's last results (since 0.11; before, with the stop callback).
+** the voice detector only ends them; SPC_LISTEN_DEACTIVATE then comes where the activation
+** ends (its endpoint, a stop, a suspend), usually before the context's last results (since
+** 0.11; before, with the stop callback).
 **
 ** Listen events (spc_listen_cb) come in order with the other callbacks; position_ms counts the
 ** audio since spc_client_start():
@@ -364,7 +365,8 @@ typedef enum spc_io {
 **   SPC_LISTEN_SILENCE     the detector heard it end
 **   SPC_LISTEN_ACTIVATE    an activation began (VOICE: with the context it opens; WAKEWORD: the
 **                          phrase was heard)
-**   SPC_LISTEN_DEACTIVATE  the activation ended (its context is being stopped)
+**   SPC_LISTEN_DEACTIVATE  the activation ended (its context is being stopped, or, for one
+**                          waiting for the previous context, will be stopped once it opens)
 **   SPC_LISTEN_TIMEOUT     the activation reached the maximum length; its context is stopped
 **                          (DEACTIVATE follows in VOICE mode, and in WAKEWORD mode once the
 **                          phrase was heard)
@@ -812,9 +814,10 @@ SPC_API spc_status spc_options_set_wakeword(spc_options *options, const char *ph
 ** While listening, all the audio goes to the service (connected at spc_client_start(), within
 ** the connect timeout; a service that is unreachable or has no such wake word fails the start
 ** with an error naming what it lists). On a detection, SPC_LISTEN_ACTIVATE (position_ms: where
-** the service heard it) and a context opens on the recognizer with the audio from the pre-roll
+** the service heard it; 500 ms before it arrived for a service that does not say) and a context opens on the recognizer with the audio from the pre-roll
 ** before that point on, so nothing said right after the wake word is cut; it ends by the
-** endpointing (trailing silence, counted from the detection at the earliest, maximum length)
+** endpointing (trailing silence, counted from when the detection arrived at the earliest,
+** maximum length)
 ** with SPC_LISTEN_DEACTIVATE, and every segment of it is delivered. A burst of detections for
 ** one wake word opens one context; a detection while the previous context still finishes (its
 ** activation ended, the recognizer not done) opens an activation that waits for it, as speech

@@ -158,7 +158,9 @@ public final class CaptureBuffer: AudioSource, @unchecked Sendable {
             var dropped = 0
             var notify: (@Sendable () -> Void)?
             let firstDrop: Bool = lock.withLock {
-                if idle { endingTakesNextBlock = false }  // an idle read began after the stop: all of it is after it
+                // An idle read began after the stop: what it holds from before it (up to a
+                // period) is dropped with it, rather than a later start's audio given to the stop.
+                if idle { endingTakesNextBlock = false }
                 if endedAtCall && endingTakesNextBlock && !idle {
                     // The block the device was reading when the stop was called ends with
                     // audio from before it: the stop's context's (up to a period of its last word).

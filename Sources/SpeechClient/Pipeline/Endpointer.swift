@@ -50,7 +50,9 @@ public struct Endpointer: Sendable {
     public private(set) var position = 0
     private var preRoll: [[Int16]] = []
     private var preRollCount = 0
-    private var activation: (start: Int, lastSpeech: Int)?
+    /// `notBefore`: the trailing silence counts from there at the earliest (a detection's
+    /// activation: where it was detected; one speech opened: its start).
+    private var activation: (start: Int, lastSpeech: Int, notBefore: Int)?
     /// After an abandoned activation: no new one until the detector hears the speech end.
     private var waitForSilence = false
 
@@ -80,13 +82,13 @@ public struct Endpointer: Sendable {
         if var a = activation {
             out.append(.audio(chunk))
             // The trailing silence counts from where the speech ended (the detector reports
-            // that position after its hold time), never from before the activation's own
-            // start of it: a wake word's, which the detection follows, moved it back to the
-            // end of the wake word, and the command said after the chime was cut off.
+            // that position after its hold time), never from before `notBefore`: a wake word's
+            // end, which the detection follows, moved it back before the detection, and the
+            // command said after the chime was cut off.
             if vad.isSpeech {
                 a.lastSpeech = end
             } else if let s = silenceAt {
-                a.lastSpeech = max(a.lastSpeech, s)
+                a.lastSpeech = max(a.notBefore, s)
             }
             activation = a
             if end - a.start >= settings.maxActivationSamples {
@@ -97,7 +99,7 @@ public struct Endpointer: Sendable {
                 out += finish()
             }
         } else if settings.opensOnSpeech && spoke && !waitForSilence {
-            activation = (start: at - preRollCount, lastSpeech: end)
+            activation = (start: at - preRollCount, lastSpeech: end, notBefore: at - preRollCount)
             if settings.announcesActivation { out.append(.event(.activate, sample: speechAt)) }
             out.append(.open)
             for c in preRoll { out.append(.audio(c)) }
@@ -132,7 +134,7 @@ public struct Endpointer: Sendable {
         }
         preRoll.removeAll()
         preRollCount = 0
-        activation = (start: start, lastSpeech: position)
+        activation = (start: start, lastSpeech: position, notBefore: position)
         return out
     }
 

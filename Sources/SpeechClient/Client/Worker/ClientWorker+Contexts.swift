@@ -41,6 +41,7 @@ extension ClientWorker {
         woken = false
         contextId = ""
         endEvents = []
+        finishedErrorsNoted = []
         supervisor.begin()
         numbering.reset()
         client?.transition({ _, _ in }, contextOpen: true)
@@ -245,6 +246,7 @@ extension ClientWorker {
         contextOpen = false
         stopSent = false
         endEvents = []
+        finishedErrorsNoted = []
         // While listening the source keeps being read between contexts. Otherwise a microphone
         // keeps nothing until the next start (a failed context reached here without a stop).
         if endpointer == nil {

@@ -102,6 +102,9 @@ extension ClientWorker {
             if var ep = endpointer, ep.isActive {
                 perform(ep.abandon())
                 endpointer = ep
+                // A detection's activation says its own end (the endpointer's abandon does not,
+                // nor will its endpoint come).
+                if wake != nil { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
             }
             backlog.clear()
             return
@@ -125,10 +128,9 @@ extension ClientWorker {
     static let unstampedDetectionLead = SpeechAudio.samples(milliseconds: 500)
 
     /// The context a detection opened delivers every segment (set after it opened: a new context
-    /// starts unwoken). One that could not open (its error is reported) ends the activation.
+    /// starts unwoken). One that could not open said its end already (`openListeningContext`).
     private func wokenByDetection() {
         woken = contextOpen
-        if !contextOpen { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
     }
 
     /// Stop (or the end of the audio) while listening: the open activation ends, its context

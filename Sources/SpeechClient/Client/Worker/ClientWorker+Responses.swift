@@ -175,11 +175,13 @@ extension ClientWorker {
         return SpeechClientError(.api, "context \(id)\(serverContext == id ? "" : " (server context \(serverContext))") finished with error \(code): \(message ?? "")")
     }
 
-    /// Said when the context ends; one of a kind (a server ending each stream of a long context
-    /// with the same error added one per stream, without bound).
-    func noteFinishedError(_ error: SpeechClientError) {
-        let said = endEvents.contains { if case .error(let e) = $0 { e.code == error.code && e.message == error.message } else { false } }
-        if !said && endEvents.count < 16 { endEvents.append(.error(error)) }
+    /// Said when the context ends; one per code and message (a server ending each stream of a
+    /// long context with the same error added one per stream, without bound), 16 at most.
+    func noteFinishedError(_ code: String, _ message: String?, serverContext: String) {
+        let key = code + "\u{0}" + (message ?? "")
+        guard !finishedErrorsNoted.contains(key), finishedErrorsNoted.count < 16 else { return }
+        finishedErrorsNoted.insert(key)
+        endEvents.append(.error(finishedError(code, message, serverContext: serverContext)))
     }
 
     /// After a lane ended, or a repair was taken (after every step of the worker that left a
@@ -309,7 +311,7 @@ extension ClientWorker {
                         // (taken as a loss only, it was in the log alone, or nowhere when the
                         // lane's audio proved all final). Not its length limit: a new stream
                         // is the answer to that, as the client's own limit moves it to one.
-                        noteFinishedError(finishedError(code, message, serverContext: response.audioContext))
+                        noteFinishedError(code, message, serverContext: response.audioContext)
                     }
                     handleStream(.closed(SpeechClientError(.network, "the server ended its context \(response.audioContext)\(why) before the end of the audio sent to it",
                                                            grpcStatus: GRPCStatus.unavailable)), generation: gen)
@@ -332,7 +334,7 @@ extension ClientWorker {
             if !lane.stopSent { lane.stream.finish() }
             if let id = lane.serverContext { numbering.forget(serverContext: id) }
             closeSegmentsLeftOpen(by: lane, serverContext: response.audioContext)
-            if let code { noteFinishedError(finishedError(code, message, serverContext: response.audioContext)) }
+            if let code { noteFinishedError(code, message, serverContext: response.audioContext) }
             supervisor.reconnection.progressed()
             supervisor.openWaitingPieces(host: self)
             releaseReplay()

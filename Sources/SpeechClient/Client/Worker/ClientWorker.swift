@@ -75,6 +75,8 @@ final class ClientWorker: @unchecked Sendable {
     var contextId = ""
     /// Events to deliver with the stop, once every lane has finished (errors the server sent).
     var endEvents: [ClientEvent] = []
+    /// The `finished` errors in `endEvents`, by code and message (`noteFinishedError`).
+    var finishedErrorsNoted: Set<String> = []
     /// A start that arrived while the previous context was still finishing (after resume).
     var deferredStart = false
     /// What the application pushed and stopped for the start that waits (`deferredStart`).
@@ -489,6 +491,10 @@ final class ClientWorker: @unchecked Sendable {
             for c in audio.drain() { take(c, toWakeService: false) }
         }
         if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
+        if wake != nil && endpointer?.isActive == true {
+            // A detection's activation says its end at its endpoint, which it will not reach now.
+            client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples))))
+        }
         endpointer = nil
         closeWake()
         if backlog.isWaiting {
