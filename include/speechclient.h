@@ -599,7 +599,7 @@ SPC_API spc_status spc_options_set_insecure_tls(spc_options *options, int insecu
 ** context goes on; the callback may come after that context's stop), and silence stands in for
 ** up to 5 s of it, so that later word times stay true. Audio dropped because the library was
 ** held up for over 30 s is said the same way, without silence (later word times are early by
-** it). Since 0.11; before, both were in the log alone. */
+** it). Both since 0.11 (before, in the log alone). */
 SPC_API spc_status spc_options_set_audio_microphone(spc_options *options, const char *device);
 
 /* The ALSA capture devices, as `arecord -L` lists them: each name can be given to
