@@ -95,6 +95,20 @@ final class SteadyMicrophone: AudioSource, @unchecked Sendable {
     func close() { closed.withLock { $0 = true } }
 }
 
+/// Loud 100 ms chunks with no pause, each chunk's first sample its number `k`: with
+/// `wordsFromAudio`, the fake's words are "a<k>".
+func pushNumberedLoudChunks(_ client: Client, _ numbers: ClosedRange<Int>) {
+    for k in numbers {
+        let chunk = (0..<1600).map { Int16($0 == 0 ? k : ($0 % 2 == 0 ? 12_000 : -12_000)) }
+        chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
+    }
+}
+
+/// The words of the final segments in `lines` (EventLog's "segment final w1 w2 ..."), in order.
+func finalWords(_ lines: [String]) -> [String] {
+    lines.filter { $0.hasPrefix("segment final") }.flatMap { $0.split(separator: " ").dropFirst(2).map(String.init) }
+}
+
 extension FakeRecognitionService {
     /// The samples sent in each context, in order (between start requests).
     var samplesSentPerContext: [Int] {
@@ -488,7 +502,7 @@ extension FakeRecognitionService {
         defer { try? client.close() }
         try client.start()
         #expect(try client.waitIdle(timeoutMilliseconds: 10_000), "\(log.lines)")
-        let words = log.lines.filter { $0.hasPrefix("segment final") }.flatMap { $0.split(separator: " ").dropFirst(2).map(String.init) }
+        let words = finalWords(log.lines)
         #expect(words == (1001...1100).map { "a\($0)" }, "\(log.lines)")
         #expect(!log.lines.contains { $0.hasPrefix("error") }, "\(log.lines)")
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 3)
@@ -1211,14 +1225,11 @@ extension FakeRecognitionService {
         defer { try? client.close() }
         try client.start()
         // Loud (no pause), each chunk's first sample its number: words a1...a30.
-        for k in 1...30 {
-            let chunk = (0..<1600).map { Int16($0 == 0 ? k : ($0 % 2 == 0 ? 12_000 : -12_000)) }
-            chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
-        }
+        pushNumberedLoudChunks(client, 1...30)
         #expect(log.waitFor(timeoutMs: 5_000) { $0.contains("error network") }, "\(log.lines)")
         #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
         let lines = log.lines
-        let words = lines.filter { $0.hasPrefix("segment final") }.flatMap { $0.split(separator: " ").dropFirst(2).map(String.init) }
+        let words = finalWords(lines)
         // The first stream's a1...a20, then what the third heard of the replay from 2 s (a21 on).
         #expect(words.starts(with: (1...20).map { "a\($0)" }), "\(lines)")
         #expect(words.contains("a21"), "\(lines)")
@@ -1273,16 +1284,13 @@ extension FakeRecognitionService {
         defer { try? client.close() }
         try client.start()
         // Loud (no pause), each chunk's first sample its number: 36 words of 100 ms.
-        for k in 1...36 {
-            let chunk = (0..<1600).map { Int16($0 == 0 ? k : ($0 % 2 == 0 ? 12_000 : -12_000)) }
-            chunk.withUnsafeBufferPointer { try? client.pushAudio($0) }
-        }
+        pushNumberedLoudChunks(client, 1...36)
         try client.pushEnd()
         #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
         let lines = log.lines
         #expect(!lines.contains { $0.hasPrefix("error") }, "\(lines)")
         #expect(service.streamsOpened.load(ordering: .relaxed) == 2)
-        let words = lines.filter { $0.hasPrefix("segment final") }.flatMap { $0.split(separator: " ").dropFirst(2).map(String.init) }
+        let words = finalWords(lines)
         #expect(words == (1...36).map { "a\($0)" }, "\(lines)")
     }
 
