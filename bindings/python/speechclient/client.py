@@ -551,11 +551,14 @@ class Client(_AsyncMixin, _Handle):
             # The library calls inside leave a callback's exception for the end of the wait: raised
             # at a slice, the client was not idle yet, and a close() after it abandoned the context.
             if app:
+                # Idle once the library's work is, with every event queued before that delivered:
+                # the callbacks run here first, then the events that came with its end (the idle
+                # one). A callback run in this slice no longer made it "not idle": an event queued
+                # after the work ended (a late log line) made wait_idle(0) False on an idle client.
                 ran = self._dispatch_all(quiet=True)
-                idle = ran == 0 and self._wait_idle_once(0, quiet=True)
+                idle = self._wait_idle_once(0, quiet=True)
                 if idle:
-                    ran = self._dispatch_all(quiet=True)
-                    idle = ran == 0
+                    ran += self._dispatch_all(quiet=True)
             else:
                 idle = self._wait_idle_once(max(0, int(left * 1000)), quiet=True)
             if idle:
