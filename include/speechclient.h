@@ -232,7 +232,9 @@ typedef enum spc_state {
 **              the connection and never answers, or answers in another protocol (HTTP/1, TLS on
 **              a grpc:// URL, anything else), is UNAVAILABLE with a reason naming what answered,
 **              within the connect timeout (spc_options_set_timeouts()).
-** RECONNECTING the connection was lost during a context; another attempt follows after a delay.
+** RECONNECTING the connection was lost during a context (or, while listening, since 0.11, no
+**              context could be opened for the speech heard); another attempt follows after a
+**              delay.
 ** UNAVAILABLE  the server cannot be used now (the reason comes with the event); the next start
 **              tries again.
 ** SUSPENDED    spc_client_suspend() closed the connection.
@@ -343,7 +345,15 @@ typedef enum spc_io {
 ** the context is stopped; an activation that reaches the maximum length is stopped with a
 ** SPC_LISTEN_TIMEOUT event (see spc_options_set_endpointing()). Each context has its own start
 ** and stop callbacks; listening goes on after each. A context that fails (the server is down)
-** reports its error and stop, and listening goes on. spc_client_stop() ends the activation in
+** reports its error and stop, and listening goes on; since 0.11 an activation still going on
+** when its context fails carries on in a new context (once: if that one fails too, its error
+** says the rest of the activation was not transcribed). Speech heard while no context can be
+** opened (the server cannot be reached) waits for one, since 0.11, with its audio kept (up to
+** 60 s), and the opening is tried again with the reconnect attempts and delays
+** (spc_options_set_reconnect()), each try reported as RECONNECTING; when they run out, or the
+** server refuses for a reason a retry does not mend, UNAVAILABLE and an error naming the speech
+** not transcribed are reported (outside any context: no stop callback pairs that error).
+** spc_client_stop() ends the activation in
 ** progress (its context delivers its last results) and the client then returns to IDLE; the end
 ** of a file or of pushed audio (spc_client_push_end()) does the same. Audio pushed while
 ** listening is never dropped for being outside a context: the detector hears all of it.
@@ -690,7 +700,9 @@ SPC_API spc_status spc_options_clear_headers(spc_options *options);
 ** while streams of the context before that audio still finish (their stop sent), the error
 ** waits for their last words, at most their finish timeout (since 0.11). A Riva call the server
 ** ends with status OK while the client's audio is still queued (audio it never read) counts as a
-** loss too (since 0.11). Defaults 6, 200, 5000. */
+** loss too (since 0.11). While listening (VOICE, WAKEWORD), the same attempts and delays retry
+** opening a context for speech heard while the server cannot be reached (since 0.11; see
+** HANDS-FREE LISTENING). Defaults 6, 200, 5000. */
 SPC_API spc_status spc_options_set_reconnect(spc_options *options, uint32_t max_attempts,
                                              uint32_t initial_delay_ms, uint32_t max_delay_ms);
 #define SPC_RECONNECT_UNLIMITED UINT32_MAX

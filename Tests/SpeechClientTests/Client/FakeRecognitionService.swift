@@ -108,6 +108,10 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     /// The streams whose connection the client retired (it gave up waiting on them).
     let retiredStreams = Locked<[String]>([])
     let mostStreamsOpenAtOnce = Atomic<Int>(0)
+    /// While set, opening a stream fails with a network error (the server is down, then back).
+    let down = Atomic<Bool>(false)
+    /// Opens refused while `down`.
+    let opensRefused = Atomic<Int>(0)
     /// Context ids are numbered across streams, as a server numbers them (ctx-1, ctx-2, ...).
     let contextsStarted = Atomic<Int>(0)
 
@@ -131,6 +135,10 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     func openStream(config: SLUConfig, cancellation: Cancellation?, handler: @escaping @Sendable (StreamEvent) -> Void) throws(SpeechClientError) -> any RecognitionStream {
         if behaviour.openDelayMilliseconds > 0 { usleep(UInt32(behaviour.openDelayMilliseconds) * 1000) }
         if let error = behaviour.failConnect { throw error }
+        if down.load(ordering: .relaxed) {
+            opensRefused.add(1, ordering: .relaxed)
+            throw SpeechClientError(.network, "the fake server is down")
+        }
         if streamsOpened.load(ordering: .relaxed) >= behaviour.maxStreams {
             throw SpeechClientError(.network, "the fake server accepts no more streams")
         }

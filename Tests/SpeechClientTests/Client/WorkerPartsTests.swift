@@ -472,8 +472,9 @@ import Glibc
         #expect(said == 1)
         #expect(b.heldSamples == fits * chunk)
         b.close()
-        let (chunks, closed) = b.take()
-        #expect(closed && chunks.count == fits)
+        let taken = b.take()
+        let chunks = taken.chunks
+        #expect(taken.closed && chunks.count == fits && taken.continuing == nil)
         // The oldest went: the newest are kept, in order.
         #expect(chunks.first?.first == 5 && chunks.last?.first == Int16(truncatingIfNeeded: fits + 4))
         #expect(!b.isWaiting)

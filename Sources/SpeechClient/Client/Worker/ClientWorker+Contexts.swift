@@ -39,6 +39,7 @@ extension ClientWorker {
         contextOpen = true
         stopSent = false
         woken = false
+        continuesActivation = false
         contextId = ""
         endEvents = []
         finishedErrorsNoted = []
@@ -202,10 +203,28 @@ extension ClientWorker {
     /// happens (the header promises it after the pending stop completes; an error completes it).
     /// A loss `supervisor.reconnection` noted is not reported: the error names everything from the last final segment on.
     /// What later lanes held for the one that failed is delivered first (`applyHeldBeforeFailing`).
+    /// While listening, an activation still going on when its context fails carries on in a new
+    /// context, once (`ActivationBacklog.Continuing`): its speech after the failure was dropped
+    /// until its endpoint, unsaid. If that context fails too, the activation ends there, said
+    /// in the error.
     func failContext(_ error: SpeechClientError) {
         applyHeldBeforeFailing()
+        var error = error
+        let activationGoesOn = endpointer?.isActive == true && contextOpen && !stopSent && !suspended
         // An earlier lane's `finished` error (`endEvents`) is said too: dropped, it vanished.
-        endContext(events: closeUnfinishedSegments(why: "the context failed") + endEvents + [.error(error), .stop(contextId: contextId)], startQueued: true)
+        let events = closeUnfinishedSegments(why: "the context failed") + endEvents
+        if activationGoesOn && !continuesActivation {
+            backlog.wait(continuing: ActivationBacklog.Continuing(woken: woken))
+            // Its end is not here: the context that carries it on says it (`endContext`).
+            if wake == nil { woken = false }
+            client?.log(.info, "the activation goes on in a new context")
+        } else if activationGoesOn, var ep = endpointer {
+            error = SpeechClientError(error.code, "\(error.message); the rest of the activation was not transcribed (its second context failed too)", grpcStatus: error.grpcStatus)
+            perform(ep.abandon())
+            endpointer = ep
+            if wake != nil { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
+        }
+        endContext(events: events + [.error(error), .stop(contextId: contextId)], startQueued: true)
     }
 
     /// A context whose start a suspend (or free) interrupted before the server opened it: it
@@ -266,7 +285,7 @@ extension ClientWorker {
         if (endpointer != nil || backlog.isWaiting) && !suspended {
             client?.transition({ _, _ in }, contextOpen: false, events: events)
             if backlog.isWaiting { openWaitingActivation() }
-            if endpointer == nil && !backlog.isWaiting && !contextOpen { finishListening() }
+            finishListeningIfDone()
             return
         }
         var restart = false

@@ -25,14 +25,15 @@ extension ClientWorker {
 
     /// Carries out the endpointer's actions. Its sample positions are ours: both count from the
     /// start of listening.
-    private func perform(_ actions: [Endpointer.Action]) {
+    func perform(_ actions: [Endpointer.Action]) {
         for action in actions {
             switch action {
             case .event(let e, let sample):
                 client?.emit(.listen(e, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: sample))))
             case .open:
-                if contextOpen {
-                    // The previous context is still finishing: this one waits for it.
+                if contextOpen || backlog.isWaiting {
+                    // The previous context is still finishing, or no context could be opened
+                    // for the activation before (its retry is due): this one waits behind it.
                     backlog.wait()
                 } else {
                     openListeningContext()
@@ -92,35 +93,70 @@ extension ClientWorker {
         pumping = audio.isOpen
     }
 
-    /// A context for an activation. Failing to open one ends that activation with an error;
-    /// listening goes on.
-    private func openListeningContext() {
+    /// A context for an activation (the endpointer's new one, or the first waiting). When none
+    /// can be opened because the server cannot be reached, the activation waits (its audio
+    /// kept, as for a context still finishing: `ActivationBacklog`) and the open is tried again
+    /// with the reconnect attempts and delays, each said as RECONNECTING: dropped at the first
+    /// failure, a command said while a recognizer restarted was lost. When the attempts run out,
+    /// or the error is not one a retry mends, the waiting speech is dropped with an error naming
+    /// it; listening goes on. Returns whether a context opened.
+    @discardableResult
+    private func openListeningContext() -> Bool {
         do throws(SpeechClientError) {
-            try ensureStream()
+            try ensureStream(reportsFailure: false)
         } catch {
-            client?.emit(.error(SpeechClientError(error.code, "a context could not be opened for the speech heard: \(error.message)", grpcStatus: error.grpcStatus)))
-            if var ep = endpointer, ep.isActive {
-                perform(ep.abandon())
-                endpointer = ep
-                // A detection's activation says its own end (the endpointer's abandon does not,
-                // nor will its endpoint come).
-                if wake != nil { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
+            let attempt = (backlog.retry?.attempt ?? 0) + 1
+            if (ReconnectionPlan.isRetryable(error) && supervisor.reconnection.allows(attempt: attempt)) || cancellation.isCancelled {
+                // (Interrupted by a suspend, it waits: the suspend, taken next, says it dropped.)
+                if !backlog.isWaiting { backlog.wait() }  // this activation, its audio follows
+                let delay = supervisor.reconnection.delayMilliseconds(attempt: attempt)
+                backlog.retryOpening(attempt: attempt, at: Clock.monotonicNanos() + delay * 1_000_000)
+                if !cancellation.isCancelled {
+                    client?.log(.info, "no context could be opened for the speech heard (\(error.message)); it is kept, and tried again in \(delay) ms (attempt \(attempt))")
+                    report(.reconnecting, attempt: attempt, delayMilliseconds: Int(delay), reason: error)
+                }
+                return false
             }
-            backlog.clear()
-            return
+            giveUpOpening(error, attempts: attempt - 1)
+            return false
         }
         beginContext()
+        return true
     }
 
-    /// The previous context has ended: the activation that waited for it opens its own.
+    /// No context can be opened for the speech heard: what waits for one is dropped, said with
+    /// how much; an activation still going on ends (the speech going on opens no other at once).
+    private func giveUpOpening(_ error: SpeechClientError, attempts: Int) {
+        let lost = backlog.heldSamples
+        let held = attempts > 0 || lost > 0 ? "; after \(attempts + 1) attempt(s), \(backlog.count) activation(s) (\(SpeechAudio.secondsText(samples: lost)) s of speech) were not transcribed" : ""
+        report(.unavailable, reason: error)
+        client?.emit(.error(SpeechClientError(error.code, "a context could not be opened for the speech heard: \(error.message)\(held)", grpcStatus: error.grpcStatus)))
+        if var ep = endpointer, ep.isActive {
+            perform(ep.abandon())
+            endpointer = ep
+            // A detection's activation says its own end (the endpointer's abandon does not,
+            // nor will its endpoint come).
+            if wake != nil { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }
+        }
+        backlog.clear()
+    }
+
+    /// The previous context has ended, or a retry to open one is due: the first activation
+    /// that waits opens its own context (or waits on: `openListeningContext`).
     func openWaitingActivation() {
-        let (chunks, closed) = backlog.take()
-        openListeningContext()
-        // With a wake-word service every activation is a detection's (speech opens none).
-        if wake != nil { wokenByDetection() }
-        guard contextOpen else { return }
-        for c in chunks { supervisor.sendAudio(c, host: self) }
-        if closed { sendStop() }
+        guard backlog.isWaiting, openListeningContext() else { return }
+        let first = backlog.take()
+        // With a wake-word service every activation is a detection's (speech opens none); one
+        // going on after its context failed was woken there.
+        if wake != nil || first.continuing?.woken == true { wokenByDetection() }
+        continuesActivation = first.continuing != nil
+        for c in first.chunks { supervisor.sendAudio(c, host: self) }
+        if first.closed { sendStop() }
+    }
+
+    /// Listening stopped and nothing is left to open or finish: idle.
+    func finishListeningIfDone() {
+        if endpointer == nil && !backlog.isWaiting && !contextOpen { finishListening() }
     }
 
     /// How far before its arrival a detection without a time is taken to be (the command follows

@@ -114,6 +114,9 @@ final class ClientWorker: @unchecked Sendable {
     var backlog = ActivationBacklog()
     /// Wakeword mode: the current context's phrase was heard; its segments are delivered.
     var woken = false
+    /// The open context carries on an activation whose earlier context failed before it ended
+    /// (`failContext`): should it fail too, the activation is not carried on again.
+    var continuesActivation = false
     /// Wakeword mode with a wake-word service: the connection that hears the listening audio
     /// (nil without one), and where the last activation ended (a detection from before it
     /// belongs to its burst).
@@ -188,7 +191,8 @@ final class ClientWorker: @unchecked Sendable {
         // same) and reopened by the next start.
         let idleDeadline = (prepared != nil && !contextOpen && endpointer == nil) ? lastActivity + UInt64(options.idleStreamMilliseconds) * 1_000_000 : nil
         // Taken every step (a file's every chunk): no arrays built for it.
-        let deadline = Self.earliest(Self.earliest(supervisor.reconnection.due?.at, idleDeadline), Self.earliest(laneDeadlines, stalledUntil))
+        let deadline = Self.earliest(Self.earliest(Self.earliest(supervisor.reconnection.due?.at, idleDeadline), Self.earliest(laneDeadlines, stalledUntil)),
+                                     listeningRetryDue)
         switch client.takeCommand() {
         case .closing:
             return .closed
@@ -212,6 +216,9 @@ final class ClientWorker: @unchecked Sendable {
 
     /// A lane still has replay audio to send.
     var replaying: Bool { supervisor.lanes.replaying }
+
+    /// When hands-free listening tries again to open a context for the speech waiting for one.
+    private var listeningRetryDue: UInt64? { contextOpen ? nil : backlog.retry?.at }
 
     /// The source is being read and can take audio now (a file waits while a reconnection is
     /// pending: nothing would take its audio but the replay buffer; a microphone is read all the same).
@@ -282,6 +289,9 @@ final class ClientWorker: @unchecked Sendable {
             expireStalledReplays(now: now)
         } else if let due = supervisor.reconnection.due, now >= due.at {
             supervisor.attemptReconnect(host: self)
+        } else if let due = listeningRetryDue, now >= due {
+            openWaitingActivation()
+            finishListeningIfDone()  // listening was stopped and its last speech was given up
         } else if replaying || pumping {
             let replayed = replaying && supervisor.pumpReplay(host: self)
             if pumpWanted { pumpOnce() } else if !replayed {
@@ -428,13 +438,15 @@ final class ClientWorker: @unchecked Sendable {
     }
 
     /// A stream ready for the next lane (`prepared`): opened now unless one is waiting.
-    func ensureStream() throws(SpeechClientError) {
+    /// `reportsFailure` false: the caller says what a failure means (UNAVAILABLE, or a retry).
+    func ensureStream(reportsFailure: Bool = true) throws(SpeechClientError) {
         if prepared != nil { return }
         client?.flushDeferredWake()  // a connect and a login may take a while: callbacks first
         generation += 1
         let gen = generation
         let config = SLUConfig(languageCode: options.language)
-        if supervisor.reconnection.due == nil && contextOpen == false { report(.connecting) }
+        // (A retry of hands-free listening's open said RECONNECTING, as a context's does.)
+        if supervisor.reconnection.due == nil && contextOpen == false && backlog.retry == nil { report(.connecting) }
         client?.log(.debug, "opening an SLU stream (language \(options.language))")
         let stream: any RecognitionStream
         do throws(SpeechClientError) {
@@ -442,7 +454,7 @@ final class ClientWorker: @unchecked Sendable {
                 link.client?.streamEvent(event, generation: gen)
             }
         } catch {
-            if supervisor.reconnection.due == nil && !contextOpen && !cancellation.isCancelled { report(.unavailable, reason: error) }
+            if reportsFailure && supervisor.reconnection.due == nil && !contextOpen && !cancellation.isCancelled { report(.unavailable, reason: error) }
             throw error
         }
         stream.send(.config(config))

@@ -172,11 +172,20 @@ struct ReconnectionPlan {
 
     /// Exponential from the initial delay, capped, with jitter.
     private mutating func schedule(attempt: Int, now: UInt64) -> UInt64 {
-        let base = min(Double(initialDelayMilliseconds) * Double(1 << min(attempt - 1, 20)), Double(maxDelayMilliseconds))
-        let delayMs = UInt64(max(0, base * jitter()))
+        let delayMs = delayMilliseconds(attempt: attempt)
         due = (attempt, now + delayMs * 1_000_000)
         return delayMs
     }
+
+    /// The delay before attempt `attempt` (1-based): also what hands-free listening waits
+    /// between its tries to open a context for speech it heard (`ClientWorker`).
+    func delayMilliseconds(attempt: Int) -> UInt64 {
+        let base = min(Double(initialDelayMilliseconds) * Double(1 << min(max(attempt, 1) - 1, 20)), Double(maxDelayMilliseconds))
+        return UInt64(max(0, base * jitter()))
+    }
+
+    /// Whether attempt `attempt` (1-based) is within the attempts allowed.
+    func allows(attempt: Int) -> Bool { unlimited || attempt <= attempts }
 
     /// Connection losses are retried; what the server or the login said no to is not.
     static func isRetryable(_ error: SpeechClientError) -> Bool {
