@@ -297,3 +297,56 @@ def test_a_server_slower_than_real_time_is_waited_for(tmp_path):
         assert took > 65, took
     finally:
         server.stop()
+
+
+def test_a_command_said_while_the_server_restarts_between_commands_is_transcribed(tmp_path):
+    """Hands-free (voice activation): the server stops after the first command and a new one
+    comes up only after the second was said. The second command waits for a context (its
+    audio kept, the opening retried with the reconnect delays: RECONNECTING) and is
+    transcribed once the server is back. Before 0.11 it was dropped at the first refused
+    connection, with an error."""
+    import numpy as np
+
+    server = Server()
+    proxy = Proxy(server.address)
+    servers = [server]
+    try:
+        first, second = "turn on the kitchen lights", "play some classical music"
+        pcm_a, pcm_b = pcm_of(first, tmp_path / "a.wav"), pcm_of(second, tmp_path / "b.wav")
+        rng = np.random.default_rng(7)
+
+        def quiet(seconds):  # room noise about 50 dB below full scale: the detector's floor
+            return (rng.normal(0, 100, int(seconds * 16000))).astype(np.int16).tobytes()
+
+        audio = quiet(1) + pcm_a + quiet(3) + pcm_b + quiet(3)
+        a_end = (32000 + len(pcm_a)) / 32000
+        b_end = a_end + 3 + len(pcm_b) / 32000
+        done = {}
+
+        def outage(t):
+            if t >= a_end + 2.5 and "stopped" not in done:
+                done["stopped"] = t
+                servers[0].stop()  # SIGTERM: grpcio sends GOAWAY; new connections are refused
+            if t >= b_end + 0.3 and "restarted" not in done:
+                done["restarted"] = t
+                servers.append(Server())  # a new secret: the cached token is refused once
+                proxy.command("target " + servers[-1].address)
+
+        states = []
+        with sc.Client(proxy.url, app_id="faults", audio=sc.PushAudio(16000, 1), cache_dir=str(tmp_path),
+                       activation="voice", on_state=states.append) as c:
+            c.start()
+            push_realtime(c, audio, outage)
+            c.push_end()
+            updates = list(c.updates(timeout=60))
+        assert done.get("restarted")
+        errors = [u for u in updates if isinstance(u, sc.ErrorEvent)]
+        assert not errors, errors
+        finals = [u.transcript for u in updates if isinstance(u, sc.Segment) and u.final and u.transcript]
+        assert finals == [first, second], finals
+        names = [s.state.name for s in states]
+        assert "RECONNECTING" in names and names[-1] == "READY", names
+    finally:
+        proxy.stop()
+        for s in servers:
+            s.stop()
