@@ -350,9 +350,12 @@ typedef enum spc_io {
 ** says the rest of the activation was not transcribed). Speech heard while no context can be
 ** opened (the server cannot be reached) waits for one, since 0.11, with its audio kept (up to
 ** 60 s), and the opening is tried again with the reconnect attempts and delays
-** (spc_options_set_reconnect()), each try reported as RECONNECTING; when they run out, or the
-** server refuses for a reason a retry does not mend, UNAVAILABLE and an error naming the speech
-** not transcribed are reported (outside any context: no stop callback pairs that error).
+** (spc_options_set_reconnect()), each failed try but the last reported as RECONNECTING; when
+** they run out, or the server refuses for a reason a retry does not mend, UNAVAILABLE and an
+** error naming the speech not transcribed are reported (outside any context: no stop callback
+** pairs that error). A spc_client_stop() meanwhile ends listening once that speech had its
+** contexts or the attempts ran out (with SPC_RECONNECT_UNLIMITED, not while the server stays
+** unreachable; spc_client_suspend() drops it, with an error).
 ** spc_client_stop() ends the activation in
 ** progress (its context delivers its last results) and the client then returns to IDLE; the end
 ** of a file or of pushed audio (spc_client_push_end()) does the same. Audio pushed while

@@ -236,6 +236,29 @@ import Testing
         }
     }
 
+    /// Wake phrase in the transcript: the woken activation's context fails and no new one can
+    /// be opened (the server down): the activation's end is said all the same, once.
+    @Test func aWokenActivationThatCannotCarryOnSaysItsEnd() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService(.init(failAfterChunks: (3, SpeechClientError(.network, "cut")), failStreams: [1]))
+        var options = try Self.options(.wakeword, wakeword: "W1")
+        try options.setReconnect(attempts: 1, initialMilliseconds: 20, maxMilliseconds: 40)
+        let client = try Client(options: options, service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        let until = Clock.monotonicNanos() + 5_000_000_000
+        while client.currentState != .listening && Clock.monotonicNanos() < until { usleepMs(5) }
+        service.down.store(true, ordering: .relaxed)  // the stream open now works; no other will
+        var g = Signals.Noise()
+        Self.push(client, Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 400, dbfs: -25, &g))
+        #expect(log.waitFor(timeoutMs: 5_000) { $0.filter { $0 == "error network" }.count == 2 }, "\(log.lines)")
+        Self.push(client, Signals.speech(ms: 400, dbfs: -25, &g) + Signals.noise(ms: 2_000, dbfs: -50, &g))
+        try client.stop()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        let lines = log.lines.filter { $0.hasPrefix("listen a") || $0.hasPrefix("listen d") || $0.hasPrefix("start") || $0.hasPrefix("stop") || $0.hasPrefix("error") }
+        #expect(lines == ["start ctx-1", "listen activate", "error network", "stop ctx-1", "error network", "listen deactivate"], "\(lines)")
+    }
+
     @Test func speechWaitingForAContextThatNeverFinishesIsBounded() throws {
         // The server never answers a stop, so the second utterance waits for the first context
         // for ever; past the backlog's bound (60 s) one error says speech is being dropped.
@@ -436,6 +459,8 @@ import Testing
         let sent = service.samplesSent(equalTo: 7_777)
         #expect(sent == 800, "\(log.lines.filter { !$0.hasPrefix("listen s") })")
         #expect(log.lines.last == "stop ctx-1", "\(log.lines)")
+        // The activation's end is said (voice mode said none: ACTIVATE stood unpaired).
+        #expect(log.lines.filter { $0.hasPrefix("listen a") || $0.hasPrefix("listen d") } == ["listen activate", "listen deactivate"], "\(log.lines)")
     }
 
     /// A suspend while an activation waits for the previous context: its speech cannot be

@@ -46,6 +46,8 @@ struct ActivationBacklog {
     var count: Int { waiting.count }
     /// The audio they hold, in samples.
     var heldSamples: Int { samples }
+    /// One of them carries on an activation the wake phrase had woken (its end not said yet).
+    var holdsWokenContinuation: Bool { waiting.contains { $0.continuing?.woken == true } }
 
     /// An activation begins while a context is open (or none can be opened): it waits, after
     /// those already waiting. `continuing`: it is the rest of one whose context failed.
@@ -71,7 +73,8 @@ struct ActivationBacklog {
             if !overflowed { first = true }
             overflowed = true
             // An activation that ended and lost all its audio has nothing left to transcribe.
-            if waiting[i].chunks.isEmpty && waiting[i].closed {
+            // (One carrying on a failed context's activation stays: its context says its end.)
+            if waiting[i].chunks.isEmpty && waiting[i].closed && waiting[i].continuing == nil {
                 waiting.remove(at: i)
                 if waiting.isEmpty { retry = nil }  // nothing is left to open a context for
             }

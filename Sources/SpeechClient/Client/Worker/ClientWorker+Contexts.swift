@@ -204,22 +204,24 @@ extension ClientWorker {
     /// A loss `supervisor.reconnection` noted is not reported: the error names everything from the last final segment on.
     /// What later lanes held for the one that failed is delivered first (`applyHeldBeforeFailing`).
     /// While listening, an activation still going on when its context fails carries on in a new
-    /// context, once (`ActivationBacklog.Continuing`): its speech after the failure was dropped
-    /// until its endpoint, unsaid. If that context fails too, the activation ends there, said
-    /// in the error.
+    /// context, once, when the failure is one a new connection may mend
+    /// (`ActivationBacklog.Continuing`): its speech after the failure was dropped until its
+    /// endpoint, unsaid. Otherwise (a second failure, a refusal) the activation ends there, said
+    /// in the error. (Only while nothing waits: otherwise the endpointer's activation is a later
+    /// one, waiting, not this context's.)
     func failContext(_ error: SpeechClientError) {
         applyHeldBeforeFailing()
         var error = error
-        let activationGoesOn = endpointer?.isActive == true && contextOpen && !stopSent && !suspended
+        let activationGoesOn = endpointer?.isActive == true && contextOpen && !stopSent && !suspended && !backlog.isWaiting
         // An earlier lane's `finished` error (`endEvents`) is said too: dropped, it vanished.
         let events = closeUnfinishedSegments(why: "the context failed") + endEvents
-        if activationGoesOn && !continuesActivation {
+        if activationGoesOn && !continuesActivation && ReconnectionPlan.isRetryable(error) {
             backlog.wait(continuing: ActivationBacklog.Continuing(woken: woken))
             // Its end is not here: the context that carries it on says it (`endContext`).
             if wake == nil { woken = false }
             client?.log(.info, "the activation goes on in a new context")
         } else if activationGoesOn, var ep = endpointer {
-            error = SpeechClientError(error.code, "\(error.message); the rest of the activation was not transcribed (its second context failed too)", grpcStatus: error.grpcStatus)
+            error = SpeechClientError(error.code, "\(error.message); the rest of the activation was not transcribed\(continuesActivation ? " (its second context failed too)" : "")", grpcStatus: error.grpcStatus)
             perform(ep.abandon())
             endpointer = ep
             if wake != nil { client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples)))) }

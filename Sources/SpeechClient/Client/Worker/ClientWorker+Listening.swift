@@ -41,7 +41,7 @@ extension ClientWorker {
             case .audio(let chunk):
                 if backlog.isWaiting {
                     if backlog.append(chunk) {
-                        client?.emit(.error(SpeechClientError(.network, "the server has not finished the previous context; speech heard meanwhile is being dropped")))
+                        client?.emit(.error(SpeechClientError(.network, "the server has not finished the previous context (or cannot be reached); speech heard meanwhile is being dropped")))
                     }
                 } else if contextOpen && !stopSent {
                     supervisor.sendAudio(chunk, host: self)
@@ -128,9 +128,11 @@ extension ClientWorker {
     /// how much; an activation still going on ends (the speech going on opens no other at once).
     private func giveUpOpening(_ error: SpeechClientError, attempts: Int) {
         let lost = backlog.heldSamples
-        let held = attempts > 0 || lost > 0 ? "; after \(attempts + 1) attempt(s), \(backlog.count) activation(s) (\(SpeechAudio.secondsText(samples: lost)) s of speech) were not transcribed" : ""
+        let held = attempts > 0 || lost > 0 ? "; after \(attempts + 1) attempt(s), \(backlog.count) activation(s) (\(SpeechAudio.secondsText(samples: lost)) s of speech) were not transcribed"
+                                            : "; the activation's speech is not transcribed"
         report(.unavailable, reason: error)
         client?.emit(.error(SpeechClientError(error.code, "a context could not be opened for the speech heard: \(error.message)\(held)", grpcStatus: error.grpcStatus)))
+        sayEndOfDroppedContinuation()
         if var ep = endpointer, ep.isActive {
             perform(ep.abandon())
             endpointer = ep
@@ -150,8 +152,22 @@ extension ClientWorker {
         // going on after its context failed was woken there.
         if wake != nil || first.continuing?.woken == true { wokenByDetection() }
         continuesActivation = first.continuing != nil
-        for c in first.chunks { supervisor.sendAudio(c, host: self) }
-        if first.closed { sendStop() }
+        // Into this context only: should it fail meanwhile (a move that could not open), the
+        // next may have opened, for the next activation.
+        let context = supervisor.epoch
+        for c in first.chunks {
+            guard contextOpen && supervisor.epoch == context else { return }
+            supervisor.sendAudio(c, host: self)
+        }
+        if first.closed && supervisor.epoch == context { sendStop() }
+    }
+
+    /// An activation a wake phrase had woken, carried on after its context failed and dropped
+    /// before a context opened for it, says its end (its failed context did not: the one that
+    /// carried it on would have). Call before the backlog is cleared.
+    func sayEndOfDroppedContinuation() {
+        guard wake == nil, backlog.holdsWokenContinuation else { return }
+        client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples))))
     }
 
     /// Listening stopped and nothing is left to open or finish: idle.

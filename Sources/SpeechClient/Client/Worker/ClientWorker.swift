@@ -503,15 +503,17 @@ final class ClientWorker: @unchecked Sendable {
             for c in audio.drain() { take(c, toWakeService: false) }
         }
         if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
-        if wake != nil && endpointer?.isActive == true {
-            // A detection's activation says its end at its endpoint, which it will not reach now.
+        if endpointer?.isActive == true && (wake != nil || options.activation == .voice) {
+            // The activation says its end at its endpoint, which it will not reach now (a
+            // transcript's wake phrase says it with its context's stop: `endContext`).
             client?.emit(.listen(.deactivate, positionMilliseconds: Int64(SpeechAudio.milliseconds(samples: audioSamples))))
         }
         endpointer = nil
         closeWake()
         if backlog.isWaiting {
             // Speech that waited for the previous context: not transcribed, and said so.
-            client?.emit(.error(SpeechClientError(.network, "the client was suspended while \(backlog.count) activation(s) (\(SpeechAudio.secondsText(samples: backlog.heldSamples)) s of speech) waited for the previous context to finish: not transcribed")))
+            client?.emit(.error(SpeechClientError(.network, "the client was suspended while \(backlog.count) activation(s) (\(SpeechAudio.secondsText(samples: backlog.heldSamples)) s of speech) waited for a context (the previous one finishing, or the server unreachable): not transcribed")))
+            sayEndOfDroppedContinuation()
         }
         backlog.clear()
         if contextOpen && !stopSent { sendStop() }
