@@ -628,10 +628,14 @@ SPC_API const char *spc_devices_name(const spc_devices *devices, size_t i);
 SPC_API const char *spc_devices_description(const spc_devices *devices, size_t i);
 SPC_API void spc_devices_free(spc_devices *devices);
 
-/* Audio from a WAV file: PCM 16, 24 or 32 bit, or 32-bit float; any rate, any channel count
-** (channels are averaged). Each spc_client_start() streams the whole file from its beginning,
+/* Audio from a WAV file (RIFF or RF64): PCM 16, 24 or 32 bit, or 32-bit float; 1000-384000 Hz,
+** 1-32 channels (averaged). Each spc_client_start() streams the whole file from its beginning,
 ** as fast as the server takes it, then stops the context by itself. The file is checked when
-** the client is created (SPC_ERROR_AUDIO naming the file and the problem). */
+** the client is created (SPC_ERROR_AUDIO naming the file and the problem). The data chunk is
+** read to the end of the file when its size is a streaming writer's placeholder (0, 0xFFFFFFFF,
+** or, since 0.11, 0x7FFF0000 and over, as arecord and sox write to a pipe, with audio and no
+** chunk after it) or wrapped at 4 GiB; a file cut short of its declared size is read as far as
+** it goes, with a warning in the log. */
 SPC_API spc_status spc_options_set_audio_file(spc_options *options, const char *path);
 
 /* Audio pushed by the application with spc_client_push_audio(): interleaved signed 16-bit
@@ -642,7 +646,9 @@ SPC_API spc_status spc_options_set_audio_push(spc_options *options, uint32_t sam
 /* Audio read from a file descriptor the application opened: a pipe, standard input (fd 0), a
 ** socket or a file. sample_rate 0: the stream starts with a WAV header, read as it arrives (the
 ** formats spc_options_set_audio_file() reads; the size 0, 0xFFFFFFFF or over 0x7FFF0000 that
-** writers to a pipe put there means "to the end of the stream"); channels must then be 0.
+** writers to a pipe put there means "to the end of the stream"; a stream that ends before its
+** declared size is read as far as it goes, with a warning in the log since 0.11); channels must
+** then be 0.
 ** Otherwise raw interleaved signed 16-bit little-endian frames, no header, at sample_rate
 ** (8000-192000 Hz) with channels (1-8).
 **

@@ -28,6 +28,9 @@ public final class DescriptorSource: AudioSource {
     /// Data bytes still to read when the WAV header declared a size.
     private var remaining: Int?
     public private(set) var ended = false
+    /// The stream ended before the data its WAV header declared: what is missing, for a warning
+    /// (a cut-short file gets one: `AudioPump`), nil otherwise.
+    public private(set) var shortfall: String?
     /// Nothing more will come: the end was read, or the WAV header's declared data is all read.
     public var exhausted: Bool { ended || remaining == 0 }
     private var rawChecked = false
@@ -155,6 +158,10 @@ public final class DescriptorSource: AudioSource {
         if stream == nil {
             let seen = header.consumed + pending.count - head
             throw header.fail(seen == 0 ? "the stream ended before any audio (empty)" : "the stream ended inside the WAV header, after \(seen) bytes")
+        }
+        if let remaining, remaining > 0, let stream {
+            let rate = Double(max(1, stream.format.sampleRate * stream.blockAlign))
+            shortfall = "WAV stream (\(name)): it ended \(remaining) bytes before the end its data chunk declares: its last \(SpeechAudio.secondsText(Double(remaining) / rate)) s are missing (its writer stopped early?)"
         }
         return finish()
     }

@@ -23,6 +23,10 @@ struct WAVStreamHeader {
     private var skipping = 0
     /// Bytes consumed so far, for "ended inside the header" messages.
     private(set) var consumed = 0
+    /// Chunks before `data`: bounded as in a file (`WAVFileSource.maxChunksBeforeData`). Zeros
+    /// after the header read as empty chunks of 8 bytes: an endless source of them was read for
+    /// ever, the context open and sending nothing.
+    private var chunksBeforeData = 0
 
     private enum Stage: Equatable { case riff, chunkHeader, body(id: String, size: Int) }
 
@@ -66,6 +70,12 @@ struct WAVStreamHeader {
                 i += 8
                 let id = WAVFileSource.fourCC(head, 0)
                 let size = Int(WAVFileSource.le32(head, 4))
+                if id != "data" {
+                    chunksBeforeData += 1
+                    guard chunksBeforeData <= WAVFileSource.maxChunksBeforeData else {
+                        throw fail("more than \(WAVFileSource.maxChunksBeforeData) chunks before the data chunk (a damaged stream?)")
+                    }
+                }
                 switch id {
                 case "fmt ":
                     guard size >= 16 else { throw fail("fmt chunk of \(size) bytes (at least 16 needed)") }
@@ -76,8 +86,10 @@ struct WAVStreamHeader {
                 case "data":
                     guard let fmt else { throw fail("data chunk before the fmt chunk") }
                     var declared: Int? = size
-                    if size == 0xFFFF_FFFF, let ds64DataSize {
-                        // A streaming RF64 writer leaves ds64 at 0 (or all ones) too.
+                    if let ds64DataSize, size == 0xFFFF_FFFF || size == ds64DataSize & 0xFFFF_FFFF {
+                        // A streaming RF64 writer leaves ds64 at 0 (or all ones) too. Some
+                        // writers put the low 32 bits of the real size in the chunk's own field
+                        // (as `WAVFileSource` reads it): taken alone, the audio stopped there.
                         declared = ds64DataSize == 0 || ds64DataSize >= 0x7FFF_FFFF_0000_0000 ? nil : ds64DataSize
                     } else if size == 0 || size >= 0x7FFF_0000 {
                         declared = nil

@@ -27,7 +27,9 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         /// push_end for the start queued behind the pending stop: the push path's tail, then
         /// the end of that context as soon as it opens.
         case queuedStartEnds(Chunker.Chunks)
-        case suspend
+        /// With the pushed audio still in the push path when listening hands-free: it ends the
+        /// activation in progress (outside one it is dropped, as it opened none).
+        case suspend(tail: Chunker.Chunks)
         case resume
         /// `heldBytes`: an event's share of `queuedResponseBytes` (worked out once, when queued).
         case stream(StreamEvent, generation: Int, heldBytes: Int = 0)
@@ -401,6 +403,13 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
                     enqueueLocked(.audio(tail))
                 }
             }
+            // Listening hands-free, that audio goes with the suspend, into the activation in
+            // progress only: left in the push path, the next start dropped it (up to a chunk
+            // and the resampler's tail: the last word before the suspend).
+            var listeningTail = Chunker.Chunks()
+            if case .push = options.audio, options.activation != .manual, state == .listening || state == .starting {
+                listeningTail = takePushTailLocked()
+            }
             state = .suspended
             if pendingStart { microphoneForCallsLocked?.cancelCollectingAtCall() }
             pendingStart = false
@@ -412,7 +421,7 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
             // failing every later connect silently. (Lock order: this lock, then the
             // cancellation's and a waiting call's result lock, which take nothing else.)
             cancellation.cancel()
-            enqueueLocked(.suspend)
+            enqueueLocked(.suspend(tail: listeningTail))
         }
     }
 

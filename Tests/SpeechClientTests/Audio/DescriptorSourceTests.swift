@@ -100,6 +100,53 @@ func readToEnd(_ source: DescriptorSource, block: Int = 1000) throws -> [Float] 
         #expect(r.result != nil && r.result?.dataBytes == nil)
     }
 
+    /// An RF64 stream whose data chunk holds the low 32 bits of the ds64 size (as some writers
+    /// put it) declares the ds64 size: it stopped at the low bits. Zeros after the header (a
+    /// damaged or pre-allocated stream) are refused after 1,024 empty chunks, as in a file:
+    /// they were read for ever.
+    @Test func anRF64StreamWithTheLowBitsOfItsSizeAndZerosBeforeTheDataAreHandled() throws {
+        let real = (1 << 32) + 1_000
+        let wav = AudioFixtures.wav(data: [1, 2])
+        var rf64 = Array("RF64".utf8) + AudioFixtures.le32(0xFFFF_FFFF) + Array("WAVE".utf8)
+            + Array("ds64".utf8) + AudioFixtures.le32(28) + [UInt8](repeating: 0, count: 8)
+            + AudioFixtures.le32(UInt32(truncatingIfNeeded: real)) + AudioFixtures.le32(UInt32(truncatingIfNeeded: real >> 32))
+            + [UInt8](repeating: 0, count: 12) + Array(wav[12...])
+        let dataAt = rf64.count - 2 - 4
+        rf64.replaceSubrange(dataAt..<dataAt + 4, with: AudioFixtures.le32(UInt32(truncatingIfNeeded: real)))
+        var parser = WAVStreamHeader(name: "t")
+        #expect(try parser.take(rf64, from: 0).result?.dataBytes == real)
+
+        var zeros = WAVStreamHeader(name: "t")
+        let head = Array(AudioFixtures.wav(data: [])[..<12])
+        #expect(throws: SpeechClientError.self) {
+            var fed = try zeros.take(head, from: 0).taken
+            #expect(fed == 12)
+            for _ in 0..<2_000 { fed += try zeros.take([UInt8](repeating: 0, count: 8), from: 0).taken }
+        }
+    }
+
+    /// A WAV stream that ends before the data its header declares: the source says what is
+    /// missing (the client logs it as a warning, as for a cut-short file). It ended as if whole.
+    @Test func aWAVStreamEndingShortOfItsDeclaredSizeSaysSo() throws {
+        let pipe = TestPipe()
+        var wav = AudioFixtures.wav(data: [UInt8](repeating: 1, count: 3_200))
+        let sizeAt = wav.count - 3_200 - 4
+        wav.replaceSubrange(sizeAt..<sizeAt + 4, with: AudioFixtures.le32(32_000 + 3_200))  // 1 s more declared
+        pipe.write(wav)
+        pipe.closeWriter()
+        let source = DescriptorSource(fd: pipe.readFD, raw: nil)
+        try source.open()
+        #expect(try readToEnd(source).count == 1_600)
+        #expect(source.shortfall?.contains("its last 1.0 s are missing") == true, "\(source.shortfall ?? "nil")")
+        let whole = TestPipe()
+        whole.write(AudioFixtures.wav(data: [UInt8](repeating: 1, count: 3_200)))
+        whole.closeWriter()
+        let complete = DescriptorSource(fd: whole.readFD, raw: nil)
+        try complete.open()
+        _ = try readToEnd(complete)
+        #expect(complete.shortfall == nil)
+    }
+
     /// A chunk before the data that claims a gigabyte is skipped as it streams, not buffered:
     /// the parser asks for nothing more than the bytes it is given.
     @Test func aHugeChunkIsSkippedWithoutBuffering() throws {

@@ -127,6 +127,37 @@ import Glibc
         #expect(h.dataBytes == real && h.missingBytes == 0, "\(h)")
     }
 
+    /// arecord's and sox's placeholder sizes (0x7FFFFFFF, 0x7FFFF000) in a file saved from their
+    /// pipe output: past 2 GiB comes more audio, and the file is read to its end. Taken as a
+    /// size, a recording over 2 GiB (18 h at 16 kHz, 3 h at 48 kHz stereo) stopped there without
+    /// a word. A real size of that order followed by chunks (a LIST at the end) is kept to.
+    /// Sparse files: gigabytes that take no disk space.
+    @Test func aPipesPlaceholderSizeInAFileLongerThan2GiBIsReadToTheEnd() throws {
+        for placeholder: UInt32 in [0x7FFF_FFFF, 0x7FFF_F000] {
+            let header = F.wav(data: [], declaredDataSize: placeholder)
+            let path = F.writeTemp(header, name: "placeholder-\(placeholder).wav")
+            defer { unlink(path) }
+            let audio = Int(placeholder) + 1 + 64_000  // 2 s more at 16 kHz (and a frame's odd byte)
+            #expect(truncate(path, off_t(header.count + audio)) == 0)
+            let h = try WAVFileSource.validate(path: path)
+            #expect(h.dataBytes == audio - audio % 2 && h.missingBytes == 0, "\(h)")
+        }
+        // A real size from 0x7FFF0000 on, then a LIST chunk and an odd-sized id3 chunk with
+        // its pad byte that end the file: the audio ends where the data chunk says.
+        let real = 0x7FFF_0000 + 3_200
+        let header = F.wav(data: [], declaredDataSize: UInt32(real))
+        let path = F.writeTemp(header, name: "real-2gib.wav")
+        defer { unlink(path) }
+        #expect(truncate(path, off_t(header.count + real)) == 0)
+        let trailer = Array("LIST".utf8) + F.le32(4) + Array("INFO".utf8) + Array("id3 ".utf8) + F.le32(3) + [1, 2, 3, 0]
+        if let f = fopen(path, "ab") {
+            _ = trailer.withUnsafeBytes { fwrite($0.baseAddress, 1, trailer.count, f) }
+            fclose(f)
+        }
+        let h = try WAVFileSource.validate(path: path)
+        #expect(h.dataBytes == real, "\(h)")
+    }
+
     /// A file whose data chunk holds no frame opened a context that sent nothing and ended,
     /// without an error; zeros after the header read as empty chunks, 8 bytes at a time (a
     /// damaged file of gigabytes took minutes to refuse). Both are named errors now.

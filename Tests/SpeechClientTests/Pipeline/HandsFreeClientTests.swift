@@ -463,6 +463,25 @@ import Testing
         #expect(log.lines.filter { $0.hasPrefix("listen a") || $0.hasPrefix("listen d") } == ["listen activate", "listen deactivate"], "\(log.lines)")
     }
 
+    /// Pushed audio, listening: a suspend in the middle of an activation ends it with what was
+    /// still in the push path (here 50 ms, less than a chunk). It stayed there, and the next
+    /// start dropped it.
+    @Test func aSuspendInTheMiddleOfAnActivationKeepsThePushedTail() throws {
+        let log = EventLog()
+        let service = FakeRecognitionService()
+        let client = try Client(options: try Self.options(.voice), service: service, handler: log.handler)
+        defer { try? client.close() }
+        try client.start()
+        var g = Signals.Noise()
+        Self.push(client, Signals.noise(ms: 1_000, dbfs: -50, &g) + Signals.speech(ms: 1_000, dbfs: -25, &g))
+        #expect(log.waitFor(timeoutMs: 5_000) { $0.contains("start ctx-1") }, "\(log.lines)")
+        Self.push(client, [Int16](repeating: 7_777, count: 800))
+        try client.suspend()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        #expect(service.samplesSent(equalTo: 7_777) == 800, "\(log.lines.filter { !$0.hasPrefix("listen s") })")
+        #expect(log.lines.last == "stop ctx-1", "\(log.lines)")
+    }
+
     /// A suspend while an activation waits for the previous context: its speech cannot be
     /// transcribed (the connection goes), and an error says so. It was dropped silently.
     @Test func aSuspendWhileAnActivationWaitsSaysItsSpeechWasNotTranscribed() throws {

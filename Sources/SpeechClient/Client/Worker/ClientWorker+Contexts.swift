@@ -157,6 +157,7 @@ extension ClientWorker {
             for c in chunks { take(c) }
         case .ended(let last):
             // End of stream: send what is left and stop the context, as if the user had.
+            if let short = audio.shortfall { client?.log(.warning, short) }
             for c in last { take(c) }
             closeFileSource()
             endpointer != nil ? stopListening(auto: true) : sendStop(auto: true)

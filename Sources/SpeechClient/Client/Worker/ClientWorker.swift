@@ -416,7 +416,7 @@ final class ClientWorker: @unchecked Sendable {
                 for c in tail { take(c) }
                 endpointer != nil ? stopListening(auto: false) : sendStop()
             }
-        case .suspend: handleSuspend()
+        case .suspend(let tail): handleSuspend(pushedTail: tail)
         case .resume: handleResume()
         case .stream(let event, let gen, _):
             handleStream(event, generation: gen)
@@ -483,7 +483,7 @@ final class ClientWorker: @unchecked Sendable {
 
     // MARK: - Suspend / resume
 
-    private func handleSuspend() {
+    private func handleSuspend(pushedTail: Chunker.Chunks) {
         // Whatever the suspend interrupted has given up by now; later work may block again.
         cancellation.reset()
         suspended = true
@@ -501,6 +501,7 @@ final class ClientWorker: @unchecked Sendable {
             // source first dropped them, up to a chunk of its last words. (`stopListening`.)
             for c in audio.takeCapturedAndStop() { take(c, toWakeService: false) }
             for c in audio.drain() { take(c, toWakeService: false) }
+            for c in pushedTail { take(c, toWakeService: false) }
         }
         if endpointer != nil { closeFileSource() }  // listening ends; a file is not read on
         if endpointer?.isActive == true && (wake != nil || options.activation == .voice) {
