@@ -612,7 +612,11 @@ SPC_API spc_status spc_options_set_insecure_tls(spc_options *options, int insecu
 ** context goes on; the callback may come after that context's stop), and silence stands in for
 ** up to 5 s of it, so that later word times stay true. Audio dropped because the library was
 ** held up for over 30 s is said the same way, without silence (later word times are early by
-** it). Both since 0.11 (before, in the log alone). */
+** it). Both since 0.11 (before, in the log alone). ALSA's own messages about the device go to
+** the log callback, not to stderr, through ALSA's thread-local handler (since 0.11: before, the
+** library replaced the process-wide handler, and an application's own ALSA messages were
+** dropped); an application that sets a process-wide handler (snd_lib_error_set_handler())
+** receives the library's ALSA messages there instead. */
 SPC_API spc_status spc_options_set_audio_microphone(spc_options *options, const char *device);
 
 /* The ALSA capture devices, as `arecord -L` lists them: each name can be given to

@@ -96,6 +96,9 @@ ALSA_FORWARD(char *, snd_device_name_get_hint, (const void *hint, const char *id
 ALSA_FORWARD(int, snd_device_name_free_hint, (void **hints), (hints), -ENOSYS)
 ALSA_FORWARD(const char *, snd_strerror, (int errnum), (errnum), "ALSA is not installed")
 ALSA_FORWARD(int, snd_lib_error_set_handler, (snd_lib_error_handler_t handler), (handler), -ENOSYS)
+ALSA_FORWARD(snd_local_error_handler_t, snd_lib_error_set_local, (snd_local_error_handler_t func), (func), NULL)
+
+int speechclient_shim_alsa_has_local_errors(void) { return alsa_symbol("snd_lib_error_set_local") != NULL; }
 
 void snd_pcm_hw_params_free(snd_pcm_hw_params_t *obj) {
     static void (*loaded)(snd_pcm_hw_params_t *);

@@ -128,19 +128,22 @@ int speechclient_shim_ssl_set_sni(struct ssl_st *ssl, const char *name) {
     return (int)SSL_set_tlsext_host_name(ssl, name);
 }
 
-/* ALSA's messages go to whoever on this thread is calling ALSA (an ALSACapture), not to stderr. */
+/* ALSA's messages go to whoever on this thread is calling ALSA (an ALSACapture), not to stderr:
+** through ALSA's thread-local handler (snd_lib_error_set_local), set while the library calls
+** ALSA on that thread. The process-wide handler stays the application's: replaced, it took the
+** application's own ALSA messages too, and dropped them. (An application that installs its own
+** process-wide handler gets the library's messages as well: ALSA's default handler alone asks
+** the thread-local one.) An alsa-lib without thread-local handlers gets the process-wide one. */
 static __thread void *alsa_context;
+static __thread snd_local_error_handler_t alsa_saved_local;
 static speechclient_alsa_message_fn alsa_message_fn;
+static int alsa_global_handler;
 
-static void alsa_error(const char *file, int line, const char *function, int err, const char *fmt, ...) {
-    void *context = alsa_context;
+static void alsa_deliver(void *context, const char *file, int line, const char *function, int err, const char *fmt, va_list ap) {
     speechclient_alsa_message_fn fn = __atomic_load_n(&alsa_message_fn, __ATOMIC_ACQUIRE);
     if (!context || !fn) return;
     char text[512], message[768];
-    va_list ap;
-    va_start(ap, fmt);
     int n = vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
     if (n < 0) return;
     if (err)
         snprintf(message, sizeof message, "%s: %s (%s:%d, %s)", text, snd_strerror(err), file ? file : "?", line,
@@ -150,13 +153,32 @@ static void alsa_error(const char *file, int line, const char *function, int err
     fn(context, message);
 }
 
+static void alsa_local_error(const char *file, int line, const char *function, int err, const char *fmt, va_list ap) {
+    alsa_deliver(alsa_context, file, line, function, err, fmt, ap);
+}
+
+static void alsa_error(const char *file, int line, const char *function, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    alsa_deliver(alsa_context, file, line, function, err, fmt, ap);
+    va_end(ap);
+}
+
 void speechclient_shim_alsa_route_errors(speechclient_alsa_message_fn fn) {
     __atomic_store_n(&alsa_message_fn, fn, __ATOMIC_RELEASE);
-    snd_lib_error_set_handler(alsa_error);
+    if (!speechclient_shim_alsa_has_local_errors()) {
+        __atomic_store_n(&alsa_global_handler, 1, __ATOMIC_RELEASE);
+        snd_lib_error_set_handler(alsa_error);
+    }
 }
 
 void *speechclient_shim_alsa_set_context(void *context) {
     void *previous = alsa_context;
     alsa_context = context;
+    if (!__atomic_load_n(&alsa_global_handler, __ATOMIC_ACQUIRE)) {
+        /* The thread's own local handler (the application's, on its thread) comes back after. */
+        if (context && !previous) alsa_saved_local = snd_lib_error_set_local(alsa_local_error);
+        else if (!context && previous) snd_lib_error_set_local(alsa_saved_local);
+    }
     return previous;
 }

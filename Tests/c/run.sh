@@ -45,6 +45,11 @@ for t in test_api_c test_api_cpp; do
   elif [ "$rc" != 0 ]; then echo "run.sh: $t FAILED (exit status $rc)"; fail=1; fi
 done
 
+# An application's own ALSA error handler keeps its messages once the library has used ALSA.
+gcc -std=c11 -Wall -Wextra -Werror -pedantic Tests/c/test_alsa_handler.c $flags -lasound -o "$tmp/test_alsa_handler"
+rc=0; timeout 60 "$tmp/test_alsa_handler" || rc=$?
+[ "$rc" = 0 ] || { echo "run.sh: test_alsa_handler FAILED (exit status $rc)"; fail=1; }
+
 # The misuse table: every client call in every state; the LISTENING column needs the reference
 # server, started here on loopback and stopped on exit.
 gcc -std=c11 -Wall -Wextra -Werror -pedantic Tests/c/test_misuse.c $flags -o "$tmp/test_misuse_c"

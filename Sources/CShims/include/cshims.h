@@ -62,14 +62,18 @@ int speechclient_shim_ssl_read(struct ssl_st *ssl, void *buf, int count);
 int speechclient_shim_ssl_write(struct ssl_st *ssl, const void *buf, int count);
 int speechclient_shim_ssl_shutdown(struct ssl_st *ssl);
 
-/* ALSA's own error messages (snd_lib_error_set_handler takes a variadic function, which Swift
+/* ALSA's own error messages (its handlers take a variadic function or a va_list, which Swift
    cannot write): formatted here and handed to `fn` with the calling thread's context, set by
-   speechclient_shim_alsa_set_context (NULL: the message is dropped, never printed on stderr).
-   `route` installs the handler; calling it again with the same function is harmless. */
+   speechclient_shim_alsa_set_context, which also sets ALSA's thread-local handler for the
+   thread while a context is set (the process-wide handler stays the application's). `route`
+   sets `fn` (and, with an alsa-lib without thread-local handlers, the process-wide handler);
+   calling it again with the same function is harmless. */
 typedef void (*speechclient_alsa_message_fn)(void *context, const char *message);
 void speechclient_shim_alsa_route_errors(speechclient_alsa_message_fn fn);
 /* Sets this thread's context for ALSA's messages; returns the previous one. */
 void *speechclient_shim_alsa_set_context(void *context);
+/* Whether the loaded alsa-lib has thread-local error handlers (snd_lib_error_set_local). */
+int speechclient_shim_alsa_has_local_errors(void);
 
 /* ALSA is opened (dlopen of libasound.so.2) on first use, not linked (alsa_loader.c). NULL when
    it is there; otherwise why not, naming the package to install. */

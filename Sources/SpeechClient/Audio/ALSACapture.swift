@@ -95,8 +95,9 @@ public final class ALSACapture: AudioSource, @unchecked Sendable {
         alsaMessages.withLock { $0.sink = sink }
     }
 
-    /// ALSA's handler, installed once: it reaches the capture that set itself as the calling
-    /// thread's context (`withALSAMessages`), and nobody otherwise: never stderr.
+    /// Where ALSA's messages go, set once: to the capture that set itself as the calling
+    /// thread's context (`withALSAMessages`, which also sets ALSA's thread-local handler), never
+    /// stderr; other threads' messages go where the application's (or ALSA's) handler sends them.
     static let routed: Bool = {
         speechclient_shim_alsa_route_errors { context, message in
             guard let context, let message else { return }

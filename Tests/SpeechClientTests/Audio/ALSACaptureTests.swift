@@ -160,7 +160,10 @@ import Glibc
 
     /// Past the end of its input, alsa-lib 1.2.8's file plugin says "invalid frames 0" on every
     /// read: 50 log lines a second (12,000 in a 4-minute test). A message repeated within 10 s
-    /// of its report is counted, not logged.
+    /// of its report is counted, not logged. (Since the library takes ALSA's messages through
+    /// its thread-local handler, this one, an internal debug message that ALSA gives only to a
+    /// replaced process-wide handler or with LIBASOUND_DEBUG, no longer comes at all: at most
+    /// one line either way.)
     @Test func aMessageALSARepeatsOnEveryReadIsLoggedOnce() throws {
         let f = try Self.requireFixture()
         let said = Locked<[String]>([])
@@ -177,7 +180,7 @@ import Glibc
         let lines = said.withLock { $0 }
         print("figure: ALSA messages logged past the end of the input: \(lines.count) \(lines.first ?? "")")
         if !ended {
-            #expect(lines.count == 1, "\(lines.count) lines: \(lines.prefix(3))")
+            #expect(lines.count <= 1, "\(lines.count) lines: \(lines.prefix(3))")
         }
     }
 
