@@ -281,13 +281,18 @@ public final class WAVFileSource: Int16AudioSource {
                 // WAVStreamHeader reads it). Read to the end of the file, nothing said missing.
                 var declared = size
                 var placeholder = size == 0 || size == 0xFFFF_FFFF
-                if ds64DataSize == nil, !placeholder, size >= 0x7FFF_0000, available > declared + (declared & 1),
-                   !Self.chunksFollow(file, at: offset + declared + (declared & 1), fileSize: fileSize) {
+                if ds64DataSize == nil, !placeholder, size >= 0x7FFF_0000, available > declared + (declared & 1) {
                     // arecord's and sox's placeholder when they write to a pipe (0x7FFFFFFF,
                     // 0x7FFFF000), saved to a file: past it comes audio, not a chunk. Taken as a
                     // size, a recording longer than 2 GiB (18 h at 16 kHz, 3 h at 48 kHz stereo)
-                    // stopped there without a word.
-                    placeholder = true
+                    // stopped there without a word. A real size (wrapped at 4 GiB, perhaps: as
+                    // below) ends the file or is followed by chunks.
+                    let end = declared + ((available - declared) >> 32) << 32
+                    if end + (end & 1) >= available || Self.chunksFollow(file, at: offset + end, afterOddSize: end & 1 == 1, fileSize: fileSize) {
+                        declared = end
+                    } else {
+                        placeholder = true
+                    }
                 } else if let ds64DataSize, size == 0xFFFF_FFFF || size == ds64DataSize & 0xFFFF_FFFF {
                     // RF64's 64-bit size (the chunk's own is 0xFFFFFFFF, or, from some writers,
                     // the low 32 bits of the real one, which alone cut the audio short).
@@ -330,27 +335,29 @@ public final class WAVFileSource: Int16AudioSource {
     /// Chunks read before `data` before the file is refused as damaged.
     static let maxChunksBeforeData = 1024
 
-    /// Whether what follows `at` up to the end of the file is a chain of chunks (a `LIST`, an
-    /// `id3 ` after the audio), each header four letters, digits or spaces and a size that
-    /// lands the next exactly, the last at the end of the file (its pad byte aside). Audio is
-    /// never that: this tells a real data size from a placeholder. The file's position is kept.
-    static func chunksFollow(_ file: UnsafeMutablePointer<FILE>, at start: Int, fileSize: Int) -> Bool {
+    /// Whether what follows `at` (or the byte after it: the pad of an odd size) up to the end
+    /// of the file is a chain of chunks (a `LIST`, an `id3 `, `_PMX` after the audio): each
+    /// header four printable characters and a size that lands the next one, the last at the end
+    /// of the file. Audio is never that: this tells a real data size from a placeholder. The
+    /// file's position is kept; 64 headers are read at most.
+    static func chunksFollow(_ file: UnsafeMutablePointer<FILE>, at start: Int, afterOddSize: Bool, fileSize: Int) -> Bool {
         let back = ftello(file)
         defer { _ = fseeko(file, back, SEEK_SET) }
-        var at = start
-        for _ in 0..<16 {
-            if at == fileSize { return true }
-            guard fileSize - at >= 8, fseeko(file, off_t(at), SEEK_SET) == 0 else { return false }
+        var reads = 0
+        // Each chunk's end, then its pad byte when its size is odd (some writers leave it out).
+        func chain(_ at: Int, odd: Bool) -> Bool {
+            if at == fileSize || (odd && at + 1 == fileSize) { return true }
+            if odd && chain(at + 1, odd: false) { return true }
+            reads += 1
+            guard reads <= 64, fileSize - at >= 8, fseeko(file, off_t(at), SEEK_SET) == 0 else { return false }
             var head = [UInt8](repeating: 0, count: 8)
             guard fread(&head, 1, 8, file) == 8 else { return false }
-            let named = head[0..<4].allSatisfy { (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x20 }
+            let named = (0x21...0x7E).contains(head[0]) && head[1..<4].allSatisfy { (0x20...0x7E).contains($0) }
             let size = Int(le32(head, 4))
             guard named, size <= fileSize - at - 8 else { return false }
-            at += 8 + size
-            if at == fileSize || at + 1 == fileSize && size & 1 == 1 { return true }
-            at += size & 1
+            return chain(at + 8 + size, odd: size & 1 == 1)
         }
-        return false
+        return chain(start, odd: afterOddSize)
     }
 
     private static func skip(_ file: UnsafeMutablePointer<FILE>, _ count: Int, path: String, what: String) throws(SpeechClientError) {

@@ -156,6 +156,21 @@ import Glibc
         }
         let h = try WAVFileSource.validate(path: path)
         #expect(h.dataBytes == real, "\(h)")
+        // Also: an odd size (24-bit mono) whose pad byte the writer left out, then an XMP chunk
+        // (`_PMX`); and a size that wrapped at 4 GiB to 0x7FFF0000 and more, then a LIST.
+        for (name, size, pad, chunkID) in [("odd-no-pad", 0x7FFF_0001 + 2 * 3, 0, "_PMX"), ("wrapped", (1 << 32) + 0x7FFF_0000 + 3_200, 0, "LIST")] {
+            let head = F.wav(channels: 1, bits: 24, data: [], declaredDataSize: UInt32(truncatingIfNeeded: size))
+            let p = F.writeTemp(head, name: "trailing-\(name).wav")
+            defer { unlink(p) }
+            #expect(truncate(p, off_t(head.count + size + pad)) == 0)
+            let chunk = Array(chunkID.utf8) + F.le32(5) + [1, 2, 3, 4, 5, 0]
+            if let f = fopen(p, "ab") {
+                _ = chunk.withUnsafeBytes { fwrite($0.baseAddress, 1, chunk.count, f) }
+                fclose(f)
+            }
+            let h = try WAVFileSource.validate(path: p)
+            #expect(h.dataBytes == size - size % 3, "\(name): \(h)")
+        }
     }
 
     /// A file whose data chunk holds no frame opened a context that sent nothing and ended,

@@ -82,6 +82,14 @@ struct ActivationBacklog {
         return first
     }
 
+    /// Audio that goes before what the first waiting activation holds (what a context that
+    /// failed while it was sent did not take). Bounded as `append` is not: it was held already.
+    mutating func prependToFirst(_ chunks: ArraySlice<[Int16]>) {
+        guard !waiting.isEmpty else { return }
+        waiting[0].chunks.insert(contentsOf: chunks, at: 0)
+        samples += chunks.reduce(0) { $0 + $1.count }
+    }
+
     /// The latest waiting activation ended.
     mutating func close() {
         guard !waiting.isEmpty else { return }

@@ -135,11 +135,11 @@ final class AudioPump {
         case failed(SpeechClientError)
     }
 
-    /// Reads one block (a chunk's length at the source's rate): a microphone's buffered audio
-    /// without waiting, what a file has, what a descriptor gives (it may wait for it).
     /// A WAV stream that ended short of what its header declared: the warning to give.
     var shortfall: String? { (source as? DescriptorSource)?.shortfall }
 
+    /// Reads one block (a chunk's length at the source's rate): a microphone's buffered audio
+    /// without waiting, what a file has, what a descriptor gives (it may wait for it).
     func read() -> Read {
         guard let source else { return .ended(last: Chunker.Chunks()) }
         let frames = max(1, source.format.sampleRate * chunkMilliseconds / 1000)

@@ -155,8 +155,18 @@ extension ClientWorker {
         // Into this context only: should it fail meanwhile (a move that could not open), the
         // next may have opened, for the next activation.
         let context = supervisor.epoch
-        for c in first.chunks {
-            guard contextOpen && supervisor.epoch == context else { return }
+        for (i, c) in first.chunks.enumerated() {
+            guard contextOpen && supervisor.epoch == context else {
+                // Failed, the activation carried on (`failContext`): the rest of its audio goes
+                // first into the context that carries it on, or waits with it.
+                let rest = first.chunks[i...]
+                if backlog.isWaiting {
+                    backlog.prependToFirst(rest)
+                } else if contextOpen && continuesActivation && !stopSent {
+                    for r in rest { supervisor.sendAudio(r, host: self) }
+                }
+                return
+            }
             supervisor.sendAudio(c, host: self)
         }
         if first.closed && supervisor.epoch == context { sendStop() }
