@@ -734,11 +734,15 @@ def test_a_stream_left_beside_an_aupdates_does_not_queue_its_updates_twice(silen
             silent_server.close_all()  # the error and the stop, into both inboxes
             await asyncio.wait_for(consumer, 20)
             await st.aclose()  # left with them unread
-            return got, list(c._queue)
+            return got, list(c._queue), c._abandoned
 
-    got, queued = asyncio.run(asyncio.wait_for(run(), 60))
+    got, queued, abandoned = asyncio.run(asyncio.wait_for(run(), 60))
     assert [type(u) for u in without_states(got)] == [sc.ErrorEvent, sc.StopEvent], got
     assert without_states(queued) == [], queued
+    # Its StopEvent came (the aupdates() had it too): the stream was not left early, and no
+    # StopEvent is owed by it (counted, a later stream's own stop was taken for it, or its
+    # stray stop ended a later context).
+    assert abandoned == 0
 
 
 def test_an_aupdates_ended_by_a_close_from_another_thread_yields_the_last_updates(cache_dir):

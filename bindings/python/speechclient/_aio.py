@@ -604,6 +604,10 @@ class Stream:
                 c._stream_sink = None
             inbox = self._inbox
             leftovers = list(inbox.items) if inbox is not None else []
+            # Whether its StopEvent came, from everything it received: one an aupdates() beside it
+            # got too (filtered out below) is its stop all the same. Counted as not come, the
+            # stream was taken for abandoned: a stray stop could end a later context.
+            stop_came = not self._hands_free and any(isinstance(x, StopEvent) for x in leftovers)
             if inbox is not None:
                 inbox.items.clear()
                 # What an aupdates() running beside this stream received too is that consumer's
@@ -614,7 +618,7 @@ class Stream:
             if leftovers:  # not lost: for updates()/aupdates()
                 c._queue.extend(leftovers)
                 c._cond.notify_all()
-            stopped = self._stopped or (not self._hands_free and any(isinstance(x, StopEvent) for x in leftovers))
+            stopped = self._stopped or stop_came
             if self._started and not stopped and c._handle is not None and not c._closing:
                 abandon = True
                 if self._hands_free:
