@@ -696,6 +696,52 @@ def test_close_ends_a_push_waiting_for_room(cache_dir):
         peer.wait()
 
 
+def test_a_streams_push_waiting_for_room_does_not_hold_the_event_loop(cache_dir):
+    """stream(pcm=...) with push_wait_ms: a push waiting for room in the replay buffer waited on
+    the event loop's thread, which ran nothing else meanwhile (no callbacks, no timeout, no other
+    task, no close()) for up to the whole wait. Same server as above: it takes the audio and
+    finalises none, so a 3 s chunk into a 1 s buffer waits."""
+    peer = subprocess.Popen([sys.executable, str(ROOT / "Tests" / "peers" / "hostile_slu_server.py"),
+                             "--scenario", "Grow", "--words", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True,
+                            env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
+    try:
+        line = peer.stdout.readline()
+        assert line.startswith("listening on "), line
+
+        async def run():
+            c = sc.Client(url="grpc://" + line.split()[-1], app_id="py", audio=sc.PushAudio(), cache_dir=cache_dir,
+                          push_wait_ms=20_000, replay_buffer_ms=1000, delivery="application")
+            ticks = 0
+
+            async def ticker():
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            tick = asyncio.ensure_future(ticker())
+            began = time.monotonic()
+            try:
+                with pytest.raises(sc.SpeechTimeoutError):
+                    async for _ in c.stream(pcm=[bytes(2 * 16000 * 3)], timeout=2):
+                        pass
+                return ticks, time.monotonic() - began
+            finally:
+                tick.cancel()
+                c.close()
+
+        ticks, took = asyncio.run(asyncio.wait_for(run(), 60))
+        # The stream's own 2 s timeout held (its updates had stopped), and the loop ran the
+        # other task all along (100 ticks a second).
+        assert took < 10, f"the stream's 2 s timeout came after {took:.1f} s"
+        assert ticks >= 50, f"{ticks} ticks in {took:.1f} s: the loop was held"
+    finally:
+        peer.stdin.close()
+        peer.kill()
+        peer.wait()
+
+
 def test_wait_idle_raises_a_callbacks_exception_once_the_client_is_idle(server, synthesize, cache_dir):
     """wait_idle() re-raises a callback's exception after its wait. It raised it at the next slice
     of the wait instead (the library calls inside it re-raised it first), with the context still

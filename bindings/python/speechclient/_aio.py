@@ -400,13 +400,23 @@ class _Inbox:
 
 async def _feed(client: "Client", pcm: Union[Iterable[_Buffer], AsyncIterable[_Buffer]]) -> None:
     """A stream()'s pcm into the client, then push_end(). Module-level, holding no Stream, so a
-    dropped Stream is not kept alive by its own task."""
+    dropped Stream is not kept alive by its own task. With push_wait_ms a push may wait for room
+    (up to an hour): it waits on an executor thread, not on the loop, which went on with nothing
+    meanwhile (no callbacks, no timeout, no cancellation, no close())."""
+    loop = asyncio.get_running_loop()
+
+    async def push(chunk: _Buffer) -> None:
+        if client._push_waits:
+            await loop.run_in_executor(None, client.push, chunk)
+        else:
+            client.push(chunk)
+
     if hasattr(pcm, "__aiter__"):
         async for chunk in pcm:  # type: ignore[union-attr]
-            client.push(chunk)
+            await push(chunk)
     else:
         for chunk in pcm:  # type: ignore[union-attr]
-            client.push(chunk)
+            await push(chunk)
             await asyncio.sleep(0)  # the loop dispatches between chunks
     try:
         client.push_end()

@@ -141,6 +141,8 @@ class Client(_AsyncMixin, _Handle):
         # without any context (so without a StopEvent) and the iterators must still end.
         self._listens_started = 0
         self._listens_seen = 0
+        # A push may wait for room (push_wait_ms): a stream()'s feeder pushes off the event loop.
+        self._push_waits = bool(push_wait_ms)
 
         if isinstance(delivery, str):
             if delivery not in ("thread", "application", "shared"):
