@@ -648,6 +648,74 @@ def test_a_stream_left_while_its_start_was_queued_does_not_break_the_next_stream
     assert [type(u) for u in got] == [sc.ErrorEvent, sc.StopEvent], got
 
 
+def test_a_stream_begun_while_an_earlier_context_stops_gets_only_its_own_updates(silent_server, cache_dir):
+    """start() and stop() outside any stream, the context still STOPPING (logging in), then a
+    stream(): its start is queued behind that stop. The earlier context's error and StopEvent
+    went to the stream, which ended on them while its own context ran on, unwatched."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        with silent_push_client(silent_server, cache_dir) as c:
+            c.start()
+            assert silent_server.wait_for_connection()
+            c.stop()
+            assert c.state == sc.State.STOPPING
+            got = []
+
+            async def consume():
+                async for u in c.stream(timeout=20):
+                    got.append(u)
+            task = asyncio.ensure_future(consume())
+            await until(lambda: has_reader(loop, c.event_fd))
+            silent_server.close_all()  # the earlier context fails: its error and stop
+            await until(lambda: any(isinstance(u, sc.StopEvent) for u in c._queue))  # to the shared queue
+            assert not task.done(), got
+            assert silent_server.wait_for_connection()  # the stream's own context
+            await reset_until_idle(silent_server, c)
+            await asyncio.wait_for(task, 20)
+            return got
+
+    got = without_states(asyncio.run(asyncio.wait_for(run(), 60)))
+    assert [type(u) for u in got] == [sc.ErrorEvent, sc.StopEvent], got
+
+
+def test_a_stream_begun_after_one_whose_queued_start_was_cancelled_gets_its_own_stop(silent_server, cache_dir):
+    """As above (stream A left early, B's queued start cancelled), but stream C begins while A
+    still stops: the count of streams left early (two, for one StopEvent to come) swallowed C's
+    own StopEvent, and C waited until its timeout."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        with silent_push_client(silent_server, cache_dir) as c:
+            a = c.stream()
+            await a.__anext__()
+            await a.aclose()
+            assert c.state == sc.State.STOPPING
+            b = c.stream()
+            first = asyncio.ensure_future(b.__anext__())
+            await until(lambda: has_reader(loop, c.event_fd))
+            first.cancel()
+            try:
+                await first
+            except asyncio.CancelledError:
+                pass
+            await b.aclose()
+            assert c.state == sc.State.STOPPING  # A still stops
+            got = []
+
+            async def consume():
+                async for u in c.stream(timeout=20):
+                    got.append(u)
+            task = asyncio.ensure_future(consume())
+            await until(lambda: has_reader(loop, c.event_fd))
+            silent_server.close_all()  # A ends
+            assert silent_server.wait_for_connection()  # C's own context
+            await reset_until_idle(silent_server, c)
+            await asyncio.wait_for(task, 20)
+            return got
+
+    got = without_states(asyncio.run(asyncio.wait_for(run(), 60)))
+    assert [type(u) for u in got] == [sc.ErrorEvent, sc.StopEvent], got
+
+
 def test_an_aupdates_that_raises_as_it_begins_leaves_no_inbox_behind(cache_dir):
     """aupdates() registered its inbox, then watched the event fd, which raises a callback's
     saved exception: the exception went out, the inbox stayed registered, and every later

@@ -545,6 +545,18 @@ class Stream:
             # queue, and the stream waited for ever.
             with c._cond:
                 c._abandoned = 0
+        with c._cond:
+            # An earlier context still stopping (a stop() made before this stream, or a stream
+            # left early) has exactly one StopEvent to come, and it is not this stream's: taken
+            # as its own, the stream got that context's last updates, ended on its stop, and its
+            # own context ran unwatched. Counting the streams left early was wrong both ways: a
+            # stop() outside any stream was not counted, and a stream whose queued start a stop
+            # cancelled counted one StopEvent that never comes (a later stream waited for ever).
+            # Read under the lock: the StopEvent, routed under it too, cannot slip in between.
+            if c._handle is not None and not c._closing:
+                state = n.c_state()
+                if n.spc_client_get_state(c._handle, ctypes.byref(state)) == n.Status.OK and state.value == n.State.STOPPING:
+                    c._abandoned = 1
         self._loop, self._thread = loop, threading.get_ident()
         self._inbox = _Inbox(loop)
         sink = (loop, self._inbox, self._thread)
