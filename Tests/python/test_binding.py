@@ -716,6 +716,25 @@ def test_a_stream_begun_after_one_whose_queued_start_was_cancelled_gets_its_own_
     assert [type(u) for u in got] == [sc.ErrorEvent, sc.StopEvent], got
 
 
+def test_a_stream_still_referenced_after_its_loop_closed_leaves_the_updates_to_updates(silent_server, cache_dir):
+    """A stream() left without aclose() (its first update taken, then the coroutine returned)
+    and still referenced, so never collected, after asyncio.run() closed its loop: every later
+    update of the client went into its inbox, which nobody can read again. updates() got
+    nothing, and a new stream() was refused as "another stream() is running"."""
+    with silent_push_client(silent_server, cache_dir) as c:
+        s = c.stream(timeout=20)
+
+        async def first():
+            return await s.__anext__()
+        asyncio.run(first())  # CONNECTING; the loop is closed, s lives on
+        assert silent_server.wait_for_connection()
+        silent_server.close_all()  # its context fails: its error and stop
+        got = without_states(list(c.updates(timeout=10)))
+        assert [type(u) for u in got] == [sc.ErrorEvent, sc.StopEvent], got
+        assert c._stream_sink is None
+        del s
+
+
 def test_an_aupdates_that_raises_as_it_begins_leaves_no_inbox_behind(cache_dir):
     """aupdates() registered its inbox, then watched the event fd, which raises a callback's
     saved exception: the exception went out, the inbox stayed registered, and every later

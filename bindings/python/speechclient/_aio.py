@@ -11,7 +11,8 @@ import ctypes
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, AsyncIterable, AsyncIterator, Deque, Iterable, List, Optional, Set, Tuple, Union
+import weakref
+from typing import TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Callable, Deque, Iterable, List, Optional, Set, Tuple, Union
 
 from . import _native as n
 from ._handle import MAX_BUFFERED_UPDATES, _IDLE_POLL_S, _WAIT_SLICE_S, _Buffer, _next_wait
@@ -326,6 +327,15 @@ class _AsyncMixin:
             # __del__, which does the same and stops its context.
             if sink is not self._stream_sink:
                 self._drop_sink(sink)
+            else:
+                # A stream() still referenced (so never collected) on a closed loop never runs
+                # again: it took every later update of the client into an inbox nobody reads
+                # (updates() got nothing, a new stream() was refused). Finished here, as its
+                # __del__ would: its updates go to the shared queue, its context is stopped.
+                owner = inbox.owner() if inbox.owner is not None else None
+                if owner is not None and self._cond.acquire(blocking=False):
+                    self._cond.release()
+                    owner._finish()
 
     def _take_over_async_sinks_locked(self) -> List["_Sink"]:
         """One consumer at a time: an aupdates() iterator still registered was left (`break`)
@@ -380,6 +390,8 @@ class _Inbox:
         self._loop = loop
         self._waiter: Optional["asyncio.Future[None]"] = None
         self._woken = False
+        # The stream() whose inbox this is (weakly: an inbox must not keep it alive), or None.
+        self.owner: Optional[Callable[[], Any]] = None
 
     def wake(self) -> None:  # on the loop's thread
         if self._waiter is not None and not self._waiter.done():
@@ -559,6 +571,7 @@ class Stream:
                     c._abandoned = 1
         self._loop, self._thread = loop, threading.get_ident()
         self._inbox = _Inbox(loop)
+        self._inbox.owner = weakref.ref(self)
         sink = (loop, self._inbox, self._thread)
         with c._cond:
             if c._stream_sink is not None:
