@@ -735,6 +735,28 @@ def test_a_stream_still_referenced_after_its_loop_closed_leaves_the_updates_to_u
         del s
 
 
+def test_a_reader_removal_scheduled_from_another_thread_does_not_remove_the_next_reader(cache_dir):
+    """A Stream finished on another thread (collected there) schedules its reader's removal on
+    its loop. A new iterator watching the same fd on that loop before the removal ran added its
+    reader, and the removal then took it away: that iterator was never dispatched."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        with push_client(cache_dir=cache_dir, delivery="application") as c:
+            old = c._watch_event_fd(loop)
+            t = threading.Thread(target=c._unwatch_event_fd, args=(old,))
+            t.start()
+            t.join()  # the removal is scheduled on this loop, not run yet
+            new = c._watch_event_fd(loop)
+            await asyncio.sleep(0.05)  # the scheduled removal's turn
+            watched = has_reader(loop, c.event_fd)
+            c._unwatch_event_fd(new)
+            return watched, has_reader(loop, c.event_fd)
+
+    watched, after = asyncio.run(asyncio.wait_for(run(), 30))
+    assert watched, "the scheduled removal took the new reader"
+    assert not after
+
+
 def test_an_aupdates_that_raises_as_it_begins_leaves_no_inbox_behind(cache_dir):
     """aupdates() registered its inbox, then watched the event fd, which raises a callback's
     saved exception: the exception went out, the inbox stayed registered, and every later

@@ -195,7 +195,17 @@ class _AsyncMixin:
         fd = self.event_fd
         reader = (loop, fd, threading.get_ident())
         with self._cond:
-            shared = any(r[0] is loop and r[1] == fd for r in self._readers)
+            # A removal another thread scheduled on this loop (a Stream collected there) and not
+            # run yet is called off: the loop still watches the fd, now for this reader. Run
+            # after this add_reader, it removed the new reader, and that iterator waited for
+            # ever. (This runs on the loop's thread, so the removal cannot run meanwhile.)
+            called_off = False
+            for pending in list(self._pending_removals):
+                if pending[0] is loop and pending[1] == fd and not pending[3].is_set():
+                    pending[3].set()
+                    self._pending_removals.remove(pending)
+                    called_off = True
+            shared = called_off or any(r[0] is loop and r[1] == fd for r in self._readers)
             self._readers.append(reader)
         if not shared:
             try:
