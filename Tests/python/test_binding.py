@@ -608,6 +608,24 @@ def test_breaking_out_of_a_stream_removes_the_reader_and_the_next_stream_is_not_
         assert updates[0].code == sc.Status.NETWORK
 
 
+async def leave_a_stream_then_cancel_the_next_ones_start(c, loop):
+    """Stream A left early (its context STOPPING), then stream B begun (its start queued behind
+    A's stop) and left before A ended: the stop for B only cancels its queued start."""
+    a = c.stream()
+    await a.__anext__()
+    await a.aclose()
+    assert c.state == sc.State.STOPPING
+    b = c.stream()
+    first = asyncio.ensure_future(b.__anext__())
+    await until(lambda: has_reader(loop, c.event_fd))
+    first.cancel()
+    try:
+        await first
+    except asyncio.CancelledError:
+        pass
+    await b.aclose()
+
+
 def test_a_stream_left_while_its_start_was_queued_does_not_break_the_next_stream(silent_server, cache_dir):
     """Stream A left early (its context STOPPING), stream B begun (its start queued behind A's
     stop) and left before A ended: the stop for B only cancelled its queued start, which brings
@@ -617,19 +635,7 @@ def test_a_stream_left_while_its_start_was_queued_does_not_break_the_next_stream
     async def run():
         loop = asyncio.get_running_loop()
         with silent_push_client(silent_server, cache_dir) as c:
-            a = c.stream()
-            await a.__anext__()
-            await a.aclose()
-            assert c.state == sc.State.STOPPING
-            b = c.stream()
-            first = asyncio.ensure_future(b.__anext__())
-            await until(lambda: has_reader(loop, c.event_fd))
-            first.cancel()
-            try:
-                await first
-            except asyncio.CancelledError:
-                pass
-            await b.aclose()
+            await leave_a_stream_then_cancel_the_next_ones_start(c, loop)
             await reset_until_idle(silent_server, c)
             list(c.updates(timeout=5))  # A's error and stop, left to the shared queue
             got = []
@@ -685,19 +691,7 @@ def test_a_stream_begun_after_one_whose_queued_start_was_cancelled_gets_its_own_
     async def run():
         loop = asyncio.get_running_loop()
         with silent_push_client(silent_server, cache_dir) as c:
-            a = c.stream()
-            await a.__anext__()
-            await a.aclose()
-            assert c.state == sc.State.STOPPING
-            b = c.stream()
-            first = asyncio.ensure_future(b.__anext__())
-            await until(lambda: has_reader(loop, c.event_fd))
-            first.cancel()
-            try:
-                await first
-            except asyncio.CancelledError:
-                pass
-            await b.aclose()
+            await leave_a_stream_then_cancel_the_next_ones_start(c, loop)
             assert c.state == sc.State.STOPPING  # A still stops
             got = []
 

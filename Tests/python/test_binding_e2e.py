@@ -653,20 +653,30 @@ def test_the_end_of_listening_wakes_the_iterators(how, server, cache_dir, no_pol
     assert ended - stopped_at[0] < 10, f"{how}: ended {ended - stopped_at[0]:.1f} s after the stop"
 
 
+def start_grow_server():
+    """Tests/peers/hostile_slu_server.py, scenario Grow with no words: it takes the audio and
+    never finalises any, so a replay buffer stays full. Returns the process and its grpc:// URL."""
+    peer = subprocess.Popen([sys.executable, str(ROOT / "Tests" / "peers" / "hostile_slu_server.py"),
+                             "--scenario", "Grow", "--words", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True,
+                            env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
+    line = peer.stdout.readline()
+    if not line.startswith("listening on "):
+        peer.kill()
+        peer.wait()
+        raise AssertionError(f"the Grow server did not start: {line!r}")
+    return peer, "grpc://" + line.split()[-1]
+
+
 def test_close_ends_a_push_waiting_for_room(cache_dir):
     """A push waiting for room in the replay buffer (push_wait_ms) held close() from another
     thread, and Ctrl-C, for the whole wait (here ten minutes): close() waited for every call in
     the library to return first. The server (Tests/peers/hostile_slu_server.py, Grow with no
     words) takes the audio and never finalises any, so the buffer stays full."""
-    peer = subprocess.Popen([sys.executable, str(ROOT / "Tests" / "peers" / "hostile_slu_server.py"),
-                             "--scenario", "Grow", "--words", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True,
-                            env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
+    peer, url = start_grow_server()
     try:
-        line = peer.stdout.readline()
-        assert line.startswith("listening on "), line
         started = threading.Event()
-        c = sc.Client(url="grpc://" + line.split()[-1], app_id="py", audio=sc.PushAudio(), cache_dir=cache_dir,
+        c = sc.Client(url=url, app_id="py", audio=sc.PushAudio(), cache_dir=cache_dir,
                       push_wait_ms=600_000, replay_buffer_ms=1000, on_start=lambda e: started.set())
         c.start()
         assert started.wait(20)
@@ -701,16 +711,11 @@ def test_a_streams_push_waiting_for_room_does_not_hold_the_event_loop(cache_dir)
     the event loop's thread, which ran nothing else meanwhile (no callbacks, no timeout, no other
     task, no close()) for up to the whole wait. Same server as above: it takes the audio and
     finalises none, so a 3 s chunk into a 1 s buffer waits."""
-    peer = subprocess.Popen([sys.executable, str(ROOT / "Tests" / "peers" / "hostile_slu_server.py"),
-                             "--scenario", "Grow", "--words", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True,
-                            env={"PYTHONPATH": str(ROOT / "server"), "PATH": "/usr/bin:/bin"})
+    peer, url = start_grow_server()
     try:
-        line = peer.stdout.readline()
-        assert line.startswith("listening on "), line
 
         async def run():
-            c = sc.Client(url="grpc://" + line.split()[-1], app_id="py", audio=sc.PushAudio(), cache_dir=cache_dir,
+            c = sc.Client(url=url, app_id="py", audio=sc.PushAudio(), cache_dir=cache_dir,
                           push_wait_ms=20_000, replay_buffer_ms=1000, delivery="application")
             ticks = 0
 
