@@ -723,7 +723,9 @@ SPC_API spc_status spc_options_set_reconnect(spc_options *options, uint32_t max_
 /* How much audio of the current context is kept for replay after a reconnection, 1000-600000
 ** ms. A WAV file is never sent further ahead of the server's final results than this (since
 ** 0.5), so a connection lost at any moment loses none of it; a microphone or pushed audio cannot
-** wait, and audio older than that and not yet final is reported lost by an error. Default 30000. */
+** wait, and audio older than that and not yet final is reported lost by an error (a stream
+** whose server went silent is given up while its audio fills half of this: spc_client_stop()).
+** Default 30000. */
 SPC_API spc_status spc_options_set_replay_buffer_ms(spc_options *options, uint32_t ms);
 
 /* A context longer than this continues in a new server context at the next pause, so that
@@ -793,6 +795,8 @@ SPC_API spc_status spc_options_set_push_wait_ms(spc_options *options, uint32_t m
 **               (the start callback comes with the first); otherwise that stream counts as lost
 **               and is retried like a lost connection (spc_options_set_reconnect()), its audio
 **               replayed; when the attempts run out, the context ends with SPC_ERROR_TIMEOUT.
+**               (since 0.11) also how long a stopped stream's server may stay silent while live
+**               audio not yet final ages in the replay buffer (see spc_client_stop()).
 ** Defaults 5000, 10000 and 10000. Since 0.8. */
 SPC_API spc_status spc_options_set_timeouts(spc_options *options, uint32_t connect_ms,
                                             uint32_t login_ms, uint32_t start_ms);
@@ -930,7 +934,14 @@ SPC_API spc_status spc_client_start(spc_client *client);
 ** time, still working through the audio, is waited for (Wyoming's one transcript per stream
 ** restarts nothing). A lost stream's audio is replayed on a new stream, and when the reconnection
 ** attempts run out the error callback (SPC_ERROR_TIMEOUT) and the stop callback fire; before,
-** such a server left the client STOPPING. In STARTING or LISTENING: stops (a stop before the server
+** such a server left the client STOPPING. With a microphone, pushed audio or hands-free
+** listening (audio that cannot wait), a stream is given up sooner, since 0.11: when its server
+** has sent nothing on it for the start timeout (spc_options_set_timeouts()) since its stop (or
+** its last result), while its audio not yet final fills half the replay buffer
+** (spc_options_set_replay_buffer_ms()). A replica that hung behind a proxy (which answers the
+** PINGs and takes the audio) was waited for until then, and by that time the replay buffer had
+** dropped the audio it never answered: now it is replayed on a new connection while still
+** held. In STARTING or LISTENING: stops (a stop before the server
 ** acknowledged the start is sent right after it). With pushed audio, what is still buffered (the
 ** chunk in progress) is sent before the stop, as spc_client_push_end() does (since 0.11; before,
 ** it was dropped). In STOPPING with a queued start: cancels the queued start (the audio held

@@ -1,7 +1,10 @@
 """HAProxy 2.6 in front of three replicas, HTTP/2 on both sides (bind ... proto h2, server ...
 proto h2), round robin with health checks (issue 18). Every phrase of the recording must
 arrive exactly once, in order."""
+import os
 import re
+import signal
+import time
 import threading
 
 import proxytools as pt
@@ -88,3 +91,44 @@ def test_e_server_timeout_shorter_than_a_pause_without_audio(live_replicas, reco
     finally:
         haproxy.stop()
     _timeout_report("haproxy-timeout-server-no-audio", run, haproxy)
+
+
+FREEZE_AT_S = 20.0   # into the push: several phrases are final by then
+
+
+def test_g_replica_frozen_mid_stream(live_replicas, recording, tmp_path):
+    """(g) The binding pushes the recording at real time through HAProxy (Debian's timeouts:
+    server 50 s); 20 s in, the replica receiving the audio is frozen (SIGSTOP: a hung process,
+    its kernel still taking connections, so HAProxy's health checks pass and its PINGs are
+    HAProxy's own), and is thawed only after the push. A live source cannot wait: the replay
+    buffer (30 s) must still hold the audio the frozen replica never answered when the stream
+    is given up on."""
+    wav, _ = recording
+    haproxy = pt.HAProxy(tmp_path / "haproxy", pt.free_port(), live_replicas.addresses)
+    before = live_replicas.received_bytes()
+    done = {}
+
+    def act(t):
+        if t >= FREEZE_AT_S and "frozen" not in done:
+            done["frozen"] = i = live_replicas.serving(before)
+            done["at"] = time.monotonic()
+            os.kill(live_replicas.pid(i), signal.SIGSTOP)
+
+    try:
+        run = pt.run_push(haproxy.url, pt.read_pcm(wav), tmp_path / "cache", speed=1.0, on_time=act, timeout=90)
+    finally:
+        if "frozen" in done:
+            os.kill(live_replicas.pid(done["frozen"]), signal.SIGCONT)
+        haproxy.stop()
+    streams = _stream_log(haproxy)
+    result = pt.count_delivered(run.transcripts)
+    # The log's times count from the client's creation, as the push does (within milliseconds).
+    hung = [float(line.split()[0]) for line in run.logs if "taken as hung" in line]
+    pt.report("haproxy-freeze", result, run.error_texts(), seconds=f"{run.elapsed:.1f}",
+              frozen=f"replica{done['frozen'] + 1}" if "frozen" in done else "none",
+              hung_found_at_s=",".join(f"{t:.1f}" for t in hung) or "none",
+              reconnects=sum(1 for s in run.states if s.state.name == "RECONNECTING"),
+              haproxy_states=",".join(_termination_states(streams)) or "none")
+    assert "frozen" in done
+    assert result["delivered"] == len(pt.PHRASES) and not result["extra"], \
+        pt.explain(result, run.error_texts(), haproxy.log + "\nclient log:\n" + "\n".join(run.logs[-60:]))

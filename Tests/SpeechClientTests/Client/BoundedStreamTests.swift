@@ -186,6 +186,44 @@ import Testing
         #expect(ends == ["start ctx-1", "error api", "stop ctx-1"])
     }
 
+    /// Pushed (live) audio: the first stream's server says nothing after its stop (a replica
+    /// hung behind a proxy), while its audio not yet final fills half of the replay buffer. It
+    /// is taken as hung once it has been silent for the start timeout (300 ms here), and its
+    /// audio replayed on a new stream while the buffer holds it: every word once, in order,
+    /// long before the finish timeout (60 s). Before, the stream was waited for until then,
+    /// and a microphone's audio had aged out of the buffer by that time.
+    @Test func aStoppedStreamWhoseServerHungIsReplayedWhileItsLiveAudioIsHeld() throws {
+        let finals = Finals()
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, ignoreStopOnStream: 1))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536
+        o.reconnectInitialDelayMilliseconds = 10
+        o.replayBufferMilliseconds = 4_000
+        o.startTimeoutMilliseconds = 300
+        let logs = Locked<[String]>([])
+        o.logLevel = .info
+        let client = try Client(options: o, service: service) { c, event in
+            if case .log(_, let message) = event { logs.withLock { $0.append(message) } }
+            finals.handler(c, event)
+        }
+        defer { try? client.close() }
+        try client.start()
+        let t0 = Clock.monotonicNanos()
+        for k in 0..<25 {
+            try Self.chunk(k).withUnsafeBufferPointer { try client.pushAudio($0) }
+            if k % 10 == 9 { usleepMs(5) }
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let took = (Clock.monotonicNanos() - t0) / 1_000_000
+        #expect(took < 10_000)
+        let words = finals.words.withLock { $0 }
+        #expect(words.map(\.0) == (1...25).map { "a\($0)" }, "\(words.map(\.0))")
+        #expect(service.streamsOpened.load(ordering: .relaxed) >= 3)
+        #expect(logs.withLock { $0 }.contains { $0.contains("taken as hung") }, "\(logs.withLock { $0 })")
+        #expect(!finals.log.lines.contains { $0.hasPrefix("error") }, "\(finals.log.lines)")
+    }
+
     @Test func aSegmentTheServerNeverEndedIsDeliveredFinalWithUnconfirmedWords() throws {
         let (finals, _) = try run(chunks: 3, budget: 900_000, behaviour: .init(wordsFromAudio: true, neverEndSegments: true))
         let words = finals.words.withLock { $0 }

@@ -227,12 +227,23 @@ final class ClientWorker: @unchecked Sendable {
     /// The earliest of a lane's move off a going-away connection, a start acknowledgement due
     /// and a finish due.
     private var laneDeadlines: UInt64? {
-        Self.earliest(Self.earliest(supervisor.lanes.nextMoveDeadline, supervisor.lanes.nextStartDeadline),
-                      Self.earliest(supervisor.lanes.nextFinishDeadline(timeout: finishTimeoutNanos),
-                                    supervisor.lanes.nextReplayStallDeadline(timeout: finishTimeoutNanos)))
+        Self.earliest(Self.earliest(Self.earliest(supervisor.lanes.nextMoveDeadline, supervisor.lanes.nextStartDeadline),
+                                    Self.earliest(supervisor.lanes.nextFinishDeadline(timeout: finishTimeoutNanos),
+                                                  supervisor.lanes.nextReplayStallDeadline(timeout: finishTimeoutNanos))),
+                      hangDeadline)
     }
 
     var finishTimeoutNanos: UInt64 { UInt64(options.finishTimeoutMilliseconds) * 1_000_000 }
+    /// How long a stopped stream's server may say nothing while its unfinished audio ages out
+    /// of the replay buffer (`LaneSupervisor.hangDeadline`): as long as it may take to
+    /// acknowledge a start, the other answer a live server gives at once.
+    var quietLimitNanos: UInt64 { UInt64(options.startTimeoutMilliseconds) * 1_000_000 }
+
+    /// When a stopped stream is taken as hung, its live audio about to age out (nil for a file,
+    /// which waits for the server: `LaneSupervisor.hangDeadline`).
+    private var hangDeadline: UInt64? {
+        waitsForServer ? nil : supervisor.hangDeadline(now: Clock.monotonicNanos(), quietNanos: quietLimitNanos)?.at
+    }
 
     static func earliest(_ a: UInt64?, _ b: UInt64?) -> UInt64? {
         guard let a else { return b }
@@ -276,6 +287,18 @@ final class ClientWorker: @unchecked Sendable {
         }
     }
 
+    /// A stopped stream whose server said nothing for the start timeout while its live audio
+    /// not yet final came to fill half the replay buffer is lost (`LaneSupervisor.hangDeadline`):
+    /// replayed on a new connection while the buffer still holds that audio.
+    private func expireHung(now: UInt64) {
+        guard !waitsForServer, let hung = supervisor.hangDeadline(now: now, quietNanos: quietLimitNanos), now >= hung.at else { return }
+        let unfinished = SpeechAudio.secondsText(SpeechAudio.seconds(samples: supervisor.firstLaneUnfinishedSamples))
+        let capacity = SpeechAudio.secondsText(SpeechAudio.seconds(samples: supervisor.replay.capacitySamples))
+        supervisor.stream(of: hung.generation)?.retireConnection()
+        handleStream(.closed(SpeechClientError(.timeout, "the server said nothing on the stream for \(SpeechAudio.secondsText(Double(options.startTimeoutMilliseconds) / 1000)) s after its stop while \(unfinished) s of its audio, not final yet, aged in the \(capacity) s replay buffer: taken as hung",
+                                               grpcStatus: GRPCStatus.unavailable)), generation: hung.generation)
+    }
+
     /// What the worker does between commands: reconnect, replay, pump the source, move a lane
     /// off a closing connection, close an idle stream.
     private func idleStep(idleDeadline: UInt64?) {
@@ -287,6 +310,8 @@ final class ClientWorker: @unchecked Sendable {
             expireUnfinished(now: now)
         } else if let due = supervisor.lanes.nextReplayStallDeadline(timeout: finishTimeoutNanos), now >= due {
             expireStalledReplays(now: now)
+        } else if let due = hangDeadline, now >= due {
+            expireHung(now: now)
         } else if let due = supervisor.reconnection.due, now >= due.at {
             supervisor.attemptReconnect(host: self)
         } else if let due = listeningRetryDue, now >= due {

@@ -78,6 +78,10 @@ struct Lane {
     /// longer held their audio. Nil before the stop, and once its `finished` arrived (held
     /// behind an earlier lane, it is applied later).
     var awaitingFinishSince: UInt64?
+    /// When the server last sent anything on it (a result of any kind; monotonic ns), nil
+    /// before. With its stop (`awaitingFinishSince`), it says how long a stopped lane's server
+    /// has been silent (`LaneSupervisor.hangDeadline`).
+    var lastHeardAt: UInt64?
     /// When the finish clock started (the stop, or the lane becoming the first in audio order,
     /// `startFinishClock`): the finals restart it at most `maxFinishWaitPerAudio` times the
     /// lane's audio after this, so a server trickling finals cannot hold the stream for ever.

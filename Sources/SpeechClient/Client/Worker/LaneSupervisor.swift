@@ -282,6 +282,7 @@ final class LaneSupervisor {
     /// of its `finished` once they reach a second further into its audio (`Lane.finalArrived`).
     func responseArrived(_ response: SLUResponse, lane gen: Int) {
         let now = Clock.monotonicNanos()
+        lanes.update(gen) { $0.lastHeardAt = now }
         if !serverAnswered {
             serverAnswered = true
             for other in lanes.generations {
@@ -307,6 +308,35 @@ final class LaneSupervisor {
         default: return
         }
         lanes.update(gen) { $0.finalArrived(endMilliseconds: Int(end), now: now) }
+    }
+
+    /// When the first lane in audio order, stopped and awaiting its `finished`, is taken as hung
+    /// (nil: not foreseen). For a live source only (a microphone, pushed audio, hands-free
+    /// listening): a file waits for the server, and its audio never ages out. Its server has
+    /// said nothing on it for `quietNanos` since its stop (or the last response), and its audio
+    /// not yet final fills half of the replay buffer and is all still held: a replica that hung
+    /// behind a proxy (which answers the PINGs and takes the audio into its buffers) was waited
+    /// for until the finish timeout (60 s) or the proxy's own (HAProxy: 50 s), and by then the
+    /// buffer (30 s) had dropped that audio, so its words were lost. The half left is the time
+    /// a new stream has to take it, a stream that lands on the hung replica again included
+    /// (found by the start timeout). A healthy server answers a stop at once, and one slower
+    /// than real time still sends finals meanwhile (each restarts the quiet).
+    func hangDeadline(now: UInt64, quietNanos: UInt64) -> (generation: Int, at: UInt64)? {
+        guard let first = lanes.firstAwaitingFinish, first.floor >= replay.oldestSample,
+              first.floor < (first.end ?? .max) else { return nil }
+        let unfinished = replay.endSample - first.floor
+        let atRisk = replay.capacitySamples / 2
+        // Not at risk yet: looked at again when the live audio could have brought it there (at
+        // least 100 ms on, so that a source that stopped delivering is not polled). At risk, the
+        // quiet alone decides (not `now`: a deadline read again later would never be due).
+        let riskAt = unfinished >= atRisk ? 0
+            : now &+ max(UInt64(SpeechAudio.milliseconds(samples: atRisk - unfinished)) * 1_000_000, 100_000_000)
+        return (first.generation, max(first.quietSince &+ quietNanos, riskAt))
+    }
+
+    /// The audio the first lane in audio order has not finished (`hangDeadline`), in samples.
+    var firstLaneUnfinishedSamples: Int {
+        lanes.firstAwaitingFinish.map { replay.endSample - $0.floor } ?? 0
     }
 
     /// The server ended a held lane's stream cleanly (or that was dealt with: `false`).
