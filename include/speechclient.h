@@ -796,7 +796,8 @@ SPC_API spc_status spc_options_set_push_wait_ms(spc_options *options, uint32_t m
 **               and is retried like a lost connection (spc_options_set_reconnect()), its audio
 **               replayed; when the attempts run out, the context ends with SPC_ERROR_TIMEOUT.
 **               (since 0.11) also how long a stopped stream's server may stay silent while live
-**               audio not yet final ages in the replay buffer (see spc_client_stop()).
+**               audio not yet final ages in the replay buffer (see spc_client_stop()): a low
+**               start_ms gives a slow server less time to answer a stop, too.
 ** Defaults 5000, 10000 and 10000. Since 0.8. */
 SPC_API spc_status spc_options_set_timeouts(spc_options *options, uint32_t connect_ms,
                                             uint32_t login_ms, uint32_t start_ms);
@@ -934,14 +935,18 @@ SPC_API spc_status spc_client_start(spc_client *client);
 ** time, still working through the audio, is waited for (Wyoming's one transcript per stream
 ** restarts nothing). A lost stream's audio is replayed on a new stream, and when the reconnection
 ** attempts run out the error callback (SPC_ERROR_TIMEOUT) and the stop callback fire; before,
-** such a server left the client STOPPING. With a microphone, pushed audio or hands-free
-** listening (audio that cannot wait), a stream is given up sooner, since 0.11: when its server
-** has sent nothing on it for the start timeout (spc_options_set_timeouts()) since its stop (or
-** its last result), while its audio not yet final fills half the replay buffer
-** (spc_options_set_replay_buffer_ms()). A replica that hung behind a proxy (which answers the
-** PINGs and takes the audio) was waited for until then, and by that time the replay buffer had
-** dropped the audio it never answered: now it is replayed on a new connection while still
-** held. In STARTING or LISTENING: stops (a stop before the server
+** such a server left the client STOPPING. From 0.11 a stream of a context that still takes
+** live audio (a microphone, pushed audio, hands-free listening; not a WAV file or a descriptor,
+** which wait for the server) is given up sooner when its server answered as it heard (tentative
+** or interim results before the stream's stop) and then went silent: the first stream not
+** finished in audio order, its stop sent, is lost when its server has sent nothing on it for the
+** start timeout (spc_options_set_timeouts()) since its stop, its last result or the end of the
+** stream before it, whichever is later, while the context's audio from where that stream's
+** final words end (or from its start) fills half the replay buffer (spc_options_set_replay_buffer_ms()). A replica that
+** hung behind a proxy (which answers the PINGs and takes the audio) was waited for the 60 s,
+** and by then the replay buffer had dropped the audio it never answered; now that audio is
+** replayed on a new connection, as far as the buffer still holds it. A server that answers only
+** once a stream ends (Wyoming) is waited for as above. In STARTING or LISTENING: stops (a stop before the server
 ** acknowledged the start is sent right after it). With pushed audio, what is still buffered (the
 ** chunk in progress) is sent before the stop, as spc_client_push_end() does (since 0.11; before,
 ** it was dropped). In STOPPING with a queued start: cancels the queued start (the audio held

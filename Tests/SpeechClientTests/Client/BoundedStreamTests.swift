@@ -186,9 +186,10 @@ import Testing
         #expect(ends == ["start ctx-1", "error api", "stop ctx-1"])
     }
 
-    /// Pushed (live) audio: the first stream's server says nothing after its stop (a replica
-    /// hung behind a proxy), while its audio not yet final fills half of the replay buffer. It
-    /// is taken as hung once it has been silent for the start timeout (300 ms here), and its
+    /// Pushed (live) audio: the first stream's server, which answered each chunk, says nothing
+    /// after its stop (a replica hung behind a proxy), while the audio from its floor on fills
+    /// half of the replay buffer. It is taken as hung once it has been silent for the start
+    /// timeout (300 ms here) with audio still coming, and its
     /// audio replayed on a new stream while the buffer holds it: every word once, in order,
     /// long before the finish timeout (60 s). Before, the stream was waited for until then,
     /// and a microphone's audio had aged out of the buffer by that time.
@@ -209,16 +210,22 @@ import Testing
         defer { try? client.close() }
         try client.start()
         let t0 = Clock.monotonicNanos()
+        // 2.5 s at once (the first stream moves at a pause from about 1 s), then live audio
+        // goes on coming, 100 ms every 40 ms: the rule holds while audio can still age out.
         for k in 0..<25 {
             try Self.chunk(k).withUnsafeBufferPointer { try client.pushAudio($0) }
             if k % 10 == 9 { usleepMs(5) }
+        }
+        for k in 25..<40 {
+            usleepMs(40)
+            try Self.chunk(k).withUnsafeBufferPointer { try client.pushAudio($0) }
         }
         try client.pushEnd()
         #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
         let took = (Clock.monotonicNanos() - t0) / 1_000_000
         #expect(took < 10_000)
         let words = finals.words.withLock { $0 }
-        #expect(words.map(\.0) == (1...25).map { "a\($0)" }, "\(words.map(\.0))")
+        #expect(words.map(\.0) == (1...40).map { "a\($0)" }, "\(words.map(\.0))")
         #expect(service.streamsOpened.load(ordering: .relaxed) >= 3)
         #expect(logs.withLock { $0 }.contains { $0.contains("taken as hung") }, "\(logs.withLock { $0 })")
         #expect(!finals.log.lines.contains { $0.hasPrefix("error") }, "\(finals.log.lines)")

@@ -28,7 +28,8 @@ extension ClientWorker {
         guard let stream = supervisor.stream(of: gen) else { return }
         if case .response(let response) = event {
             switch response.payload {
-            case .started, .rttRequest: break
+            case .started: break
+            case .rttRequest: supervisor.lanes.update(gen) { $0.heard(at: Clock.monotonicNanos()) }  // the server is there
             default: serverAnswered(response, lane: gen)
             }
             if supervisor.dropsResult(response, lane: gen) { return }

@@ -239,10 +239,14 @@ final class ClientWorker: @unchecked Sendable {
     /// acknowledge a start, the other answer a live server gives at once.
     var quietLimitNanos: UInt64 { UInt64(options.startTimeoutMilliseconds) * 1_000_000 }
 
-    /// When a stopped stream is taken as hung, its live audio about to age out (nil for a file,
-    /// which waits for the server: `LaneSupervisor.hangDeadline`).
-    private var hangDeadline: UInt64? {
-        waitsForServer ? nil : supervisor.hangDeadline(now: Clock.monotonicNanos(), quietNanos: quietLimitNanos)?.at
+    /// When a stopped stream is taken as hung, the live audio still coming into the context
+    /// about to age out of the replay buffer (`LaneSupervisor.hangDeadline`). Nil for a file,
+    /// which waits for the server, and once the context's stop is sent: nothing ages out then.
+    private var hangDeadline: UInt64? { hangDue(now: Clock.monotonicNanos())?.at }
+
+    private func hangDue(now: UInt64) -> (generation: Int, at: UInt64)? {
+        guard !waitsForServer, contextOpen, !stopSent else { return nil }
+        return supervisor.hangDeadline(now: now, quietNanos: quietLimitNanos)
     }
 
     static func earliest(_ a: UInt64?, _ b: UInt64?) -> UInt64? {
@@ -291,11 +295,11 @@ final class ClientWorker: @unchecked Sendable {
     /// not yet final came to fill half the replay buffer is lost (`LaneSupervisor.hangDeadline`):
     /// replayed on a new connection while the buffer still holds that audio.
     private func expireHung(now: UInt64) {
-        guard !waitsForServer, let hung = supervisor.hangDeadline(now: now, quietNanos: quietLimitNanos), now >= hung.at else { return }
+        guard let hung = hangDue(now: now), now >= hung.at else { return }
         let unfinished = SpeechAudio.secondsText(SpeechAudio.seconds(samples: supervisor.firstLaneUnfinishedSamples))
         let capacity = SpeechAudio.secondsText(SpeechAudio.seconds(samples: supervisor.replay.capacitySamples))
         supervisor.stream(of: hung.generation)?.retireConnection()
-        handleStream(.closed(SpeechClientError(.timeout, "the server said nothing on the stream for \(SpeechAudio.secondsText(Double(options.startTimeoutMilliseconds) / 1000)) s after its stop while \(unfinished) s of its audio, not final yet, aged in the \(capacity) s replay buffer: taken as hung",
+        handleStream(.closed(SpeechClientError(.timeout, "the server said nothing on the stream for \(SpeechAudio.secondsText(Double(options.startTimeoutMilliseconds) / 1000)) s after its stop while the \(unfinished) s of audio since its last final words aged in the \(capacity) s replay buffer: taken as hung",
                                                grpcStatus: GRPCStatus.unavailable)), generation: hung.generation)
     }
 

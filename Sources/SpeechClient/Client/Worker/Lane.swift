@@ -78,10 +78,21 @@ struct Lane {
     /// longer held their audio. Nil before the stop, and once its `finished` arrived (held
     /// behind an earlier lane, it is applied later).
     var awaitingFinishSince: UInt64?
-    /// When the server last sent anything on it (a result of any kind; monotonic ns), nil
-    /// before. With its stop (`awaitingFinishSince`), it says how long a stopped lane's server
-    /// has been silent (`LaneSupervisor.hangDeadline`).
+    /// When the server last sent anything on it (a result of any kind, or a round-trip request;
+    /// monotonic ns), nil before. With its stop (`awaitingFinishSince`), it says how long a
+    /// stopped lane's server has been silent (`LaneSupervisor.hangDeadline`).
     var lastHeardAt: UInt64?
+    /// The server sent results on it while it still took audio (before its stop): a server that
+    /// answers as it hears (tentative results, Riva's interim ones), whose silence after a stop
+    /// says it hung. Not one that answers only once a stream ends (Wyoming, Whisper), which may
+    /// be silent for as long as it works through the audio.
+    var heardBeforeStop = false
+
+    /// The server sent something on it at `now`.
+    mutating func heard(at now: UInt64) {
+        lastHeardAt = now
+        if !stopSent { heardBeforeStop = true }
+    }
     /// When the finish clock started (the stop, or the lane becoming the first in audio order,
     /// `startFinishClock`): the finals restart it at most `maxFinishWaitPerAudio` times the
     /// lane's audio after this, so a server trickling finals cannot hold the stream for ever.

@@ -215,13 +215,14 @@ struct LaneSet {
     func nextFinishDeadline(timeout: UInt64) -> UInt64? {
         firstIndex.flatMap { entries[$0].lane.awaitingFinishSince.map { $0 &+ timeout } }
     }
-    /// The first lane in audio order when it is stopped, caught up with its replay and awaits
-    /// its `finished`: its floor and end, and since when its server has been silent (the finish
-    /// clock's start or restart, or the last response on it, whichever is later).
+    /// The first lane in audio order when it is stopped, caught up with its replay, awaits its
+    /// `finished`, and its server answered as it heard (`Lane.heardBeforeStop`): its floor and
+    /// end, and since when its server has been silent (the finish clock's start or restart, or
+    /// the last response on it, whichever is later).
     var firstAwaitingFinish: (generation: Int, floor: Int, end: Int?, quietSince: UInt64)? {
         guard let i = firstIndex else { return nil }
         let lane = entries[i].lane
-        guard lane.stopSent, lane.cursor == nil, let since = lane.awaitingFinishSince else { return nil }
+        guard lane.stopSent, lane.heardBeforeStop, lane.cursor == nil, let since = lane.awaitingFinishSince else { return nil }
         return (entries[i].generation, lane.floor, lane.end, max(since, lane.lastHeardAt ?? 0))
     }
     /// The first lane in audio order when it is stopped and not finished within `timeout`.

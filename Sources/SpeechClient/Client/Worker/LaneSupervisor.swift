@@ -282,7 +282,7 @@ final class LaneSupervisor {
     /// of its `finished` once they reach a second further into its audio (`Lane.finalArrived`).
     func responseArrived(_ response: SLUResponse, lane gen: Int) {
         let now = Clock.monotonicNanos()
-        lanes.update(gen) { $0.lastHeardAt = now }
+        lanes.update(gen) { $0.heard(at: now) }
         if !serverAnswered {
             serverAnswered = true
             for other in lanes.generations {
@@ -311,19 +311,22 @@ final class LaneSupervisor {
     }
 
     /// When the first lane in audio order, stopped and awaiting its `finished`, is taken as hung
-    /// (nil: not foreseen). For a live source only (a microphone, pushed audio, hands-free
-    /// listening): a file waits for the server, and its audio never ages out. Its server has
-    /// said nothing on it for `quietNanos` since its stop (or the last response), and its audio
-    /// not yet final fills half of the replay buffer and is all still held: a replica that hung
-    /// behind a proxy (which answers the PINGs and takes the audio into its buffers) was waited
-    /// for until the finish timeout (60 s) or the proxy's own (HAProxy: 50 s), and by then the
-    /// buffer (30 s) had dropped that audio, so its words were lost. The half left is the time
-    /// a new stream has to take it, a stream that lands on the hung replica again included
-    /// (found by the start timeout). A healthy server answers a stop at once, and one slower
-    /// than real time still sends finals meanwhile (each restarts the quiet).
+    /// (nil: not foreseen). The caller asks only while live audio (a microphone, pushed audio,
+    /// hands-free listening) still comes into the context: only then does the replay buffer
+    /// drop audio (a file waits for the server). Its server answered as it heard
+    /// (`Lane.heardBeforeStop`), has said nothing on it for `quietNanos` since its stop (or its
+    /// last response, or the end of the lane before it), and the context's audio from the
+    /// lane's floor on fills half of the replay buffer: a replica that hung behind a proxy
+    /// (which answers the PINGs and takes the audio into its buffers) was waited for until the
+    /// finish timeout (60 s) or the proxy's own (HAProxy: 50 s), and by then the buffer (30 s)
+    /// had dropped that audio, so its words were lost. The half left is the time a new stream
+    /// has to take it, a stream that lands on the hung replica again included (found by the
+    /// start timeout). Audio already dropped does not keep it waiting: the replay says what it
+    /// no longer holds. A healthy server answers a stop at once, and one slower than real time
+    /// still sends finals meanwhile (each restarts the quiet); one that says nothing until a
+    /// stream ends (Wyoming, Whisper) is not judged by this.
     func hangDeadline(now: UInt64, quietNanos: UInt64) -> (generation: Int, at: UInt64)? {
-        guard let first = lanes.firstAwaitingFinish, first.floor >= replay.oldestSample,
-              first.floor < (first.end ?? .max) else { return nil }
+        guard let first = lanes.firstAwaitingFinish, first.floor < (first.end ?? .max) else { return nil }
         let unfinished = replay.endSample - first.floor
         let atRisk = replay.capacitySamples / 2
         // Not at risk yet: looked at again when the live audio could have brought it there (at
@@ -334,7 +337,8 @@ final class LaneSupervisor {
         return (first.generation, max(first.quietSince &+ quietNanos, riskAt))
     }
 
-    /// The audio the first lane in audio order has not finished (`hangDeadline`), in samples.
+    /// The context's audio from the floor of the first lane in audio order on (`hangDeadline`),
+    /// in samples.
     var firstLaneUnfinishedSamples: Int {
         lanes.firstAwaitingFinish.map { replay.endSample - $0.floor } ?? 0
     }
