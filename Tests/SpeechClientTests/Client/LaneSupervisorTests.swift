@@ -106,6 +106,36 @@ import Testing
         s.sendAudio(chunk(3), host: host)
     }
 
+    /// Whether a pushed chunk may move the live lane (the pushing thread then leaves it to the
+    /// worker) is answered exactly: past half the budget, a chunk with no pause in it does not
+    /// move the lane, and is not handed to the worker. Before, every chunk from half the budget
+    /// on was (a worker wake-up per chunk of a stream without pauses).
+    @Test func mayRotateSaysExactlyWhetherAChunkMovesTheLane() throws {
+        let s = supervisor { $0.streamBudgetBytes = 65_536 }, host = Host()
+        try s.openLane(from: 0, end: nil, host: host)
+        var mispredicted: [Int] = []
+        var moves = 0
+        for k in 0..<90 {
+            // Loud (steady, no pause), with 200 ms of silence every 3 s.
+            let c = [Int16](repeating: k % 30 >= 28 ? 0 : 3_000, count: Self.chunkSamples)
+            var chunks = Chunker.Chunks()
+            chunks.append(c)
+            let predicted = s.mayRotate(before: chunks)
+            // A move is logged (its new stream may wait for a slot: the fake finishes none).
+            let movesLogged = { host.logs.filter { $0.contains("continues on a new stream") }.count }
+            let before = movesLogged()
+            s.sendAudio(c, host: host)
+            let moved = movesLogged() > before
+            if moved { moves += 1 }
+            if predicted != moved { mispredicted.append(k) }
+            // The fake finishes no stream: once the lanes in flight are at their bound, the next
+            // waits for a slot, and every chunk is the worker's (it may open it).
+            if s.reconnection.nextWaiting != nil { break }
+        }
+        #expect(moves >= 3)
+        #expect(mispredicted.isEmpty, "\(mispredicted)")
+    }
+
     @Test func aRotationEndsTheLiveLaneAndTheNextChunkGoesToANewStream() throws {
         let s = supervisor(), host = Host()
         try rotateAfterThreeChunks(s, host: host)
