@@ -96,8 +96,8 @@ def test_e_server_timeout_shorter_than_a_pause_without_audio(live_replicas, reco
 FREEZE_AT_S = 20.0   # into the push: several phrases are final by then
 
 
-def test_g_replica_frozen_mid_stream(live_replicas, recording, tmp_path):
-    """(g) The binding pushes the recording at real time through HAProxy (Debian's timeouts:
+def test_h_replica_frozen_mid_stream(live_replicas, recording, tmp_path):
+    """(h) The binding pushes the recording at real time through HAProxy (Debian's timeouts:
     server 50 s); 20 s in, the replica receiving the audio is frozen (SIGSTOP: a hung process,
     its kernel still taking connections, so HAProxy's health checks pass and its PINGs are
     HAProxy's own), and is thawed only after the push. A live source cannot wait: the replay
