@@ -231,6 +231,47 @@ import Testing
         #expect(!finals.log.lines.contains { $0.hasPrefix("error") }, "\(finals.log.lines)")
     }
 
+    /// The same stream's server silent after its stop, where silence says nothing of a hang:
+    /// a server that answers only once a stream ends (Wyoming, Whisper: it may be transcribing
+    /// for as long), or a context whose stop was sent at once (no live audio comes, so nothing
+    /// ages out of the buffer). Neither is cut as hung; the stream is given up at the finish
+    /// timeout (1.5 s here) and replayed, every word once, in order.
+    @Test(arguments: [(answersOnlyAfterStop: true, liveChunks: 10), (answersOnlyAfterStop: false, liveChunks: 0)])
+    func aSilentStoppedStreamIsNotTakenAsHungWhereSilenceIsNoSign(answersOnlyAfterStop: Bool, liveChunks: Int) throws {
+        let finals = Finals()
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, ignoreStopOnStream: 1, answersOnlyAfterStop: answersOnlyAfterStop))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 65_536
+        o.reconnectInitialDelayMilliseconds = 10
+        o.replayBufferMilliseconds = 4_000
+        o.startTimeoutMilliseconds = 300
+        o.finishTimeoutMilliseconds = 1_500
+        o.logLevel = .info
+        let logs = Locked<[String]>([])
+        let client = try Client(options: o, service: service) { c, event in
+            if case .log(_, let message) = event { logs.withLock { $0.append(message) } }
+            finals.handler(c, event)
+        }
+        defer { try? client.close() }
+        try client.start()
+        for k in 0..<25 {
+            try Self.chunk(k).withUnsafeBufferPointer { try client.pushAudio($0) }
+            if k % 10 == 9 { usleepMs(5) }
+        }
+        // Live audio for 1 s more (well past the 300 ms quiet), or none.
+        for k in 25..<25 + liveChunks {
+            usleepMs(100)
+            try Self.chunk(k).withUnsafeBufferPointer { try client.pushAudio($0) }
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let words = finals.words.withLock { $0 }
+        #expect(words.map(\.0) == (1...25 + liveChunks).map { "a\($0)" }, "\(words.map(\.0))")
+        let lines = logs.withLock { $0 }
+        #expect(!lines.contains { $0.contains("taken as hung") }, "\(lines)")
+        #expect(lines.contains { $0.contains("did not finish the context within") }, "\(lines)")
+    }
+
     @Test func aSegmentTheServerNeverEndedIsDeliveredFinalWithUnconfirmedWords() throws {
         let (finals, _) = try run(chunks: 3, budget: 900_000, behaviour: .init(wordsFromAudio: true, neverEndSegments: true))
         let words = finals.words.withLock { $0 }

@@ -43,6 +43,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var neverEndSegments = false
         /// This stream (1-based) never answers its stop: its lane never finishes.
         var ignoreStopOnStream: Int?
+        /// No tentative transcript for the audio: the words come only after the stop (a server
+        /// that transcribes a stream once it ends, as Wyoming's do).
+        var answersOnlyAfterStop = false
         /// Each chunk is answered with a tentative transcript of 60 words of 1000 bytes (60 KB,
         /// within a segment's bounds): a server that floods.
         var bulkyTentatives = false
@@ -274,6 +277,8 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 } else if let id = s.context, service.behaviour.bulkyTentatives {
                     let words = (0..<Int32(60)).map { SLUWord(text: String(repeating: "x", count: 1000), index: $0, startMilliseconds: 0, endMilliseconds: 0) }
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: "", words: words))))
+                } else if service.behaviour.answersOnlyAfterStop {
+                    // Nothing now: its words go out with the stop's answer.
                 } else if let id = s.context {
                     // With wordsFromAudio cumulative, as a server's tentative transcript is;
                     // else the newest word alone (what the older tests count on).

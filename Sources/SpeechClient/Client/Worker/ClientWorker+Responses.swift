@@ -29,7 +29,9 @@ extension ClientWorker {
         if case .response(let response) = event {
             switch response.payload {
             case .started: break
-            case .rttRequest: supervisor.lanes.update(gen) { $0.heard(at: Clock.monotonicNanos()) }  // the server is there
+            case .rttRequest:
+                // The server is there (its quiet restarts); not a result (`Lane.heardBeforeStop`).
+                supervisor.lanes.update(gen) { $0.lastHeardAt = Clock.monotonicNanos() }
             default: serverAnswered(response, lane: gen)
             }
             if supervisor.dropsResult(response, lane: gen) { return }

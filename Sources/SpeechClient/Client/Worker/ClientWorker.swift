@@ -244,7 +244,7 @@ final class ClientWorker: @unchecked Sendable {
     /// which waits for the server, and once the context's stop is sent: nothing ages out then.
     private var hangDeadline: UInt64? { hangDue(now: Clock.monotonicNanos())?.at }
 
-    private func hangDue(now: UInt64) -> (generation: Int, at: UInt64)? {
+    private func hangDue(now: UInt64) -> (generation: Int, at: UInt64, unfinished: Int)? {
         guard !waitsForServer, contextOpen, !stopSent else { return nil }
         return supervisor.hangDeadline(now: now, quietNanos: quietLimitNanos)
     }
@@ -296,7 +296,7 @@ final class ClientWorker: @unchecked Sendable {
     /// replayed on a new connection while the buffer still holds that audio.
     private func expireHung(now: UInt64) {
         guard let hung = hangDue(now: now), now >= hung.at else { return }
-        let unfinished = SpeechAudio.secondsText(SpeechAudio.seconds(samples: supervisor.firstLaneUnfinishedSamples))
+        let unfinished = SpeechAudio.secondsText(SpeechAudio.seconds(samples: hung.unfinished))
         let capacity = SpeechAudio.secondsText(SpeechAudio.seconds(samples: supervisor.replay.capacitySamples))
         supervisor.stream(of: hung.generation)?.retireConnection()
         handleStream(.closed(SpeechClientError(.timeout, "the server said nothing on the stream for \(SpeechAudio.secondsText(Double(options.startTimeoutMilliseconds) / 1000)) s after its stop while the \(unfinished) s of audio since its last final words aged in the \(capacity) s replay buffer: taken as hung",

@@ -342,7 +342,8 @@ final class LaneSupervisor {
     /// no longer holds. A healthy server answers a stop at once, and one slower than real time
     /// still sends finals meanwhile (each restarts the quiet); one that says nothing until a
     /// stream ends (Wyoming, Whisper) is not judged by this.
-    func hangDeadline(now: UInt64, quietNanos: UInt64) -> (generation: Int, at: UInt64)? {
+    /// `unfinished`: that audio, in samples (for the error).
+    func hangDeadline(now: UInt64, quietNanos: UInt64) -> (generation: Int, at: UInt64, unfinished: Int)? {
         guard let first = lanes.firstAwaitingFinish, first.floor < (first.end ?? .max) else { return nil }
         let unfinished = replay.endSample - first.floor
         let atRisk = replay.capacitySamples / 2
@@ -351,13 +352,7 @@ final class LaneSupervisor {
         // quiet alone decides (not `now`: a deadline read again later would never be due).
         let riskAt = unfinished >= atRisk ? 0
             : now &+ max(UInt64(SpeechAudio.milliseconds(samples: atRisk - unfinished)) * 1_000_000, 100_000_000)
-        return (first.generation, max(first.quietSince &+ quietNanos, riskAt))
-    }
-
-    /// The context's audio from the floor of the first lane in audio order on (`hangDeadline`),
-    /// in samples.
-    var firstLaneUnfinishedSamples: Int {
-        lanes.firstAwaitingFinish.map { replay.endSample - $0.floor } ?? 0
+        return (first.generation, max(first.quietSince &+ quietNanos, riskAt), unfinished)
     }
 
     /// The server ended a held lane's stream cleanly (or that was dealt with: `false`).
