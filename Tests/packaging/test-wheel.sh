@@ -34,6 +34,7 @@ grep -q 'is consistent with the following platform tag: "manylinux_' "$tmp/show.
 /usr/bin/python3 -m zipfile -l "$wheel" > "$tmp/files.txt"
 grep -q "^speechclient/_lib/libspeechclient.so.0 " "$tmp/files.txt" || fail "the wheel does not carry the library"
 if grep -q "libasound" "$tmp/files.txt"; then fail "ALSA was copied into the wheel"; fi
+if grep -q -E "lib(ssl|crypto)" "$tmp/files.txt"; then fail "OpenSSL was copied into the wheel (the system's is opened for TLS)"; fi
 
 # No libspeechclient anywhere the loader looks, besides the wheel's.
 unset SPEECHCLIENT_LIBRARY LD_LIBRARY_PATH

@@ -75,6 +75,10 @@ void *speechclient_shim_alsa_set_context(void *context);
 /* Whether the loaded alsa-lib has thread-local error handlers (snd_lib_error_set_local). */
 int speechclient_shim_alsa_has_local_errors(void);
 
+/* OpenSSL is opened (dlopen of libssl.so.3) when TLS is first used, not linked
+   (openssl_loader.c). NULL when it could be opened, else why not, naming the package to install. */
+const char *speechclient_shim_openssl_unavailable(void);
+
 /* ALSA is opened (dlopen of libasound.so.2) on first use, not linked (alsa_loader.c). NULL when
    it is there; otherwise why not, naming the package to install. */
 const char *speechclient_shim_alsa_unavailable(void);

@@ -24,6 +24,8 @@ final class TLSContext: @unchecked Sendable {
     }
 
     private init(_ settings: TLSSettings) throws(SpeechClientError) {
+        // OpenSSL is loaded now, by the first TLS connection (CShims/openssl_loader.c).
+        if let why = speechclient_shim_openssl_unavailable() { throw SpeechClientError(.tls, String(cString: why)) }
         ERR_clear_error()  // what an earlier call left on this thread's queue is not this one's error
         guard let method = TLS_client_method(), let ctx = SSL_CTX_new(method) else {
             throw TLSContext.lastError(.tls, "SSL_CTX_new", context: "creating the TLS context")
@@ -59,8 +61,8 @@ final class TLSContext: @unchecked Sendable {
             } else {
                 // The system store, its CA file read only if its hashed directory lacks an
                 // issuer: reading the file up front cost 47 ms per process (CShims/tls_trust.c).
-                // OpenSSL copied into a wheel looks where its build machine keeps the CAs
-                // (Debian's /usr/lib/ssl); elsewhere (Fedora, openSUSE) the bundle is found here.
+                // An OpenSSL whose built-in places do not exist on this machine (a copy built
+                // elsewhere) finds the distribution's bundle here (Fedora, openSUSE).
                 guard speechclient_shim_ssl_ctx_trust_system_store(ctx, Self.distributionCABundle()) == 1 else {
                     throw TLSContext.lastError(.tls, "X509_STORE_add_lookup", context: "cannot use the system CA store")
                 }

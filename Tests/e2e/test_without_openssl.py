@@ -1,0 +1,53 @@
+"""The library without OpenSSL: libssl is opened when a TLS connection is first made, not linked,
+so a plaintext client (grpc://, a Wyoming service on tcp://) never maps it, and a TLS URL on a
+machine without it fails with an error naming the package. OpenSSL is hidden for real: in a
+private mount namespace (unshare, as root) /dev/null is bind-mounted over the system's
+libssl.so.3 and libcrypto.so.3."""
+import glob
+import subprocess
+
+from speechtools import DEMO, Server, final_segments
+
+OPENSSL = sorted(glob.glob("/usr/lib/*-linux-gnu/libssl.so.3") + glob.glob("/usr/lib/*-linux-gnu/libcrypto.so.3"))
+
+
+def without_openssl(*command):
+    assert len(OPENSSL) == 2, f"libssl3 is part of the test set-up (the TLS tests use it): {OPENSSL}"
+    mounts = " && ".join(f'mount --bind /dev/null "{lib}"' for lib in OPENSSL)
+    return subprocess.run(["unshare", "--mount", "sh", "-c", mounts + ' && exec "$@"', "sh", *map(str, command)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_library_does_not_link_openssl():
+    lib = DEMO.parent / "libspeechclient.so.0"
+    needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+    assert "libssl" not in needed and "libcrypto" not in needed, needed
+
+
+def test_plaintext_is_transcribed_without_openssl(server, speech, tmp_path):
+    wav = speech("turn on the kitchen lights")
+    r = without_openssl(DEMO, "--url", server.url, "--app-id", "nossl", "--file", wav, "--json",
+                        "--cache-dir", tmp_path / "c")
+    assert r.returncode == 0, r.stderr
+    _, finals = final_segments(r.stdout)
+    assert [f["transcript"] for f in finals] == ["turn on the kitchen lights"]
+
+
+def test_tls_without_openssl_names_the_package(speech, tmp_path, tls_files):
+    s = Server("--tls-cert", str(tls_files / "server.pem"), "--tls-key", str(tls_files / "server.key"))
+    try:
+        port = s.address.rsplit(":", 1)[1]
+        wav = speech("turn on the kitchen lights")
+        args = ["--url", f"grpc+tls://localhost:{port}", "--app-id", "nossl", "--file", wav,
+                "--ca-file", tls_files / "ca.pem", "--cache-dir", tmp_path / "c"]
+        r = without_openssl(DEMO, *args)
+        assert r.returncode != 0
+        assert "TLS needs OpenSSL 3, which is not installed" in r.stderr, r.stderr
+        assert "install the libssl3 package" in r.stderr
+        # The same command with OpenSSL in place: the failure was OpenSSL's absence, nothing else.
+        r = subprocess.run([str(DEMO), *map(str, args), "--json"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        _, finals = final_segments(r.stdout)
+        assert [f["transcript"] for f in finals] == ["turn on the kitchen lights"]
+    finally:
+        s.stop()
