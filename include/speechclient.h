@@ -521,7 +521,8 @@ SPC_API const char *spc_options_last_error(const spc_options *options);
 **
 ** TLS is the system's OpenSSL 3 (libssl.so.3), opened when the first TLS connection is made, not
 ** linked (from 0.11): a program that reaches its servers in plaintext never loads it. Where it
-** cannot be opened, a TLS connection fails with SPC_ERROR_TLS naming the package to install.
+** cannot be opened, a TLS connection fails at once with SPC_ERROR_TLS naming the package to
+** install (the process's first attempt decides: one installed later is used from the next start).
 **
 ** BACKENDS. The callbacks are the same for every backend; what a protocol lacks is not made up:
 **

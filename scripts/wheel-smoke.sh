@@ -7,7 +7,8 @@
 #
 # 1. builds the wheel (scripts/build-wheel.sh) unless --wheel gives one;
 # 2. makes a bookworm root with `debootstrap --variant=minbase`, then installs python3-venv only
-#    (no libnghttp2, no OpenSSL library beyond what minbase has, no ALSA, no compiler);
+#    (no libnghttp2, no ALSA, no compiler; libssl3 comes with python3, and the library opens it
+#    for TLS only);
 # 3. inside it: a venv, `pip install --no-index` of the wheel, `speechclient --version`, and the
 #    wheel's CLI transcribing a synthesized WAV and the same WAV on standard input against the
 #    reference server started OUTSIDE the root on loopback; a microphone fails naming libasound2.

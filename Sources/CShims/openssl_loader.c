@@ -1,8 +1,8 @@
 /* OpenSSL, loaded when a TLS connection is first made. The library does not link libssl: a
 ** client that speaks plaintext (a Wyoming service, grpc:// on a LAN or behind a local proxy)
 ** never maps OpenSSL. Linked, libssl and libcrypto were loaded and relocated at every program
-** start: 1.3 of the 3 ms between exec() and main() of a C program using the library, measured
-** here (a program linking only libc: 0.7 ms; libssl and libcrypto alone added 1.3 ms).
+** start: about 2 of the 4.5 ms between exec() and main() of a C program using the library,
+** measured here (docs/performance.md, "OpenSSL opened for TLS only").
 **
 ** As with ALSA (alsa_loader.c), each OpenSSL function the library uses is defined here under its
 ** own name and forwards to the system's libssl.so.3 (which brings libcrypto.so.3), opened with
@@ -11,9 +11,11 @@
 ** the one copy the loader maps. The system's OpenSSL, not a copy: it gets the distribution's
 ** security updates and finds the system's CAs and configuration where they are.
 **
-** TLSContext checks speechclient_shim_openssl_unavailable() before anything else, so a missing
-** OpenSSL is an error naming the package; the forwarders' failure values (NULL, 0, -1, "no
-** error") only keep a call reached some other way from jumping to nothing. */
+** TLSContext checks speechclient_shim_openssl_unavailable() before anything else (made before the
+** TCP connect), so a missing OpenSSL is an error naming the package; the forwarders' failure
+** values (NULL, 0, -1, "no error") only keep a call reached some other way from jumping to
+** nothing. The first attempt decides for the life of the process: libssl3 installed under a
+** running program is used from its next start. */
 #define _GNU_SOURCE
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -31,12 +33,13 @@ static pthread_once_t openssl_once = PTHREAD_ONCE_INIT;
 static char openssl_problem[512];
 
 static void openssl_open(void) {
-    openssl_library = dlopen("libssl.so.3", RTLD_LAZY | RTLD_LOCAL);
+    openssl_library = dlopen("libssl.so.3", RTLD_NOW | RTLD_LOCAL);
     if (!openssl_library) {
         const char *why = dlerror();
         snprintf(openssl_problem, sizeof openssl_problem,
-                 "TLS needs OpenSSL 3, which is not installed (%s): install the libssl3 package (Debian, "
-                 "Ubuntu) or openssl-libs (Fedora); plaintext servers (grpc://, tcp://) work without it",
+                 "TLS needs OpenSSL 3, which is not installed (%s): install the libssl3 package (Debian 12, "
+                 "Ubuntu 22.04; libssl3t64 from Debian 13 and Ubuntu 24.04) or openssl-libs (Fedora); "
+                 "plaintext servers (grpc://, wyoming://) work without it",
                  why ? why : "libssl.so.3 not found");
     }
 }
@@ -161,4 +164,4 @@ SSL_FORWARD(char *, X509_NAME_oneline, (const X509_NAME *a, char *buf, int size)
 SSL_FORWARD(const char *, X509_verify_cert_error_string, (long n), (n), "OpenSSL is not installed")
 SSL_FORWARD(const char *, X509_get_default_cert_file, (void), (), NULL)
 SSL_FORWARD(const char *, X509_get_default_cert_dir, (void), (), NULL)
-SSL_FORWARD(const char *, X509_get_default_cert_file_env, (void), (), NULL)
+SSL_FORWARD(const char *, X509_get_default_cert_file_env, (void), (), "SSL_CERT_FILE")

@@ -366,8 +366,8 @@ def test_an_expired_certificate_authority_is_named_as_such(speech, tmp_path, tls
 
 
 def test_tls_finds_the_ca_bundle_where_another_distribution_keeps_it(speech, tmp_path, tls_files):
-    """Issue 22: OpenSSL copied into the wheel looks for CAs where Debian keeps them
-    (/usr/lib/ssl). On a system where that place is empty, the library loads the bundle from the
+    """Issue 22: an OpenSSL built elsewhere (once, the copy in the wheel) looks for CAs where its
+    build machine keeps them (Debian: /usr/lib/ssl). On a system where that place is empty, the library loads the bundle from the
     paths other distributions use. Made real in a private mount namespace: /usr/lib/ssl is an
     empty directory there, /etc/ssl/certs too, and the test CA is Fedora's bundle
     (/etc/pki/tls/certs/ca-bundle.crt); no --ca-file is given."""

@@ -3,16 +3,20 @@ so a plaintext client (grpc://, a Wyoming service on tcp://) never maps it, and 
 machine without it fails with an error naming the package. OpenSSL is hidden for real: in a
 private mount namespace (unshare, as root) /dev/null is bind-mounted over the system's
 libssl.so.3 and libcrypto.so.3."""
-import glob
+import os
 import subprocess
+import sysconfig
 
 from speechtools import DEMO, Server, final_segments
 
-OPENSSL = sorted(glob.glob("/usr/lib/*-linux-gnu/libssl.so.3") + glob.glob("/usr/lib/*-linux-gnu/libcrypto.so.3"))
+# This architecture's copies (a libssl3:i386 beside them is not the one the demo would load).
+ARCH_DIR = f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}"
+OPENSSL = [f"{ARCH_DIR}/{name}" for name in ("libssl.so.3", "libcrypto.so.3")]
 
 
 def without_openssl(*command):
-    assert len(OPENSSL) == 2, f"libssl3 is part of the test set-up (the TLS tests use it): {OPENSSL}"
+    assert all(os.path.exists(lib) for lib in OPENSSL), \
+        f"libssl3 is part of the test set-up (the TLS tests use it): {OPENSSL}"
     mounts = " && ".join(f'mount --bind /dev/null "{lib}"' for lib in OPENSSL)
     return subprocess.run(["unshare", "--mount", "sh", "-c", mounts + ' && exec "$@"', "sh", *map(str, command)],
                           capture_output=True, text=True, timeout=60)
@@ -22,6 +26,18 @@ def test_the_library_does_not_link_openssl():
     lib = DEMO.parent / "libspeechclient.so.0"
     needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True, check=True).stdout
     assert "libssl" not in needed and "libcrypto" not in needed, needed
+
+
+def test_plaintext_does_not_load_openssl_where_it_is_installed(server, speech, tmp_path):
+    """The point of not linking it: a call to OpenSSL on a path plaintext takes would load it."""
+    wav = speech("turn on the kitchen lights")
+    r = subprocess.run([str(DEMO), "--url", server.url, "--app-id", "nossl", "--file", str(wav), "--json",
+                        "--cache-dir", str(tmp_path / "c")], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, LD_DEBUG="files"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    loaded = [line for line in r.stderr.splitlines() if "file=" in line and "[0];" in line]
+    assert any("libnghttp2.so.14" in line for line in loaded), r.stderr[-2000:]  # LD_DEBUG did report
+    assert not any("libssl" in line or "libcrypto" in line for line in loaded), loaded
 
 
 def test_plaintext_is_transcribed_without_openssl(server, speech, tmp_path):

@@ -70,11 +70,13 @@ enum Connector {
     static func open(host: String, port: UInt16, useTLS: Bool, tls: TLSSettings,
                      timeoutMilliseconds: Int, cancellation: Cancellation? = nil) throws(SpeechClientError) -> any ByteStream {
         let deadline = Clock.monotonicNanos() + UInt64(max(timeoutMilliseconds, 1)) * 1_000_000
+        // The TLS context first (OpenSSL is opened with the first one): without OpenSSL, an
+        // error naming the package at once, not network errors retried while the server is away.
+        let context = useTLS ? try TLSContext.shared(for: tls) : nil
         let socket = try TCPSocket.connect(host: host, port: port, timeoutMilliseconds: timeoutMilliseconds,
                                            cancellation: cancellation)
         let peer = "\(host):\(port)"
-        guard useTLS else { return PlainStream(socket: socket, peer: peer) }
-        let context = try TLSContext.shared(for: tls)
+        guard let context else { return PlainStream(socket: socket, peer: peer) }
         let stream = try TLSStream(socket: socket, context: context, host: host, port: port, insecure: tls.insecure)
         try stream.handshake(deadline: deadline, cancellation: cancellation)
         return stream
