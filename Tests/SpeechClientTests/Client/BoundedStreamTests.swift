@@ -231,6 +231,49 @@ import Testing
         #expect(!finals.log.lines.contains { $0.hasPrefix("error") }, "\(finals.log.lines)")
     }
 
+    /// A server that answered as it heard freezes early in a live stream whose audio has no
+    /// pause (so no rotation comes before the stream budget, far off here): the stream is
+    /// stopped once its audio since the last words fills half the replay buffer, its server
+    /// says nothing to the stop either, and it is taken as hung and replayed while the buffer
+    /// still holds that audio: every word once, in order. Before, the stream went on to its
+    /// budget (31 s), the context's stop came first (the push ended) and it was waited for
+    /// until the finish timeout, by when the start of its audio had left the 4 s buffer.
+    /// Real time: audio pushed faster outruns the worker's deadline, which assumes real time.
+    @Test func aLiveStreamWhoseServerFrozeIsStoppedAndReplayedWhileItsAudioIsHeld() throws {
+        let finals = Finals()
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, freezeStream: (stream: 1, afterChunks: 5)))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 1_000_000
+        o.reconnectInitialDelayMilliseconds = 10
+        o.replayBufferMilliseconds = 4_000
+        o.startTimeoutMilliseconds = 300
+        o.finishTimeoutMilliseconds = 20_000
+        let logs = Locked<[String]>([])
+        o.logLevel = .info
+        let client = try Client(options: o, service: service) { c, event in
+            if case .log(_, let message) = event { logs.withLock { $0.append(message) } }
+            finals.handler(c, event)
+        }
+        defer { try? client.close() }
+        try client.start()
+        let t0 = Clock.monotonicNanos()
+        // 6 s of audio without a pause, at real time.
+        for k in 0..<60 {
+            try Self.chunk(k, pauseEvery: 0).withUnsafeBufferPointer { try client.pushAudio($0) }
+            usleepMs(100)
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        let took = (Clock.monotonicNanos() - t0) / 1_000_000
+        #expect(took < 12_000)
+        let words = finals.words.withLock { $0 }
+        let said = logs.withLock { $0 }
+        #expect(words.map(\.0) == (1...60).map { "a\($0)" }, "\(words.map(\.0)) \(said) \(finals.log.lines)")
+        #expect(said.contains { $0.contains(Lane.serverQuiet) }, "\(said)")
+        #expect(said.contains { $0.contains("taken as hung") }, "\(said)")
+        #expect(!finals.log.lines.contains { $0.hasPrefix("error") }, "\(finals.log.lines)")
+    }
+
     /// The same stream's server silent after its stop, where silence says nothing of a hang:
     /// a server that answers only once a stream ends (Wyoming, Whisper: it may be transcribing
     /// for as long), or a context whose stop was sent at once (no live audio comes, so nothing

@@ -43,6 +43,10 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var neverEndSegments = false
         /// This stream (1-based) never answers its stop: its lane never finishes.
         var ignoreStopOnStream: Int?
+        /// This stream (1-based) answers its first `afterChunks` chunks, then nothing more, its
+        /// stop included: a replica that froze in the middle of a stream (behind a proxy that
+        /// still takes the audio).
+        var freezeStream: (stream: Int, afterChunks: Int)?
         /// No tentative transcript for the audio: the words come only after the stop (a server
         /// that transcribes a stream once it ends, as Wyoming's do).
         var answersOnlyAfterStop = false
@@ -162,7 +166,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
                               : behaviour.failStream.map { $0 == n } ?? (n == 1 || !behaviour.failFirstStreamOnly), name: "s\(n)",
                           ignoreStop: behaviour.ignoreStop || behaviour.ignoreStopOnStream == n,
                           failStop: behaviour.failStopOnStream.flatMap { $0.stream == n ? ($0.error, $0.afterMilliseconds) : nil },
-                          neverDrains: behaviour.neverDrains || behaviour.neverDrainsStream == n)
+                          neverDrains: behaviour.neverDrains || behaviour.neverDrainsStream == n,
+                          freezeAfterChunks: behaviour.freezeStream.flatMap { $0.stream == n ? $0.afterChunks : nil })
     }
 }
 
@@ -184,10 +189,12 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
     private let ignoreStop: Bool
     private let failStop: (SpeechClientError, Int)?
     private let neverDrains: Bool
+    private let freezeAfterChunks: Int?
 
     init(service: FakeRecognitionService, handler: @escaping @Sendable (StreamEvent) -> Void, reject: SpeechClientError?,
          mayFail: Bool = true, name: String = "s1", ignoreStop: Bool = false, failStop: (SpeechClientError, Int)? = nil,
-         neverDrains: Bool = false) {
+         neverDrains: Bool = false, freezeAfterChunks: Int? = nil) {
+        self.freezeAfterChunks = freezeAfterChunks
         self.failStop = failStop
         self.neverDrains = neverDrains
         self.service = service
@@ -277,6 +284,8 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                 } else if let id = s.context, service.behaviour.bulkyTentatives {
                     let words = (0..<Int32(60)).map { SLUWord(text: String(repeating: "x", count: 1000), index: $0, startMilliseconds: 0, endMilliseconds: 0) }
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: "", words: words))))
+                } else if let after = freezeAfterChunks, s.chunks > after {
+                    // Frozen: nothing more.
                 } else if service.behaviour.answersOnlyAfterStop {
                     // Nothing now: its words go out with the stop's answer.
                 } else if let id = s.context {
@@ -289,7 +298,7 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     }
                     out.append(.response(SLUResponse(audioContext: id, segmentId: 0, payload: .tentativeTranscript(text: labels.map(\.text).joined(separator: " "), words: words))))
                 }
-            case .stop where ignoreStop:
+            case .stop where ignoreStop || freezeAfterChunks.map({ s.chunks > $0 }) == true:
                 break
             case .stop where failStop != nil:
                 guard let (error, after) = failStop else { break }

@@ -230,7 +230,7 @@ final class ClientWorker: @unchecked Sendable {
         Self.earliest(Self.earliest(Self.earliest(supervisor.lanes.nextMoveDeadline, supervisor.lanes.nextStartDeadline),
                                     Self.earliest(supervisor.lanes.nextFinishDeadline(timeout: finishTimeoutNanos),
                                                   supervisor.lanes.nextReplayStallDeadline(timeout: finishTimeoutNanos))),
-                      hangDeadline)
+                      Self.earliest(hangDeadline, quietLiveDeadline))
     }
 
     var finishTimeoutNanos: UInt64 { UInt64(options.finishTimeoutMilliseconds) * 1_000_000 }
@@ -248,6 +248,32 @@ final class ClientWorker: @unchecked Sendable {
         guard !waitsForServer, contextOpen, !stopSent else { return nil }
         return supervisor.hangDeadline(now: now, quietNanos: quietLimitNanos)
     }
+
+    /// When the live stream, its server quiet while it takes audio, is moved to a new stream,
+    /// its stop the probe that tells a hung server from silence
+    /// (`LaneSupervisor.quietLiveDeadline`). Nil where `hangDeadline` is.
+    private var quietLiveDeadline: UInt64? { quietLiveDue(now: Clock.monotonicNanos())?.at }
+
+    private func quietLiveDue(now: UInt64) -> (generation: Int, at: UInt64)? {
+        guard !waitsForServer, contextOpen, !stopSent else { return nil }
+        return supervisor.quietLiveDeadline(now: now, quietNanos: quietLimitNanos)
+    }
+
+    /// The live stream's server has been quiet while its audio came to fill half the replay
+    /// buffer: the stream moves to a new one at its next pause (within a second, or an eighth of
+    /// a replay buffer under 8 s), and its stop
+    /// shows whether the server is there (`expireHung` if it stays silent).
+    private func probeQuietLive(now: UInt64) {
+        guard let quiet = quietLiveDue(now: now), now >= quiet.at else { return }
+        // Within a second, or an eighth of a small replay buffer.
+        let wait = min(Self.quietMoveNanos, UInt64(SpeechAudio.milliseconds(samples: supervisor.replay.capacitySamples / 8)) * 1_000_000)
+        if supervisor.moveLiveLane(quiet.generation, by: now &+ wait, why: Lane.serverQuiet) {
+            client?.log(.info, "context \(contextId): \(Lane.serverQuiet): it moves to a new stream at its next pause")
+        }
+    }
+
+    /// How long a move off a quiet stream waits for a pause.
+    static let quietMoveNanos: UInt64 = 1_000_000_000
 
     static func earliest(_ a: UInt64?, _ b: UInt64?) -> UInt64? {
         guard let a else { return b }
@@ -316,6 +342,8 @@ final class ClientWorker: @unchecked Sendable {
             expireStalledReplays(now: now)
         } else if let due = hangDeadline, now >= due {
             expireHung(now: now)
+        } else if let due = quietLiveDeadline, now >= due {
+            probeQuietLive(now: now)
         } else if let due = supervisor.reconnection.due, now >= due.at {
             supervisor.attemptReconnect(host: self)
         } else if let due = listeningRetryDue, now >= due {

@@ -106,6 +106,7 @@ struct Lane {
     var moveWhy = Lane.goingAway
     static let goingAway = "the connection is closing (GOAWAY)"
     static let serverEndpointed = "the server ended an utterance (its own endpointing)"
+    static let serverQuiet = "the server has said nothing on the stream for the start timeout while it took audio"
     /// Where the server ended utterances on it by itself (`StreamEvent.endpointed`; the pause
     /// `RotationPolicy.resumePoint` finds), each with the final results that had arrived on it by
     /// then: once those are applied, its floor rises there. Wyoming words have no times, so no

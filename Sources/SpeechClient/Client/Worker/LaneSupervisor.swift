@@ -53,6 +53,9 @@ final class LaneSupervisor {
     /// streams and failed each after 5 s without a word counted each as progress, and was
     /// retried forever with no error (the attempts counting afresh at each loss).
     private(set) var serverAnswered = false
+    /// The server sent results on a stream before its stop (`Lane.heardBeforeStop`): it answers
+    /// as it hears, so a live stream it leaves quiet may be probed with a stop (`quietLiveDeadline`).
+    private(set) var answeredAsItHeard = false
     /// The reconnection attempts ran out while earlier lanes of the context still finished
     /// (their stop sent): the context fails once they have (`failsWhenFinished`), so that their
     /// words, still to come, are delivered. The cause, the attempts, and where the audio no
@@ -300,6 +303,7 @@ final class LaneSupervisor {
     func responseArrived(_ response: SLUResponse, lane gen: Int) {
         let now = Clock.monotonicNanos()
         lanes.update(gen) { $0.heard(at: now) }
+        if !answeredAsItHeard, lanes.read(gen, { !$0.stopSent }) == true { answeredAsItHeard = true }
         if !serverAnswered {
             serverAnswered = true
             for other in lanes.generations {
@@ -353,6 +357,32 @@ final class LaneSupervisor {
         let riskAt = unfinished >= atRisk ? 0
             : now &+ max(UInt64(SpeechAudio.milliseconds(samples: atRisk - unfinished)) * 1_000_000, 100_000_000)
         return (first.generation, max(first.quietSince &+ quietNanos, riskAt), unfinished)
+    }
+
+    /// When the live lane, still taking audio, is moved to a new stream because its server has
+    /// gone quiet (nil: not foreseen), so that a hung server is found by the rule above while
+    /// the replay buffer still holds the lane's audio. The caller asks only while live audio
+    /// comes in, as for `hangDeadline`. Only a stop gives a silent server away (a healthy one is
+    /// silent in silence, and answers a stop at once): so a live lane that has heard nothing
+    /// for `quietNanos` since its last result (or its start), on a server that answers as it
+    /// hears (results on a stream before its stop: `answeredAsItHeard`), is stopped at its next
+    /// pause once the context's audio from its floor on fills half the replay buffer. Before, a
+    /// replica that froze early in a stream without a pause was stopped only at the full stream
+    /// budget (28 s), found hung 10 s later, by when a 30 s buffer had dropped the stream's
+    /// first seconds. In speech, a server that answers as it hears is never that quiet; in
+    /// silence the lane would move at its half budget anyway.
+    func quietLiveDeadline(now: UInt64, quietNanos: UInt64) -> (generation: Int, at: UInt64)? {
+        guard answeredAsItHeard, let gen = lanes.live,
+              let (floor, quietSince) = lanes.read(gen, { lane -> (Int, UInt64)? in
+                  guard !lane.stopSent, lane.cursor == nil, lane.moveBy == nil, lane.startDue == .max,
+                        let since = lane.lastHeardAt ?? lane.startedAt else { return nil }
+                  return (lane.floor, since)
+              }) ?? nil else { return nil }
+        let unfinished = replay.endSample - floor
+        let atRisk = replay.capacitySamples / 2
+        let riskAt = unfinished >= atRisk ? 0
+            : now &+ max(UInt64(SpeechAudio.milliseconds(samples: atRisk - unfinished)) * 1_000_000, 100_000_000)
+        return (gen, max(quietSince &+ quietNanos, riskAt))
     }
 
     /// The server ended a held lane's stream cleanly (or that was dealt with: `false`).
