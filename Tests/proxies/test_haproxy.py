@@ -132,3 +132,44 @@ def test_h_replica_frozen_mid_stream(live_replicas, recording, tmp_path):
     assert "frozen" in done
     assert result["delivered"] == len(pt.PHRASES) and not result["extra"], \
         pt.explain(result, run.error_texts(), haproxy.log + "\nclient log:\n" + "\n".join(run.logs[-60:]))
+
+
+EARLY_FREEZE_AT_S = 6.0      # into the push: the first phrases have been answered
+LONG_STREAM_BUDGET = 2_000_000  # bytes: 62 s of audio, so a stream moves at a pause from 31 s
+
+
+def test_i_replica_frozen_early_in_a_long_stream(live_replicas, recording, tmp_path):
+    """(i) As (h), but the replica freezes 6 s into a stream that would run for 31 s and more
+    (a stream budget raised to 62 s, as for a server without a proxy's limits): the stream is
+    stopped only at its first pause past half the budget, 10 s more pass before a silent stopped
+    stream is taken as hung, and by then the 30 s replay buffer no longer holds the audio from
+    the freeze on. A live stream whose server answered as it heard and then went quiet is
+    stopped to find out, while the buffer still holds that audio."""
+    wav, _ = recording
+    haproxy = pt.HAProxy(tmp_path / "haproxy", pt.free_port(), live_replicas.addresses)
+    before = live_replicas.received_bytes()
+    done = {}
+
+    def act(t):
+        if t >= EARLY_FREEZE_AT_S and "frozen" not in done:
+            done["frozen"] = i = live_replicas.serving(before)
+            os.kill(live_replicas.pid(i), signal.SIGSTOP)
+
+    try:
+        run = pt.run_push(haproxy.url, pt.read_pcm(wav), tmp_path / "cache", speed=1.0, on_time=act, timeout=90,
+                          stream_budget=LONG_STREAM_BUDGET)
+    finally:
+        if "frozen" in done:
+            os.kill(live_replicas.pid(done["frozen"]), signal.SIGCONT)
+        haproxy.stop()
+    result = pt.count_delivered(run.transcripts)
+    quiet = [float(line.split()[0]) for line in run.logs if "said nothing on the stream for the start timeout" in line]
+    hung = [float(line.split()[0]) for line in run.logs if "taken as hung" in line]
+    pt.report("haproxy-freeze-early", result, run.error_texts(), seconds=f"{run.elapsed:.1f}",
+              frozen=f"replica{done['frozen'] + 1}" if "frozen" in done else "none",
+              quiet_stop_at_s=",".join(f"{t:.1f}" for t in quiet) or "none",
+              hung_found_at_s=",".join(f"{t:.1f}" for t in hung) or "none",
+              reconnects=sum(1 for s in run.states if s.state.name == "RECONNECTING"))
+    assert "frozen" in done
+    assert result["delivered"] == len(pt.PHRASES) and not result["extra"], \
+        pt.explain(result, run.error_texts(), haproxy.log + "\nclient log:\n" + "\n".join(run.logs[-60:]))
