@@ -4,6 +4,7 @@ machine without it fails with an error naming the package. OpenSSL is hidden for
 private mount namespace (unshare, as root) /dev/null is bind-mounted over the system's
 libssl.so.3 and libcrypto.so.3."""
 import os
+import socket
 import subprocess
 import sysconfig
 
@@ -67,3 +68,16 @@ def test_tls_without_openssl_names_the_package(speech, tmp_path, tls_files):
         assert [f["transcript"] for f in finals] == ["turn on the kitchen lights"]
     finally:
         s.stop()
+
+
+def test_tls_without_openssl_names_the_package_while_the_server_is_away(speech, tmp_path):
+    """A TLS connect that fails still reports the missing OpenSSL first: with reconnection, the
+    network errors would otherwise be retried with nothing saying what to install."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    wav = speech("turn on the kitchen lights")
+    r = without_openssl(DEMO, "--url", f"grpc+tls://127.0.0.1:{port}", "--app-id", "nossl", "--file", wav,
+                        "--cache-dir", tmp_path / "c")
+    assert r.returncode != 0
+    assert "TLS needs OpenSSL 3, which is not installed" in r.stderr, r.stderr

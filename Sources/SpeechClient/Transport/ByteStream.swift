@@ -70,11 +70,23 @@ enum Connector {
     static func open(host: String, port: UInt16, useTLS: Bool, tls: TLSSettings,
                      timeoutMilliseconds: Int, cancellation: Cancellation? = nil) throws(SpeechClientError) -> any ByteStream {
         let deadline = Clock.monotonicNanos() + UInt64(max(timeoutMilliseconds, 1)) * 1_000_000
-        // The TLS context first (OpenSSL is opened with the first one): without OpenSSL, an
-        // error naming the package at once, not network errors retried while the server is away.
-        let context = useTLS ? try TLSContext.shared(for: tls) : nil
-        let socket = try TCPSocket.connect(host: host, port: port, timeoutMilliseconds: timeoutMilliseconds,
-                                           cancellation: cancellation)
+        // The TLS context is made while the TCP handshake waits for its answer: the first one
+        // opens OpenSSL and initialises it (2-5 ms here), which a server a round trip away then
+        // no longer adds. A connect that fails makes it too: without OpenSSL, the error naming
+        // the package, not network errors retried while the server is away.
+        var context: TLSContext?
+        func makeContext() throws(SpeechClientError) {
+            if useTLS && context == nil { context = try TLSContext.shared(for: tls) }
+        }
+        let socket: TCPSocket
+        do throws(SpeechClientError) {
+            socket = try TCPSocket.connect(host: host, port: port, timeoutMilliseconds: timeoutMilliseconds,
+                                           cancellation: cancellation, whileConnecting: useTLS ? makeContext : nil)
+        } catch {
+            try makeContext()
+            throw error
+        }
+        try makeContext()  // connected at once
         let peer = "\(host):\(port)"
         guard let context else { return PlainStream(socket: socket, peer: peer) }
         let stream = try TLSStream(socket: socket, context: context, host: host, port: port, insecure: tls.insecure)

@@ -19,19 +19,24 @@ public final class TCPSocket: @unchecked Sendable {
     /// Resolves host (IPv4 and IPv6) and tries each address in turn until one connects within
     /// what is left of `timeoutMilliseconds`. Errors name the host and the reason.
     /// A cancelled `cancellation` ends the wait within 50 ms (name resolution itself cannot be
-    /// interrupted).
+    /// interrupted). `whileConnecting` runs while a connection attempt waits for its answer (once
+    /// per attempt that waits: it must do its work once): work that would otherwise follow the
+    /// round trip; what it throws ends the connect.
     public static func connect(host: String, port: UInt16, timeoutMilliseconds: Int,
-                               cancellation: Cancellation? = nil) throws(SpeechClientError) -> TCPSocket {
+                               cancellation: Cancellation? = nil,
+                               whileConnecting: (() throws(SpeechClientError) -> Void)? = nil) throws(SpeechClientError) -> TCPSocket {
         let deadline = Clock.monotonicNanos() + UInt64(max(timeoutMilliseconds, 1)) * 1_000_000
         let addresses = try SocketAddress.resolve(host: host, port: port)
-        return try connect(to: addresses, host: host, port: port, deadline: deadline, cancellation: cancellation)
+        return try connect(to: addresses, host: host, port: port, deadline: deadline, cancellation: cancellation,
+                           whileConnecting: whileConnecting)
     }
 
     /// Tries `addresses` in order until one connects before `deadline`. An address that does not
     /// answer gets its share of the time left, not all of it, so the next address of a host with
     /// several (replicas, IPv6 and IPv4) is still tried. The error is the last address's.
     public static func connect(to addresses: [SocketAddress], host: String, port: UInt16, deadline: UInt64,
-                               cancellation: Cancellation? = nil) throws(SpeechClientError) -> TCPSocket {
+                               cancellation: Cancellation? = nil,
+                               whileConnecting: (() throws(SpeechClientError) -> Void)? = nil) throws(SpeechClientError) -> TCPSocket {
         var lastError = SpeechClientError(.network, "no address for host '\(host)'")
         for (index, address) in addresses.enumerated() {
             let now = Clock.monotonicNanos()
@@ -39,8 +44,10 @@ public final class TCPSocket: @unchecked Sendable {
             let share = deadline > now ? now + (deadline - now) / left : deadline
             do throws(SpeechClientError) {
                 try cancellation?.check()
-                return try connectOne(address, host: host, port: port, deadline: share, cancellation: cancellation)
+                return try connectOne(address, host: host, port: port, deadline: share, cancellation: cancellation,
+                                      whileConnecting: whileConnecting)
             } catch {
+                if error.code == .tls { throw error }  // from `whileConnecting`: no other address helps
                 lastError = error
                 if cancellation?.isCancelled == true || Clock.monotonicNanos() >= deadline { break }
             }
@@ -83,7 +90,8 @@ public final class TCPSocket: @unchecked Sendable {
     }
 
     private static func connectOne(_ address: SocketAddress, host: String, port: UInt16, deadline: UInt64,
-                                   cancellation: Cancellation?) throws(SpeechClientError) -> TCPSocket {
+                                   cancellation: Cancellation?,
+                                   whileConnecting: (() throws(SpeechClientError) -> Void)?) throws(SpeechClientError) -> TCPSocket {
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SpeechClientError.errno(.network, "socket", errno, context: "\(host):\(port)") }
         let sock = TCPSocket(fd: fd)
@@ -97,6 +105,7 @@ public final class TCPSocket: @unchecked Sendable {
         guard errno == EINPROGRESS else {
             throw SpeechClientError.errno(.network, "connect", errno, context: "cannot connect to \(host):\(port)")
         }
+        try whileConnecting?()
         while true {
             let now = Clock.monotonicNanos()
             guard now < deadline else {
