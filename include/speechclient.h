@@ -802,9 +802,10 @@ SPC_API spc_status spc_options_set_push_wait_ms(spc_options *options, uint32_t m
 **               replayed; when the attempts run out, the context ends with SPC_ERROR_TIMEOUT.
 **               (since 0.11) also how long a stopped stream's server may stay silent while live
 **               audio not yet final ages in the replay buffer (see spc_client_stop()), and how
-**               long a stream still taking that audio may go without a result before it is
-**               stopped to see (a server that answered as it heard): a low start_ms gives a slow
-**               server less time to answer a stop, too.
+**               long a stream still taking that audio may go without a result, once that audio
+**               fills half the replay buffer, before it is stopped to see (a server that answered
+**               as it heard; a buffer of at least twice start_ms): a low start_ms gives a slow
+**               server less time to answer a stop, and a quiet one more stream moves.
 ** Defaults 5000, 10000 and 10000. Since 0.8. */
 SPC_API spc_status spc_options_set_timeouts(spc_options *options, uint32_t connect_ms,
                                             uint32_t login_ms, uint32_t start_ms);
@@ -952,14 +953,17 @@ SPC_API spc_status spc_client_start(spc_client *client);
 ** final words end (or from its start) fills half the replay buffer (spc_options_set_replay_buffer_ms()). A replica that
 ** hung behind a proxy (which answers the PINGs and takes the audio) was waited for the 60 s,
 ** and by then the replay buffer had dropped the audio it never answered; now that audio is
-** replayed on a new connection, as far as the buffer still holds it. Such a server that goes
-** silent while its stream still takes that audio (no result for the start timeout, and the
-** audio since the stream's last final words filling half the replay buffer) has the stream moved
-** to a new one at its next pause (within a second; an eighth of a replay buffer under 8 s): a
-** healthy server answers that stop, a hung one is then found as above. Before, a replica that
-** froze early in a stream without a pause was stopped only at the stream budget, and found when
-** the buffer no longer held the stream's start. The deadlines assume audio at real time: pushed
-** faster, it may age out first. A server that answers only
+** replayed on a new connection, as far as the buffer still holds it. A server that answered as
+** it heard (on any stream of the client) and goes silent while a stream still takes that audio
+** (nothing on it, results or round-trip requests, for the start timeout since its last result or
+** its start, and the audio since its last final words filling half the replay buffer, of at
+** least twice the start timeout) has the stream moved to a new one at its next pause, or cut
+** within a second (an eighth of a buffer under 8 s), inside a word if none comes; a result
+** meanwhile calls the move off. A healthy server answers that stop; one that says nothing for a
+** quarter of the start timeout after it is taken as hung as above. Before, a replica that froze
+** early in a stream was stopped only at a pause past half the stream budget (or at the budget),
+** and found when the buffer no longer held the stream's start. The deadlines assume audio at
+** real time: pushed faster, it may age out first. A server that answers only
 ** once a stream ends (Wyoming) is waited for as above. In STARTING or LISTENING: stops (a stop before the server
 ** acknowledged the start is sent right after it). With pushed audio, what is still buffered (the
 ** chunk in progress) is sent before the stop, as spc_client_push_end() does (since 0.11; before,

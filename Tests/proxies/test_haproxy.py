@@ -163,7 +163,8 @@ def test_i_replica_frozen_early_in_a_long_stream(live_replicas, recording, tmp_p
             os.kill(live_replicas.pid(done["frozen"]), signal.SIGCONT)
         haproxy.stop()
     result = pt.count_delivered(run.transcripts)
-    quiet = [float(line.split()[0]) for line in run.logs if "said nothing on the stream for the start timeout" in line]
+    quiet = [float(line.split()[0]) for line in run.logs
+             if "said nothing on the stream for the start timeout" in line and "moves to a new stream" in line]
     hung = [float(line.split()[0]) for line in run.logs if "taken as hung" in line]
     pt.report("haproxy-freeze-early", result, run.error_texts(), seconds=f"{run.elapsed:.1f}",
               frozen=f"replica{done['frozen'] + 1}" if "frozen" in done else "none",
@@ -173,3 +174,5 @@ def test_i_replica_frozen_early_in_a_long_stream(live_replicas, recording, tmp_p
     assert "frozen" in done
     assert result["delivered"] == len(pt.PHRASES) and not result["extra"], \
         pt.explain(result, run.error_texts(), haproxy.log + "\nclient log:\n" + "\n".join(run.logs[-60:]))
+    # Found by the probe: the quiet stream stopped first, then taken as hung.
+    assert quiet and hung and quiet[0] < hung[0], (quiet, hung, run.logs[-60:])

@@ -771,4 +771,8 @@ def test_wait_idle_raises_a_callbacks_exception_once_the_client_is_idle(server, 
         with pytest.raises(ValueError, match="from on_start"):
             c.wait_idle(60)
         assert len(stops) == 1, "wait_idle() raised before the context's stop"
-        assert c.wait_idle(0)
+        # Idle when it raised: the state, not wait_idle(0), which an event the library queues
+        # after the context's end (a connection's log line) can make False for an instant (one
+        # CI run in many, on a loaded machine).
+        assert c.state == sc.State.IDLE
+        assert c.wait_idle(5)

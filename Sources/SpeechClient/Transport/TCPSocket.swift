@@ -38,6 +38,8 @@ public final class TCPSocket: @unchecked Sendable {
                                cancellation: Cancellation? = nil,
                                whileConnecting: (() throws(SpeechClientError) -> Void)? = nil) throws(SpeechClientError) -> TCPSocket {
         var lastError = SpeechClientError(.network, "no address for host '\(host)'")
+        // What `whileConnecting` throws ends the connect: no other address would help.
+        var hookFailed = false
         for (index, address) in addresses.enumerated() {
             let now = Clock.monotonicNanos()
             let left = UInt64(addresses.count - index)
@@ -45,9 +47,9 @@ public final class TCPSocket: @unchecked Sendable {
             do throws(SpeechClientError) {
                 try cancellation?.check()
                 return try connectOne(address, host: host, port: port, deadline: share, cancellation: cancellation,
-                                      whileConnecting: whileConnecting)
+                                      whileConnecting: whileConnecting, hookFailed: &hookFailed)
             } catch {
-                if error.code == .tls { throw error }  // from `whileConnecting`: no other address helps
+                if hookFailed { throw error }
                 lastError = error
                 if cancellation?.isCancelled == true || Clock.monotonicNanos() >= deadline { break }
             }
@@ -91,7 +93,8 @@ public final class TCPSocket: @unchecked Sendable {
 
     private static func connectOne(_ address: SocketAddress, host: String, port: UInt16, deadline: UInt64,
                                    cancellation: Cancellation?,
-                                   whileConnecting: (() throws(SpeechClientError) -> Void)?) throws(SpeechClientError) -> TCPSocket {
+                                   whileConnecting: (() throws(SpeechClientError) -> Void)?,
+                                   hookFailed: inout Bool) throws(SpeechClientError) -> TCPSocket {
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SpeechClientError.errno(.network, "socket", errno, context: "\(host):\(port)") }
         let sock = TCPSocket(fd: fd)
@@ -105,21 +108,30 @@ public final class TCPSocket: @unchecked Sendable {
         guard errno == EINPROGRESS else {
             throw SpeechClientError.errno(.network, "connect", errno, context: "cannot connect to \(host):\(port)")
         }
-        try whileConnecting?()
+        do throws(SpeechClientError) {
+            try whileConnecting?()
+        } catch {
+            hookFailed = true
+            throw error
+        }
         while true {
-            let now = Clock.monotonicNanos()
-            guard now < deadline else {
-                throw SpeechClientError(.timeout, "cannot connect to \(host):\(port): no answer within the connect timeout")
-            }
             try cancellation?.check()
+            // Polled once more past the deadline (at once): `whileConnecting` may have taken the
+            // time the answer came in.
+            let now = Clock.monotonicNanos()
             var pfd = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            let wait = Int32(min((deadline - now) / 1_000_000 + 1, 50))
+            let wait = now < deadline ? Int32(min((deadline - now) / 1_000_000 + 1, 50)) : 0
             let n = poll(&pfd, 1, wait)
             if n < 0 {
                 if errno == EINTR { continue }
                 throw SpeechClientError.errno(.network, "poll", errno, context: "\(host):\(port)")
             }
-            if n == 0 { continue }
+            if n == 0 {
+                guard Clock.monotonicNanos() < deadline else {
+                    throw SpeechClientError(.timeout, "cannot connect to \(host):\(port): no answer within the connect timeout")
+                }
+                continue
+            }
             var err: Int32 = 0
             var len = socklen_t(MemoryLayout<Int32>.size)
             _ = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len)

@@ -274,6 +274,53 @@ import Testing
         #expect(!finals.log.lines.contains { $0.hasPrefix("error") }, "\(finals.log.lines)")
     }
 
+    /// As above, but the replica freezes before it said anything on the stream (a new context's
+    /// stream, after one it answered as it heard): stopped to find out, it is judged after its
+    /// stop all the same, after a quarter of the start timeout. Before, a stream that had heard
+    /// nothing before its stop was never taken as hung, and was waited for until the finish
+    /// timeout (20 s here).
+    @Test func aLiveStreamWhoseServerFrozeBeforeAnyResultIsStoppedAndReplayed() throws {
+        let finals = Finals()
+        let service = FakeRecognitionService(.init(wordsFromAudio: true, freezeStream: (stream: 2, afterChunks: 0)))
+        var o = try pushOptions()
+        o.streamBudgetBytes = 1_000_000
+        o.reconnectInitialDelayMilliseconds = 10
+        o.replayBufferMilliseconds = 4_000
+        o.startTimeoutMilliseconds = 300
+        o.finishTimeoutMilliseconds = 20_000
+        let logs = Locked<[String]>([])
+        o.logLevel = .info
+        let client = try Client(options: o, service: service) { c, event in
+            if case .log(_, let message) = event { logs.withLock { $0.append(message) } }
+            finals.handler(c, event)
+        }
+        defer { try? client.close() }
+        // A first context, answered as heard (its results come before its stop: real time).
+        try client.start()
+        for k in 0..<5 {
+            try Self.chunk(k, pauseEvery: 0).withUnsafeBufferPointer { try client.pushAudio($0) }
+            usleepMs(100)
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+        // The second, on a stream whose server says nothing at all: 6 s, no pause, real time.
+        try client.start()
+        let t0 = Clock.monotonicNanos()
+        for k in 5..<65 {
+            try Self.chunk(k, pauseEvery: 0).withUnsafeBufferPointer { try client.pushAudio($0) }
+            usleepMs(100)
+        }
+        try client.pushEnd()
+        #expect(try client.waitIdle(timeoutMilliseconds: 10_000))
+        #expect((Clock.monotonicNanos() - t0) / 1_000_000 < 12_000)
+        let said = logs.withLock { $0 }
+        let words = finals.words.withLock { $0 }
+        #expect(words.map(\.0) == (1...65).map { "a\($0)" }, "\(words.map(\.0)) \(said)")
+        #expect(said.contains { $0.contains(Lane.serverQuiet) }, "\(said)")
+        #expect(said.contains { $0.contains("taken as hung") && $0.contains("to find out") }, "\(said)")
+        #expect(!finals.log.lines.contains { $0.hasPrefix("error") }, "\(finals.log.lines)")
+    }
+
     /// The same stream's server silent after its stop, where silence says nothing of a hang:
     /// a server that answers only once a stream ends (Wyoming, Whisper: it may be transcribing
     /// for as long), or a context whose stop was sent at once (no live audio comes, so nothing

@@ -244,7 +244,7 @@ final class ClientWorker: @unchecked Sendable {
     /// which waits for the server, and once the context's stop is sent: nothing ages out then.
     private var hangDeadline: UInt64? { hangDue(now: Clock.monotonicNanos())?.at }
 
-    private func hangDue(now: UInt64) -> (generation: Int, at: UInt64, unfinished: Int)? {
+    private func hangDue(now: UInt64) -> (generation: Int, at: UInt64, unfinished: Int, probed: Bool)? {
         guard !waitsForServer, contextOpen, !stopSent else { return nil }
         return supervisor.hangDeadline(now: now, quietNanos: quietLimitNanos)
     }
@@ -268,6 +268,7 @@ final class ClientWorker: @unchecked Sendable {
         // Within a second, or an eighth of a small replay buffer.
         let wait = min(Self.quietMoveNanos, UInt64(SpeechAudio.milliseconds(samples: supervisor.replay.capacitySamples / 8)) * 1_000_000)
         if supervisor.moveLiveLane(quiet.generation, by: now &+ wait, why: Lane.serverQuiet) {
+            supervisor.lanes.update(quiet.generation) { $0.probedQuiet = true }
             client?.log(.info, "context \(contextId): \(Lane.serverQuiet): it moves to a new stream at its next pause")
         }
     }
@@ -325,7 +326,9 @@ final class ClientWorker: @unchecked Sendable {
         let unfinished = SpeechAudio.secondsText(SpeechAudio.seconds(samples: hung.unfinished))
         let capacity = SpeechAudio.secondsText(SpeechAudio.seconds(samples: supervisor.replay.capacitySamples))
         supervisor.stream(of: hung.generation)?.retireConnection()
-        handleStream(.closed(SpeechClientError(.timeout, "the server said nothing on the stream for \(SpeechAudio.secondsText(Double(options.startTimeoutMilliseconds) / 1000)) s after its stop while the \(unfinished) s of audio since its last final words aged in the \(capacity) s replay buffer: taken as hung",
+        let quiet = SpeechAudio.secondsText(Double(options.startTimeoutMilliseconds) / (hung.probed ? 4_000 : 1_000))
+        let when = hung.probed ? "after the stop made to find out whether it was there (it had said nothing for \(SpeechAudio.secondsText(Double(options.startTimeoutMilliseconds) / 1000)) s before)" : "after its stop"
+        handleStream(.closed(SpeechClientError(.timeout, "the server said nothing on the stream for \(quiet) s \(when) while the \(unfinished) s of audio since its last final words aged in the \(capacity) s replay buffer: taken as hung",
                                                grpcStatus: GRPCStatus.unavailable)), generation: hung.generation)
     }
 

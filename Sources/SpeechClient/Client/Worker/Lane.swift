@@ -87,6 +87,9 @@ struct Lane {
     /// says it hung. Not one that answers only once a stream ends (Wyoming, Whisper), which may
     /// be silent for as long as it works through the audio.
     var heardBeforeStop = false
+    /// It was stopped to see whether its quiet server is there (`LaneSupervisor.quietLiveDeadline`):
+    /// judged as hung after its stop even if it heard nothing before, and sooner.
+    var probedQuiet = false
 
     /// The server sent something on it at `now`.
     mutating func heard(at now: UInt64) {

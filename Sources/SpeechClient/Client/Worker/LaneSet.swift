@@ -219,11 +219,13 @@ struct LaneSet {
     /// `finished`, and its server answered as it heard (`Lane.heardBeforeStop`): its floor and
     /// end, and since when its server has been silent (the finish clock's start or restart, or
     /// the last response on it, whichever is later).
-    var firstAwaitingFinish: (generation: Int, floor: Int, end: Int?, quietSince: UInt64)? {
+    /// A lane stopped to probe a quiet server (`Lane.probedQuiet`) counts too, said by `probed`.
+    var firstAwaitingFinish: (generation: Int, floor: Int, end: Int?, quietSince: UInt64, probed: Bool)? {
         guard let i = firstIndex else { return nil }
         let lane = entries[i].lane
-        guard lane.stopSent, lane.heardBeforeStop, lane.cursor == nil, let since = lane.awaitingFinishSince else { return nil }
-        return (entries[i].generation, lane.floor, lane.end, max(since, lane.lastHeardAt ?? 0))
+        guard lane.stopSent, lane.heardBeforeStop || lane.probedQuiet, lane.cursor == nil,
+              let since = lane.awaitingFinishSince else { return nil }
+        return (entries[i].generation, lane.floor, lane.end, max(since, lane.lastHeardAt ?? 0), lane.probedQuiet)
     }
     /// The first lane in audio order when it is stopped and not finished within `timeout`.
     func unfinished(at now: UInt64, timeout: UInt64) -> [Int] {

@@ -302,7 +302,15 @@ final class LaneSupervisor {
     /// of its `finished` once they reach a second further into its audio (`Lane.finalArrived`).
     func responseArrived(_ response: SLUResponse, lane gen: Int) {
         let now = Clock.monotonicNanos()
-        lanes.update(gen) { $0.heard(at: now) }
+        lanes.update(gen) { lane in
+            lane.heard(at: now)
+            // A result while a move to find out whether the server is there waits for a pause:
+            // it is there, the move is called off.
+            if !lane.stopSent && lane.probedQuiet {
+                lane.probedQuiet = false
+                lane.moveBy = nil
+            }
+        }
         if !answeredAsItHeard, lanes.read(gen, { !$0.stopSent }) == true { answeredAsItHeard = true }
         if !serverAnswered {
             serverAnswered = true
@@ -331,6 +339,8 @@ final class LaneSupervisor {
         lanes.update(gen) { $0.finalArrived(endMilliseconds: Int(end), now: now) }
     }
 
+    /// A lane stopped to probe its quiet server (`quietLiveDeadline`, `Lane.probedQuiet`) is
+    /// judged too, after a quarter of `quietNanos`: it heard nothing for that long before.
     /// When the first lane in audio order, stopped and awaiting its `finished`, is taken as hung
     /// (nil: not foreseen). The caller asks only while live audio (a microphone, pushed audio,
     /// hands-free listening) still comes into the context: only then does the replay buffer
@@ -347,7 +357,7 @@ final class LaneSupervisor {
     /// still sends finals meanwhile (each restarts the quiet); one that says nothing until a
     /// stream ends (Wyoming, Whisper) is not judged by this.
     /// `unfinished`: that audio, in samples (for the error).
-    func hangDeadline(now: UInt64, quietNanos: UInt64) -> (generation: Int, at: UInt64, unfinished: Int)? {
+    func hangDeadline(now: UInt64, quietNanos: UInt64) -> (generation: Int, at: UInt64, unfinished: Int, probed: Bool)? {
         guard let first = lanes.firstAwaitingFinish, first.floor < (first.end ?? .max) else { return nil }
         let unfinished = replay.endSample - first.floor
         let atRisk = replay.capacitySamples / 2
@@ -356,7 +366,10 @@ final class LaneSupervisor {
         // quiet alone decides (not `now`: a deadline read again later would never be due).
         let riskAt = unfinished >= atRisk ? 0
             : now &+ max(UInt64(SpeechAudio.milliseconds(samples: atRisk - unfinished)) * 1_000_000, 100_000_000)
-        return (first.generation, max(first.quietSince &+ quietNanos, riskAt), unfinished)
+        // A lane stopped to probe its quiet server has been quiet that long already: a live
+        // server answers the stop at once, so a quarter of the quiet decides.
+        let quiet = first.probed ? quietNanos / 4 : quietNanos
+        return (first.generation, max(first.quietSince &+ quiet, riskAt), unfinished, first.probed)
     }
 
     /// When the live lane, still taking audio, is moved to a new stream because its server has
@@ -371,8 +384,12 @@ final class LaneSupervisor {
     /// budget (28 s), found hung 10 s later, by when a 30 s buffer had dropped the stream's
     /// first seconds. In speech, a server that answers as it hears is never that quiet; in
     /// silence the lane would move at its half budget anyway.
+    /// Not with a replay buffer under twice the quiet: the stop, its answer's wait and the
+    /// replay could not come before its audio is dropped, and each probe would cost a stream.
     func quietLiveDeadline(now: UInt64, quietNanos: UInt64) -> (generation: Int, at: UInt64)? {
-        guard answeredAsItHeard, let gen = lanes.live,
+        guard answeredAsItHeard,
+              UInt64(SpeechAudio.milliseconds(samples: replay.capacitySamples)) * 1_000_000 >= 2 * quietNanos,
+              let gen = lanes.live,
               let (floor, quietSince) = lanes.read(gen, { lane -> (Int, UInt64)? in
                   guard !lane.stopSent, lane.cursor == nil, lane.moveBy == nil, lane.startDue == .max,
                         let since = lane.lastHeardAt ?? lane.startedAt else { return nil }
