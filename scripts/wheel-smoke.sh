@@ -11,7 +11,9 @@
 #    for TLS only);
 # 3. inside it: a venv, `pip install --no-index` of the wheel, `speechclient --version`, and the
 #    wheel's CLI transcribing a synthesized WAV and the same WAV on standard input against the
-#    reference server started OUTSIDE the root on loopback; a microphone fails naming libasound2.
+#    reference server started OUTSIDE the root on loopback, and over TLS (a throwaway CA; the
+#    root's own OpenSSL 3, which the library opens for TLS: the wheel carries none); a
+#    microphone fails naming libasound2.
 # Network: only the Debian mirror. Needs debootstrap (SPC_SETUP_PACKAGING=1 scripts/setup-debian.sh).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,10 +36,11 @@ t0=$(date +%s)
 step() { echo "wheel-smoke: [$(( $(date +%s) - t0 ))s] $*"; }
 work=$(mktemp -d /tmp/spc-wheel-smoke.XXXXXX)
 root=$work/root
-server_pid=""
+server_pid="" tls_pid=""
 cleanup() {
     local rc=$?
     [ -n "$server_pid" ] && kill "$server_pid" 2> /dev/null && wait "$server_pid" 2> /dev/null
+    [ -n "$tls_pid" ] && kill "$tls_pid" 2> /dev/null && wait "$tls_pid" 2> /dev/null
     if mountpoint -q "$root/proc" 2> /dev/null; then umount "$root/proc" || umount -l "$root/proc" || true; fi
     if [ "$keep" = 1 ]; then echo "wheel-smoke: work folder kept: $work"; else rm -rf --one-file-system "$work"; fi
     return $rc
@@ -86,6 +89,23 @@ got=$(in_root /opt/venv/bin/speechclient --url "$url" --file /tmp/speech.wav --c
 [ "$got" = "$expected" ] && step "file: $got" || fail "file: $got"
 got=$(in_root sh -c "/opt/venv/bin/speechclient --url $url --file - --cache-dir /tmp/cache < /tmp/speech.wav" | tail -1)
 [ "$got" = "$expected" ] && step "standard input: $got" || fail "standard input: $got"
+
+# TLS: a CA and a certificate for 127.0.0.1, a second server with them.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=wheel-smoke CA" -keyout "$work/ca.key" \
+    -out "$root/tmp/ca.pem" > /dev/null 2>&1
+openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$work/server.key" -out "$work/server.csr" > /dev/null 2>&1
+echo "subjectAltName=IP:127.0.0.1" > "$work/san.ext"
+openssl x509 -req -in "$work/server.csr" -CA "$root/tmp/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
+    -out "$work/server.pem" -days 2 -extfile "$work/san.ext" > /dev/null 2>&1
+.venv/bin/python -m speechclient_server --host 127.0.0.1 --port 0 --tls-cert "$work/server.pem" \
+    --tls-key "$work/server.key" > "$work/tls.out" 2> "$work/tls.err" &
+tls_pid=$!
+for _ in $(seq 1 300); do grep -q '^listening on ' "$work/tls.out" 2> /dev/null && break; sleep 0.1; done
+tls_url=grpc+tls://$(sed -n 's/^listening on //p' "$work/tls.out" | head -1)
+[ "$tls_url" != grpc+tls:// ] || { cat "$work/tls.err"; echo "wheel-smoke: FAIL: the TLS server did not start" >&2; exit 1; }
+got=$(in_root /opt/venv/bin/speechclient --url "$tls_url" --ca-file /tmp/ca.pem --file /tmp/speech.wav --cache-dir /tmp/cache 2>&1 | tail -1)
+[ "$got" = "$expected" ] && step "TLS, the root's OpenSSL: $got" || fail "TLS: $got"
+
 mic=$(in_root /opt/venv/bin/speechclient --url "$url" --mic --cache-dir /tmp/cache 2>&1 || true)
 case $mic in *"install the libasound2 package"*) step "microphone without ALSA: named" ;; *) fail "microphone: $mic" ;; esac
 
