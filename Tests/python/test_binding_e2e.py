@@ -771,10 +771,9 @@ def test_wait_idle_raises_a_callbacks_exception_once_the_client_is_idle(server, 
         with pytest.raises(ValueError, match="from on_start"):
             c.wait_idle(60)
         assert len(stops) == 1, "wait_idle() raised before the context's stop"
-        # Idle when it raised: the state, not wait_idle(0). The stream's end (its gRPC trailers,
-        # after the STOPPED the context ended on) reaches the worker as a command, and while it
-        # is queued or handled wait_idle(0) says not idle, though the client stays IDLE with
-        # nothing to do: a library bug, found when this check failed in one CI run of many on a
-        # loaded machine, left for its own fix (the note of stop 55).
+        # Idle when it raised: the state. (wait_idle(0) here failed once in CI: the stream's end,
+        # its gRPC trailers after the STOPPED the context ended on, was queued for the worker and
+        # made the client not idle for an instant. Fixed in the library, where
+        # BoundedStreamTests.theEndOfAFinishedStreamComingLateLeavesTheClientIdle tests it.)
         assert c.state == sc.State.IDLE
         assert c.wait_idle(5)

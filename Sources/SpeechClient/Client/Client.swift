@@ -662,6 +662,15 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
         return announced
     }
 
+    /// Streams whose lane the worker removed once their context's end was handled
+    /// (`retireStream`); what they send afterwards is dropped, up to their end (`.closed`,
+    /// which comes once per stream, takes the entry out).
+    private var retiredStreams: Set<Int> = []
+
+    /// The worker is done with the stream of `generation`: its context ended (STOPPED) and its
+    /// stop was sent, so only its end (the gRPC trailers) or a round-trip request may follow.
+    func retireStream(generation: Int) { lock.withLock { _ = retiredStreams.insert(generation) } }
+
     /// Nothing to do and nothing asked: what wait_idle waits for, callbacks aside.
     private var isWorkIdleLocked: Bool {
         (state == .idle || state == .suspended) && !pendingStart && commands.isEmpty && !workerBusy && !contextOpen
@@ -982,6 +991,13 @@ public final class Client: @unchecked Sendable, InlineDelivery, PoolWork, Deferr
     /// queues it for the worker, in order.
     func streamEvent(_ event: StreamEvent, generation: Int) {
         let idleWorker: ClientWorker? = lock.withLock {
+            // A stream the worker is done with: it would ignore this (its trailers, a round-trip
+            // request), and queued for it, it made the client not idle for an instant after its
+            // context had ended (wait_idle(0) False between two idle answers).
+            if retiredStreams.contains(generation) {
+                if case .closed = event { retiredStreams.remove(generation) }
+                return nil
+            }
             guard ClientWorker.isDirectUpdate(event), commands.isEmpty, !workerBusy, !closing, let w = worker,
                   w.audioLock.tryLock() else {
                 // Every event a server can repeat is counted (an end of speech, a GOAWAY: a

@@ -321,6 +321,29 @@ import Testing
         #expect(!finals.log.lines.contains { $0.hasPrefix("error") }, "\(finals.log.lines)")
     }
 
+    /// A stream's end (its gRPC trailers) that comes after the context ended on its `finished`
+    /// leaves the client idle: it was queued for the worker, and wait_idle(0) said "not idle"
+    /// for an instant between two idle answers (a Python test saw it once in CI).
+    @Test func theEndOfAFinishedStreamComingLateLeavesTheClientIdle() throws {
+        let service = FakeRecognitionService(.init(closeLaterAfterFinishedMilliseconds: 50))
+        let client = try Client(options: try pushOptions(), service: service) { _, _ in }
+        defer { try? client.close() }
+        var notIdle = 0
+        for round in 0..<5 {
+            try client.start()
+            for k in 0..<3 { try Self.chunk(round * 3 + k).withUnsafeBufferPointer { try client.pushAudio($0) } }
+            try client.pushEnd()
+            #expect(try client.waitIdle(timeoutMilliseconds: 5_000))
+            // Asked without a pause until the late end has come and a little after.
+            let until = Clock.monotonicNanos() + 150_000_000
+            while Clock.monotonicNanos() < until {
+                if try !client.waitIdle(timeoutMilliseconds: 0) { notIdle += 1 }
+            }
+        }
+        #expect(service.closedLate.load(ordering: .acquiring) == 5)
+        #expect(notIdle == 0)
+    }
+
     /// The same stream's server silent after its stop, where silence says nothing of a hang:
     /// a server that answers only once a stream ends (Wyoming, Whisper: it may be transcribing
     /// for as long), or a context whose stop was sent at once (no live audio comes, so nothing

@@ -29,6 +29,9 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
         var ignoreStop = false
         /// After a context's finished, the stream is closed by the server.
         var closeAfterFinished = false
+        /// After a context's finished, the stream is closed this long after, from another
+        /// thread (a server whose gRPC trailers follow its last message in a later write).
+        var closeLaterAfterFinishedMilliseconds: Int?
         /// Opening more than this many streams fails with a network error.
         var maxStreams = Int.max
         /// Audio chunk N is answered with a word index outside the assembler's bounds; with
@@ -104,6 +107,8 @@ final class FakeRecognitionService: RecognitionService, @unchecked Sendable {
     /// Starts handed to a stream's `send` (with `sendsThroughEventLoop`, perhaps not taken yet).
     let startsHanded = Atomic<Int>(0)
     let streamsOpened = Atomic<Int>(0)
+    /// Streams closed late after their finished (`closeLaterAfterFinishedMilliseconds`).
+    let closedLate = Atomic<Int>(0)
     let streamsFinished = Atomic<Int>(0)
     /// The most audio chunks one stream was sent: what a proxy's request cap would see.
     let mostChunksOnAStream = Atomic<Int>(0)
@@ -341,6 +346,15 @@ final class FakeStream: RecognitionStream, @unchecked Sendable {
                     if service.behaviour.closeAfterFinished {
                         s.closed = true
                         out.append(.closed(nil))
+                    } else if let later = service.behaviour.closeLaterAfterFinishedMilliseconds {
+                        s.closed = true
+                        let handler = self.handler
+                        let service = self.service
+                        Thread.detachNewThread {
+                            usleepMs(later)
+                            handler(.closed(nil))
+                            service.closedLate.add(1, ordering: .releasing)
+                        }
                     }
                 }
                 s.context = nil

@@ -321,8 +321,11 @@ extension ClientWorker {
                     return
                 }
             }
-            // Everything this lane carried is final now.
-            if supervisor.lanes.remove(gen) {
+            // Everything this lane carried is final now. Its stream ends with its stop
+            // (`Lane.stop`, or just below): what it still sends is nothing to the worker
+            // (`Client.retireStream`).
+            client?.retireStream(generation: gen)
+            if supervisor.lanes.remove(gen) {  // it was the live lane
                 // The server ended the context by itself (a limit, an error): no more audio.
                 if !stopSent {
                     stopSent = true
