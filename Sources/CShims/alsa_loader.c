@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "cshims.h"
+#include "dl_forward.h"
 
 static void *alsa_library;
 static pthread_once_t alsa_once = PTHREAD_ONCE_INIT;
@@ -42,19 +43,7 @@ static void *alsa_symbol(const char *name) {
     return alsa_library ? dlsym(alsa_library, name) : NULL;
 }
 
-/* Defines `name` forwarding to the loaded function; `fail` when there is none. The pointer is
-** looked up once (every thread finds the same one, so a race only repeats the lookup). */
-#define ALSA_FORWARD(ret, name, params, args, fail)                          \
-    ret name params {                                                        \
-        static ret (*loaded) params;                                         \
-        ret (*fn) params = __atomic_load_n(&loaded, __ATOMIC_ACQUIRE);       \
-        if (!fn) {                                                           \
-            fn = (ret (*) params)alsa_symbol(#name);                         \
-            if (!fn) return fail;                                            \
-            __atomic_store_n(&loaded, fn, __ATOMIC_RELEASE);                 \
-        }                                                                    \
-        return fn args;                                                      \
-    }
+#define ALSA_FORWARD(ret, name, params, args, fail) DL_FORWARD(alsa_symbol, ret, name, params, args, fail)
 
 ALSA_FORWARD(int, snd_pcm_open, (snd_pcm_t **pcm, const char *name, snd_pcm_stream_t stream, int mode),
              (pcm, name, stream, mode), -ENOSYS)
@@ -100,13 +89,4 @@ ALSA_FORWARD(snd_local_error_handler_t, snd_lib_error_set_local, (snd_local_erro
 
 int speechclient_shim_alsa_has_local_errors(void) { return alsa_symbol("snd_lib_error_set_local") != NULL; }
 
-void snd_pcm_hw_params_free(snd_pcm_hw_params_t *obj) {
-    static void (*loaded)(snd_pcm_hw_params_t *);
-    void (*fn)(snd_pcm_hw_params_t *) = __atomic_load_n(&loaded, __ATOMIC_ACQUIRE);
-    if (!fn) {
-        fn = (void (*)(snd_pcm_hw_params_t *))alsa_symbol("snd_pcm_hw_params_free");
-        if (!fn) return;
-        __atomic_store_n(&loaded, fn, __ATOMIC_RELEASE);
-    }
-    fn(obj);
-}
+DL_FORWARD_VOID(alsa_symbol, snd_pcm_hw_params_free, (snd_pcm_hw_params_t *obj), (obj))

@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "cshims.h"
+#include "dl_forward.h"
 
 static void *openssl_library;
 static pthread_once_t openssl_once = PTHREAD_ONCE_INIT;
@@ -55,32 +56,8 @@ static void *openssl_symbol(const char *name) {
     return openssl_library ? dlsym(openssl_library, name) : NULL;
 }
 
-/* Defines `name` forwarding to the loaded function; `fail` when there is none. The pointer is
-** looked up once (every thread finds the same one, so a race only repeats the lookup). */
-#define SSL_FORWARD(ret, name, params, args, fail)                           \
-    ret name params {                                                        \
-        static ret (*loaded) params;                                         \
-        ret (*fn) params = __atomic_load_n(&loaded, __ATOMIC_ACQUIRE);       \
-        if (!fn) {                                                           \
-            fn = (ret (*) params)openssl_symbol(#name);                      \
-            if (!fn) return fail;                                            \
-            __atomic_store_n(&loaded, fn, __ATOMIC_RELEASE);                 \
-        }                                                                    \
-        return fn args;                                                      \
-    }
-
-/* The same for a function that returns nothing. */
-#define SSL_FORWARD_VOID(name, params, args)                                 \
-    void name params {                                                       \
-        static void (*loaded) params;                                        \
-        void (*fn) params = __atomic_load_n(&loaded, __ATOMIC_ACQUIRE);      \
-        if (!fn) {                                                           \
-            fn = (void (*) params)openssl_symbol(#name);                     \
-            if (!fn) return;                                                 \
-            __atomic_store_n(&loaded, fn, __ATOMIC_RELEASE);                 \
-        }                                                                    \
-        fn args;                                                             \
-    }
+#define SSL_FORWARD(ret, name, params, args, fail) DL_FORWARD(openssl_symbol, ret, name, params, args, fail)
+#define SSL_FORWARD_VOID(name, params, args) DL_FORWARD_VOID(openssl_symbol, name, params, args)
 
 /* Errors */
 SSL_FORWARD_VOID(ERR_clear_error, (void), ())
